@@ -1,0 +1,36 @@
+# Compiler settings shared by every ferry target, and the helper that declares
+include(GNUInstallDirs)
+# a module library.
+
+# The in-tree include root: ${build}/include/ferry/<module> points at the
+# module's source folder, so code includes <ferry/wire/byte_order.h> in the
+# tree exactly as it does once installed.
+set(FERRY_INCLUDE_ROOT "${PROJECT_BINARY_DIR}/include")
+file(MAKE_DIRECTORY "${FERRY_INCLUDE_ROOT}/ferry")
+
+add_library(ferry_warnings INTERFACE)
+target_compile_options(ferry_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
+  -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference
+  $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
+
+if(FERRY_SANITIZE)
+  add_compile_options(-fsanitize=${FERRY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${FERRY_SANITIZE})
+endif()
+
+# ferry_module(NAME SOURCES...): a static library ferry_<NAME> whose headers
+# live beside its sources in <NAME>/ and are included as <ferry/NAME/x.h>.
+function(ferry_module name)
+  add_library(ferry_${name} STATIC ${ARGN})
+  add_library(ferry::${name} ALIAS ferry_${name})
+  file(CREATE_LINK "${CMAKE_CURRENT_SOURCE_DIR}" "${FERRY_INCLUDE_ROOT}/ferry/${name}" SYMBOLIC)
+  target_include_directories(ferry_${name} PUBLIC
+    $<BUILD_INTERFACE:${FERRY_INCLUDE_ROOT}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(ferry_${name} PUBLIC cxx_std_20)
+  target_link_libraries(ferry_${name} PRIVATE $<BUILD_INTERFACE:ferry_warnings>)
+  set_target_properties(ferry_${name} PROPERTIES
+    EXPORT_NAME ${name} POSITION_INDEPENDENT_CODE ON)
+  set_property(GLOBAL APPEND PROPERTY FERRY_MODULES ${name})
+endfunction()

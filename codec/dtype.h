@@ -1,0 +1,82 @@
+// ferry/codec/dtype.h: the element types ferry's tensor formats carry.
+//
+// Each dtype has a stable one-byte code (written into ferry's formats; never
+// renumbered), a size in bytes, and a name equal to the safetensors dtype
+// string, so a safetensors header maps onto ferry without a lookup table.
+//
+//   code  name     bytes  element
+//    1    BOOL       1    0 or 1
+//    2    U8         1    unsigned integer
+//    3    I8         1    two's complement integer
+//    4    U16        2    unsigned integer
+//    5    I16        2    two's complement integer
+//    6    U32        4    unsigned integer
+//    7    I32        4    two's complement integer
+//    8    U64        8    unsigned integer
+//    9    I64        8    two's complement integer
+//   10    F16        2    IEEE 754 binary16
+//   11    BF16       2    bfloat16
+//   12    F32        4    IEEE 754 binary32
+//   13    F64        8    IEEE 754 binary64
+//   14    F8_E4M3    1    8-bit float, 4 exponent / 3 mantissa bits (OCP FP8)
+//   15    F8_E5M2    1    8-bit float, 5 exponent / 2 mantissa bits (OCP FP8)
+//
+// Code 0 is never a valid dtype, so zeroed memory is never mistaken for one.
+// Multi-byte elements travel with the byte order of their container; the
+// byte-order conversion of an element is that of an unsigned integer of the
+// same size (wire/bulk.h), which is exact for every dtype above.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "ferry/wire/error.h"
+
+namespace ferry::codec {
+
+enum class dtype : std::uint8_t {
+  boolean = 1,
+  u8 = 2,
+  i8 = 3,
+  u16 = 4,
+  i16 = 5,
+  u32 = 6,
+  i32 = 7,
+  u64 = 8,
+  i64 = 9,
+  f16 = 10,
+  bf16 = 11,
+  f32 = 12,
+  f64 = 13,
+  f8_e4m3 = 14,
+  f8_e5m2 = 15,
+};
+
+/// Every dtype, in code order.
+inline constexpr dtype all_dtypes[] = {
+    dtype::boolean, dtype::u8,  dtype::i8,   dtype::u16, dtype::i16,
+    dtype::u32,     dtype::i32, dtype::u64,  dtype::i64, dtype::f16,
+    dtype::bf16,    dtype::f32, dtype::f64,  dtype::f8_e4m3, dtype::f8_e5m2,
+};
+
+/// Size of one element in bytes (1, 2, 4 or 8).
+[[nodiscard]] std::size_t size_of(dtype t) noexcept;
+
+/// The safetensors name ("F32", "BF16", ...).
+[[nodiscard]] std::string_view name(dtype t) noexcept;
+
+/// True for the floating-point dtypes.
+[[nodiscard]] bool is_floating_point(dtype t) noexcept;
+
+/// Parses a safetensors name (exact, case-sensitive). Errors: unknown_dtype.
+[[nodiscard]] result<dtype> dtype_from_name(std::string_view name) noexcept;
+
+/// Validates a stored code. Errors: unknown_dtype.
+[[nodiscard]] result<dtype> dtype_from_code(std::uint8_t code) noexcept;
+
+/// The stable code of t.
+[[nodiscard]] constexpr std::uint8_t code(dtype t) noexcept { return static_cast<std::uint8_t>(t); }
+
+}  // namespace ferry::codec

@@ -1,0 +1,14 @@
+// FUZZ_CHECK: an invariant of a fuzz harness. Unlike assert() it stays on in
+// release builds, and abort() is what libFuzzer reports as a crash.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+#define FUZZ_CHECK(cond)                                                          \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                               \
+    }                                                                             \
+  } while (0)

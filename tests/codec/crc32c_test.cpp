@@ -1,0 +1,108 @@
+#include "ferry/codec/crc32c.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "ferry/wire/cpu.h"
+
+namespace ferry::codec {
+namespace {
+
+using wire::cpu_feature_set;
+
+std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s)); }
+
+// Bit-at-a-time CRC-32C, written from the definition: the independent reference.
+std::uint32_t crc32c_bitwise(std::span<const std::byte> data) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (std::byte b : data) {
+    crc ^= std::to_integer<std::uint32_t>(b);
+    for (int i = 0; i < 8; ++i) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+struct restore_features {
+  ~restore_features() { wire::limit_cpu_features(wire::all_cpu_features); }
+};
+
+TEST(Crc32c, CheckValue) {
+  EXPECT_EQ(crc32c(as_bytes("123456789")), 0xE3069283u);
+  EXPECT_EQ(crc32c({}), 0u);
+}
+
+// RFC 3720 (iSCSI), appendix B.4.
+TEST(Crc32c, Rfc3720Vectors) {
+  std::vector<std::byte> zeros(32, std::byte{0}), ones(32, std::byte{0xFF}), up(32), down(32);
+  for (std::size_t i = 0; i < 32; ++i) {
+    up[i] = std::byte{static_cast<std::uint8_t>(i)};
+    down[i] = std::byte{static_cast<std::uint8_t>(31 - i)};
+  }
+  const std::uint8_t pdu[48] = {0x01, 0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
+                                0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
+                                0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  restore_features restore;
+  for (cpu_feature_set f : {cpu_feature_set{0}, wire::all_cpu_features}) {
+    wire::limit_cpu_features(f);
+    SCOPED_TRACE(std::string(crc32c_kernel_name()));
+    EXPECT_EQ(crc32c(zeros), 0x8A9136AAu);
+    EXPECT_EQ(crc32c(ones), 0x62A8AB43u);
+    EXPECT_EQ(crc32c(up), 0x46DD794Eu);
+    EXPECT_EQ(crc32c(down), 0x113FDB5Cu);
+    EXPECT_EQ(crc32c(std::as_bytes(std::span(pdu))), 0xD9963A56u);
+  }
+}
+
+TEST(Crc32c, AllPathsAgreeOnRandomLengthsAndAlignments) {
+  restore_features restore;
+  std::mt19937 rng(1234);
+  std::vector<std::byte> buf(3 * 8192 * 2 + 4096);
+  for (auto& b : buf) b = std::byte{static_cast<std::uint8_t>(rng())};
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 1100; ++n) lengths.push_back(n);
+  for (std::size_t n : {3 * 256 - 1, 3 * 256, 3 * 256 + 1, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 7, 2 * 3 * 8192 + 3 * 256 + 9}) {
+    lengths.push_back(n);
+  }
+  for (int i = 0; i < 200; ++i) lengths.push_back(rng() % (buf.size() - 64));
+  for (std::size_t n : lengths) {
+    const std::size_t align = rng() % 64;
+    const auto piece = std::span<const std::byte>(buf).subspan(align, n);
+    const std::uint32_t expected = crc32c_bitwise(piece);
+    for (cpu_feature_set f : {cpu_feature_set{0}, wire::all_cpu_features}) {
+      wire::limit_cpu_features(f);
+      ASSERT_EQ(crc32c(piece), expected) << crc32c_kernel_name() << " length " << n << " align " << align;
+    }
+  }
+}
+
+TEST(Crc32c, ExtendAndCombine) {
+  std::mt19937 rng(99);
+  std::vector<std::byte> buf(100000);
+  for (auto& b : buf) b = std::byte{static_cast<std::uint8_t>(rng())};
+  const std::uint32_t whole = crc32c(buf);
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{777}, std::size_t{65536}, buf.size()}) {
+    const auto a = std::span<const std::byte>(buf).first(cut);
+    const auto b = std::span<const std::byte>(buf).subspan(cut);
+    EXPECT_EQ(crc32c_extend(crc32c(a), b), whole) << cut;
+    EXPECT_EQ(crc32c_combine(crc32c(a), crc32c(b), b.size()), whole) << cut;
+  }
+  EXPECT_EQ(crc32c_extend(0, buf), whole);
+}
+
+TEST(Crc32c, KernelName) {
+  const auto name = crc32c_kernel_name();
+#if defined(__x86_64__)
+  EXPECT_EQ(name, wire::has(wire::detected_cpu_features(), wire::cpu_feature::sse4_2) ? "sse4.2" : "table");
+#elif defined(__aarch64__)
+  EXPECT_EQ(name, wire::has(wire::detected_cpu_features(), wire::cpu_feature::arm_crc32) ? "armv8-crc" : "table");
+#else
+  EXPECT_EQ(name, "table");
+#endif
+}
+
+}  // namespace
+}  // namespace ferry::codec

@@ -1,0 +1,75 @@
+// Slow: every one of the 2^32 f32 bit patterns through the scalar and bulk
+// byte-order paths, in every order pair, against a plain reference and
+// Boost.Endian. Label `slow`.
+#include <boost/endian/conversion.hpp>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "../exhaustive_parallel.h"
+#include "ferry/wire/bulk.h"
+#include "ferry/wire/cpu.h"
+
+namespace ferry::wire {
+namespace {
+
+// The plain reference: byte i of the pattern in the given order, by shifts.
+std::uint8_t reference_byte(std::uint32_t pattern, std::size_t i, byte_order order) {
+  const std::size_t shift = 8 * (order == byte_order::little ? i : 3 - i);
+  return static_cast<std::uint8_t>(pattern >> shift);
+}
+
+std::optional<std::uint32_t> check_chunk(std::uint32_t first, std::uint32_t count) {
+  std::vector<float> values(count);
+  for (std::uint32_t k = 0; k < count; ++k) values[k] = from_bits<float>(first + k);
+  std::vector<std::byte> little(count * 4), big(count * 4), back(count * 4);
+  std::vector<float> decoded(count);
+
+  // Scalar store against the reference bytes, and the load back.
+  for (std::uint32_t k = 0; k < count; ++k) {
+    const std::uint32_t p = first + k;
+    store<float>(values[k], little.data() + 4 * k, byte_order::little);
+    store<float>(values[k], big.data() + 4 * k, byte_order::big);
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (std::to_integer<std::uint8_t>(little[4 * k + i]) != reference_byte(p, i, byte_order::little) ||
+          std::to_integer<std::uint8_t>(big[4 * k + i]) != reference_byte(p, i, byte_order::big)) {
+        return p;
+      }
+    }
+    if (to_bits(load<float>(big.data() + 4 * k, byte_order::big)) != p ||
+        to_bits(load<float>(little.data() + 4 * k, byte_order::little)) != p ||
+        byteswap(p) != boost::endian::endian_reverse(p)) {
+      return p;
+    }
+  }
+  // Bulk, every order pair, copying and in place, against the scalar bytes.
+  const std::pair<byte_order, const std::vector<std::byte>*> encodings[] = {
+      {byte_order::little, &little}, {byte_order::big, &big}};
+  for (const auto& [from, src] : encodings) {
+    for (const auto& [to, expected] : encodings) {
+      if (!convert(*src, from, back, to, 4) || back != *expected) return first;
+      std::vector<std::byte> in_place = *src;
+      if (!convert_in_place(in_place, 4, from, to) || in_place != *expected) return first;
+    }
+    if (!load_array<float>(*src, from, std::span<float>(decoded))) return first;
+    for (std::uint32_t k = 0; k < count; ++k) {
+      if (to_bits(decoded[k]) != first + k) return first + k;
+    }
+  }
+  return std::nullopt;
+}
+
+TEST(Exhaustive, EveryF32PatternThroughEveryPath) {
+  // The fastest kernel, then the portable one.
+  for (cpu_feature_set features : {all_cpu_features, cpu_feature_set{0}}) {
+    limit_cpu_features(features);
+    SCOPED_TRACE(std::string(bulk_kernel_name()));
+    const auto bad = testing::for_all_u32(check_chunk);
+    EXPECT_FALSE(bad.has_value()) << "first failing pattern 0x" << std::hex << *bad;
+  }
+  limit_cpu_features(all_cpu_features);
+}
+
+}  // namespace
+}  // namespace ferry::wire

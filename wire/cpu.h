@@ -1,0 +1,61 @@
+// ferry/wire/cpu.h: run-time CPU feature detection for ferry's dispatchers.
+//
+// Every SIMD or hardware-accelerated path in ferry (bulk byte swaps, CRC32C,
+// f16/bf16 conversion) is chosen at run time from enabled_cpu_features(), so
+// a default build (-O2, no -march) runs the fastest path the machine has and
+// the same binary still runs on the oldest CPU of its architecture. All paths
+// of one operation produce identical bytes; tests check that by narrowing the
+// enabled set with limit_cpu_features().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ferry::wire {
+
+enum class cpu_feature : std::uint32_t {
+  // x86-64
+  sse2 = 1u << 0,    ///< baseline on x86-64
+  ssse3 = 1u << 1,   ///< pshufb
+  sse4_2 = 1u << 2,  ///< crc32 instruction (CRC32C)
+  avx2 = 1u << 3,    ///< 256-bit integer shuffles
+  f16c = 1u << 4,    ///< vcvtps2ph / vcvtph2ps
+  // ARM
+  neon = 1u << 8,       ///< Advanced SIMD (baseline on aarch64)
+  arm_crc32 = 1u << 9,  ///< ARMv8 CRC32C instructions
+};
+
+/// A set of cpu_feature bits.
+using cpu_feature_set = std::uint32_t;
+
+inline constexpr cpu_feature_set all_cpu_features = ~cpu_feature_set{0};
+
+[[nodiscard]] constexpr cpu_feature_set operator|(cpu_feature a, cpu_feature b) noexcept {
+  return static_cast<cpu_feature_set>(a) | static_cast<cpu_feature_set>(b);
+}
+[[nodiscard]] constexpr cpu_feature_set operator|(cpu_feature_set a, cpu_feature b) noexcept {
+  return a | static_cast<cpu_feature_set>(b);
+}
+
+/// What this CPU and OS support (detected once).
+[[nodiscard]] cpu_feature_set detected_cpu_features() noexcept;
+
+/// What the dispatchers may use: detected features narrowed by the last
+/// limit_cpu_features() call. One relaxed atomic load.
+[[nodiscard]] cpu_feature_set enabled_cpu_features() noexcept;
+
+[[nodiscard]] inline bool has(cpu_feature_set set, cpu_feature f) noexcept {
+  return (set & static_cast<cpu_feature_set>(f)) != 0;
+}
+
+/// Restricts every dispatcher to `allowed` (intersected with what is
+/// detected); limit_cpu_features(0) forces the portable scalar paths,
+/// limit_cpu_features(all_cpu_features) restores the default. For tests and
+/// benchmarks; safe to call from any thread, though calls racing with running
+/// conversions may let an in-flight call use either path.
+void limit_cpu_features(cpu_feature_set allowed) noexcept;
+
+/// Names of the enabled features, space-separated, e.g. "sse2 ssse3 avx2".
+[[nodiscard]] std::string describe_cpu_features(cpu_feature_set set);
+
+}  // namespace ferry::wire
