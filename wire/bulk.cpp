@@ -1,7 +1,6 @@
 #include "ferry/wire/bulk.h"
 
 #include <cassert>
-#include <unistd.h>
 
 #include "ferry/wire/cpu.h"
 #include "ferry/wire/detail/bulk_kernels.h"
@@ -22,19 +21,6 @@ void reverse_portable(const std::byte* in, std::byte* out, std::size_t count) no
 const reverse_kernels scalar_kernels = {&reverse_portable<2>, &reverse_portable<4>,
                                         &reverse_portable<8>, "scalar"};
 
-std::size_t streaming_threshold() noexcept {
-  // Three quarters of the last-level cache, as glibc's memcpy picks its own
-  // non-temporal threshold; 8 MiB where the size is not reported.
-  static const std::size_t threshold = [] {
-    long l3 = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    return l3 > 0 ? static_cast<std::size_t>(l3) / 4 * 3 : std::size_t{8} << 20;
-  }();
-  return threshold;
-}
-
 }  // namespace detail
 
 namespace {
@@ -42,6 +28,7 @@ namespace {
 const detail::reverse_kernels& kernels() noexcept {
   [[maybe_unused]] const cpu_feature_set f = enabled_cpu_features();
 #if defined(__x86_64__)
+  if (has(f, cpu_feature::avx512bw)) return detail::avx512_kernels;
   if (has(f, cpu_feature::avx2)) return detail::avx2_kernels;
   if (has(f, cpu_feature::ssse3)) return detail::ssse3_kernels;
   if (has(f, cpu_feature::sse2)) return detail::sse2_kernels;

@@ -7,9 +7,9 @@
 // padding or alignment requirement.
 //
 // Speed: the work runs on the fastest kernel the CPU offers, chosen at run
-// time (x86-64: SSE2 baseline, SSSE3 or AVX2; aarch64: NEON; elsewhere a
-// portable loop), so a default -O2 build with no -march is fast. Large copying
-// conversions on x86 use non-temporal stores as memcpy does. All kernels give
+// time (x86-64: SSE2 baseline, SSSE3, AVX2 or AVX-512BW; aarch64: NEON;
+// elsewhere a portable loop), so a default -O2 build with no -march is fast.
+// Copying conversions of 8 MiB or more on x86 use non-temporal stores. All kernels give
 // identical bytes; limit_cpu_features() (wire/cpu.h) narrows the choice.
 //
 // Floating-point elements are moved as integers: NaN payloads, -0.0,
@@ -58,8 +58,8 @@ result<void> store_array(std::span<const T> in, std::span<std::byte> out, byte_o
 void reverse_bytes(const std::byte* in, std::byte* out, std::size_t count,
                    std::size_t width) noexcept;
 
-/// The kernel reverse_bytes() uses now: "avx2", "ssse3", "sse2", "neon" or
-/// "scalar".
+/// The kernel reverse_bytes() uses now: "avx512bw", "avx2", "ssse3", "sse2",
+/// "neon" or "scalar".
 [[nodiscard]] std::string_view bulk_kernel_name() noexcept;
 
 }  // namespace ferry::wire

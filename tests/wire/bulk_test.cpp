@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -31,6 +32,7 @@ std::vector<cpu_feature_set> kernel_feature_sets() {
   return {0,
           static_cast<cpu_feature_set>(cpu_feature::sse2),
           cpu_feature::sse2 | cpu_feature::ssse3,
+          cpu_feature::sse2 | cpu_feature::ssse3 | cpu_feature::avx2,
           all_cpu_features};
 #endif
 }
@@ -78,13 +80,13 @@ TEST(Bulk, EveryLengthAndMisalignmentMatchesScalar) {
           // Copying conversion; the byte past the end must stay untouched.
           out[n] = std::byte{0x5C};
           reverse_bytes(in, out, count, width);
-          ASSERT_EQ(std::memcmp(out, expected.data(), n), 0) << "width " << width << " count " << count
-                                                              << " misalign " << misalign;
+          ASSERT_TRUE(std::equal(out, out + n, expected.begin()))
+              << "width " << width << " count " << count << " misalign " << misalign;
           ASSERT_EQ(out[n], std::byte{0x5C});
           // In place.
           reverse_bytes(in, in, count, width);
-          ASSERT_EQ(std::memcmp(in, expected.data(), n), 0) << "in place, width " << width << " count "
-                                                             << count << " misalign " << misalign;
+          ASSERT_TRUE(std::equal(in, in + n, expected.begin()))
+              << "in place, width " << width << " count " << count << " misalign " << misalign;
         }
       }
     }
@@ -164,7 +166,7 @@ TEST(Bulk, TypedArraysKeepEveryBit) {
 TEST(Dispatch, KernelNameFollowsEnabledFeatures) {
   restore_features restore;
   const auto name = bulk_kernel_name();
-  EXPECT_TRUE(name == "avx2" || name == "ssse3" || name == "sse2" || name == "neon" || name == "scalar") << name;
+  EXPECT_TRUE(name == "avx512bw" || name == "avx2" || name == "ssse3" || name == "sse2" || name == "neon" || name == "scalar") << name;
 #ifndef FERRY_TEST_FORCE_PORTABLE
   limit_cpu_features(0);
   EXPECT_EQ(bulk_kernel_name(), "scalar");

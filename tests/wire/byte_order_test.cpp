@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ferry/wire/bulk.h"
@@ -45,6 +47,29 @@ TEST(WorkedExample, IsConstexpr) {
   static_assert(load<std::uint16_t>(net.data(), byte_order::little) == 0x8538);
   static_assert(byteswap(std::uint64_t{0x0102030405060708}) == 0x0807060504030201);
   SUCCEED();
+}
+
+// Proves each cross build really runs on the machine it claims to (the
+// qemu-user emulator is chosen by the toolchain file).
+TEST(Platform, MatchesTheBuildTarget) {
+  const std::string_view processor = FERRY_TEST_PROCESSOR;
+  RecordProperty("processor", std::string(processor));
+  if (processor == "s390x") {
+    EXPECT_EQ(host_order, byte_order::big);
+    EXPECT_EQ(sizeof(std::size_t), 8u);
+  } else if (processor == "arm") {
+    EXPECT_EQ(host_order, byte_order::little);
+    EXPECT_EQ(sizeof(std::size_t), 4u);
+    EXPECT_FALSE(std::is_signed_v<char>);
+  } else if (processor == "aarch64") {
+    EXPECT_EQ(host_order, byte_order::little);
+    EXPECT_EQ(sizeof(std::size_t), 8u);
+    EXPECT_FALSE(std::is_signed_v<char>);
+  } else {
+    EXPECT_EQ(processor, "x86_64");
+    EXPECT_EQ(host_order, byte_order::little);
+    EXPECT_TRUE(std::is_signed_v<char>);
+  }
 }
 
 TEST(ByteOrder, EnumValuesAreStable) {

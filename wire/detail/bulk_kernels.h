@@ -26,14 +26,17 @@ extern const reverse_kernels scalar_kernels;
 extern const reverse_kernels sse2_kernels;
 extern const reverse_kernels ssse3_kernels;
 extern const reverse_kernels avx2_kernels;
+extern const reverse_kernels avx512_kernels;
 #elif defined(__aarch64__)
 extern const reverse_kernels neon_kernels;
 #endif
 
-/// Copies at or above this many bytes use non-temporal stores where the ISA
-/// has them: past the last-level cache they save the read-for-ownership of
-/// the destination, as memcpy does.
-std::size_t streaming_threshold() noexcept;
+/// Copies of at least this many bytes use non-temporal stores where the ISA
+/// has them, saving the read-for-ownership of a destination that would not
+/// stay in cache anyway (memcpy's `rep movsb` gets the same effect). A
+/// fixed size rather than one derived from the reported L3: virtual machines
+/// report the whole socket's L3 (hundreds of MiB) to each guest.
+inline constexpr std::size_t streaming_threshold = std::size_t{8} << 20;
 
 /// Reverses `width`-byte elements one at a time: the portable path and the
 /// tail of every vector loop. Templated on the caller's Isa only so that each
@@ -68,7 +71,7 @@ inline void reverse_loop(const std::byte* in, std::byte* out, std::size_t count)
   if constexpr (Isa::has_stream) {
     // The address is only inspected for alignment, never dereferenced as such.
     const auto addr = reinterpret_cast<std::uintptr_t>(out);  // NOLINT
-    if (in != out && n >= streaming_threshold() && addr % Width == 0) {
+    if (in != out && n >= streaming_threshold && addr % Width == 0) {
       const std::size_t head = ((V - addr % V) % V);
       reverse_scalar<Isa, Width>(in, out, head / Width);
       for (i = head; i + 4 * V <= n; i += 4 * V) {

@@ -1,0 +1,72 @@
+# ferry's front door. Every target first installs what is missing
+# (scripts/install-deps, idempotent), then configures and builds with the
+# CMake presets in CMakePresets.json (build trees under build/<preset>).
+#
+#   make demo    build and run the codec demo
+#   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
+#                qemu-user, and the fuzz corpora under libFuzzer
+#   make cross   only the cross-architecture tests
+#   make bench   benchmarks; JSON in bench-results/, ratio table at the end
+#   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
+
+FUZZ_SECONDS ?= 60
+CROSS_ARCHES := aarch64 armhf s390x
+FUZZERS := varint reader roundtrip
+
+.PHONY: all deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
+
+all: test
+
+deps:
+	@scripts/install-deps
+
+define build_preset
+	cmake --preset $(1) >/dev/null
+	cmake --build --preset $(1)
+endef
+
+demo: deps
+	$(call build_preset,native)
+	build/native/tools/ferry-demo
+
+native: deps
+	$(call build_preset,native)
+	ctest --preset native
+
+asan: deps
+	$(call build_preset,asan)
+	ctest --preset asan
+
+$(CROSS_ARCHES): deps
+	$(call build_preset,$@)
+	ctest --preset $@
+
+cross: $(CROSS_ARCHES)
+
+fuzz-build: deps
+	$(call build_preset,fuzz)
+
+fuzz-replay: fuzz-build
+	ctest --preset fuzz
+
+test: native asan cross fuzz-replay
+	@echo "make test: native, asan, $(CROSS_ARCHES) and fuzz corpora all passed"
+
+# New inputs go to build/fuzz/new-corpus/<name>; copy the interesting ones
+# into fuzz/corpus/<name> to keep them.
+fuzz: fuzz-build
+	@set -e; for f in $(FUZZERS); do \
+	  mkdir -p build/fuzz/new-corpus/$$f; \
+	  echo "== $$f: $(FUZZ_SECONDS) s"; \
+	  build/fuzz/fuzz/$${f}_fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -dict=fuzz/$$f.dict -artifact_prefix=build/fuzz/ \
+	    build/fuzz/new-corpus/$$f fuzz/corpus/$$f; \
+	done
+
+bench: deps
+	$(call build_preset,bench)
+	@mkdir -p bench-results
+	build/bench/bench/wire_codec_bench --benchmark_out=bench-results/wire_codec.json
+
+clean:
+	rm -rf build
