@@ -1,5 +1,8 @@
 #include "ferry/codec/dtype.h"
 
+#include <cassert>
+#include <iterator>
+
 namespace ferry::codec {
 namespace {
 
@@ -30,7 +33,12 @@ constexpr bool table_is_in_code_order() {
 }
 static_assert(table_is_in_code_order());
 
-const dtype_info& info(dtype t) noexcept { return table[code(t) - 1]; }
+// Requires: t is one of all_dtypes (values from outside come through
+// dtype_from_code or dtype_from_name, which check).
+const dtype_info& info(dtype t) noexcept {
+  assert(code(t) >= 1 && code(t) <= std::size(table));
+  return table[code(t) - 1];
+}
 
 }  // namespace
 

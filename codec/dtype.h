@@ -61,6 +61,9 @@ inline constexpr dtype all_dtypes[] = {
     dtype::bf16,    dtype::f32, dtype::f64,  dtype::f8_e4m3, dtype::f8_e5m2,
 };
 
+// The accessors below require a valid dtype; values read from outside must
+// come through dtype_from_code() or dtype_from_name().
+
 /// Size of one element in bytes (1, 2, 4 or 8).
 [[nodiscard]] std::size_t size_of(dtype t) noexcept;
 

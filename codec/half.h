@@ -25,7 +25,8 @@
 //
 // The scalar functions are constexpr and use integer arithmetic only. The
 // bulk functions use F16C/AVX2 on x86 when present (chosen at run time, see
-// wire/cpu.h) and a portable loop elsewhere; all paths give the same bits.
+// wire/cpu.h), NEON on aarch64, and a portable loop elsewhere; all paths
+// give the same bits.
 #pragma once
 
 #include <bit>
@@ -103,8 +104,8 @@ result<void> to_f16(std::span<const float> in, std::span<f16> out) noexcept;
 result<void> to_float(std::span<const bf16> in, std::span<float> out) noexcept;
 result<void> to_float(std::span<const f16> in, std::span<float> out) noexcept;
 
-/// The kernel the bulk forms use now: "f16c+avx2", "avx2" (bf16 only) or
-/// "scalar".
+/// The kernel the bulk forms use now: "avx2+f16c", "avx2" (bf16 SIMD, f16
+/// scalar), "neon" or "scalar".
 [[nodiscard]] std::string_view half_kernel_name() noexcept;
 
 }  // namespace ferry::codec

@@ -7,16 +7,10 @@
 namespace ferry::wire::detail {
 namespace {
 
-struct avx2 {
+struct avx2 : memcpy_vector<avx2> {
   using vec = __m256i;
   static constexpr std::size_t bytes = 32;
   static constexpr bool has_stream = true;
-  static vec load(const std::byte* p) noexcept {
-    vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(std::byte* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   // Requires: p is 32-byte aligned (reverse_loop aligns it).
   static void stream(std::byte* p, vec v) noexcept {
     _mm256_stream_si256(reinterpret_cast<vec*>(p), v);  // NOLINT: aligned non-temporal store
@@ -24,10 +18,7 @@ struct avx2 {
   static void stream_fence() noexcept { _mm_sfence(); }
   template <std::size_t Width>
   static vec reverse(vec v) noexcept {
-    static constexpr auto mask = lane_reverse_mask<Width, 32>();
-    vec m;
-    std::memcpy(&m, mask.data(), sizeof m);
-    return _mm256_shuffle_epi8(v, m);
+    return _mm256_shuffle_epi8(v, lane_reverse_register<avx2, Width>());
   }
 };
 

@@ -8,16 +8,10 @@
 namespace ferry::wire::detail {
 namespace {
 
-struct avx512 {
+struct avx512 : memcpy_vector<avx512> {
   using vec = __m512i;
   static constexpr std::size_t bytes = 64;
   static constexpr bool has_stream = true;
-  static vec load(const std::byte* p) noexcept {
-    vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(std::byte* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   // Requires: p is 64-byte aligned (reverse_loop aligns it).
   static void stream(std::byte* p, vec v) noexcept {
     _mm512_stream_si512(reinterpret_cast<vec*>(p), v);  // NOLINT: aligned non-temporal store
@@ -25,10 +19,7 @@ struct avx512 {
   static void stream_fence() noexcept { _mm_sfence(); }
   template <std::size_t Width>
   static vec reverse(vec v) noexcept {
-    static constexpr auto mask = lane_reverse_mask<Width, 64>();
-    vec m;
-    std::memcpy(&m, mask.data(), sizeof m);
-    return _mm512_shuffle_epi8(v, m);
+    return _mm512_shuffle_epi8(v, lane_reverse_register<avx512, Width>());
   }
 };
 

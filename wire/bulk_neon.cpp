@@ -6,16 +6,10 @@
 namespace ferry::wire::detail {
 namespace {
 
-struct neon {
+struct neon : memcpy_vector<neon> {
   using vec = uint8x16_t;
   static constexpr std::size_t bytes = 16;
   static constexpr bool has_stream = false;
-  static vec load(const std::byte* p) noexcept {
-    vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(std::byte* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   static void stream(std::byte*, vec) noexcept {}
   static void stream_fence() noexcept {}
   template <std::size_t Width>

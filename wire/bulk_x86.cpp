@@ -8,16 +8,11 @@
 namespace ferry::wire::detail {
 namespace {
 
-struct sse_base {
+template <class Isa>
+struct sse_base : memcpy_vector<Isa> {
   using vec = __m128i;
   static constexpr std::size_t bytes = 16;
   static constexpr bool has_stream = true;
-  static vec load(const std::byte* p) noexcept {
-    vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(std::byte* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   // Requires: p is 16-byte aligned (reverse_loop aligns it).
   static void stream(std::byte* p, vec v) noexcept {
     _mm_stream_si128(reinterpret_cast<vec*>(p), v);  // NOLINT: aligned non-temporal store
@@ -25,7 +20,7 @@ struct sse_base {
   static void stream_fence() noexcept { _mm_sfence(); }
 };
 
-struct sse2 : sse_base {
+struct sse2 : sse_base<sse2> {
   template <std::size_t Width>
   static vec reverse(vec v) noexcept {
     if constexpr (Width == 8) v = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1));
@@ -37,13 +32,10 @@ struct sse2 : sse_base {
   }
 };
 
-struct ssse3 : sse_base {
+struct ssse3 : sse_base<ssse3> {
   template <std::size_t Width>
   static vec reverse(vec v) noexcept {
-    static constexpr auto mask = lane_reverse_mask<Width, 16>();
-    vec m;
-    std::memcpy(&m, mask.data(), sizeof m);
-    return _mm_shuffle_epi8(v, m);
+    return _mm_shuffle_epi8(v, lane_reverse_register<ssse3, Width>());
   }
 };
 

@@ -178,6 +178,34 @@ TEST(Bulk, EveryPathMatchesScalar) {
   }
 }
 
+// A cheap stand-in for the 2^32 sweep (which runs natively only), so every
+// architecture's kernel meets all exponents and signs and every rounding tie:
+// 2^24 strided patterns, plus every f16 and bf16 tie and its neighbours.
+TEST(Bulk, StridedSweepAndEveryTieMatchScalar) {
+  std::vector<float> in;
+  in.reserve((1u << 24) + 6 * (1u << 19) + 3 * (1u << 16));
+  for (std::uint32_t i = 0; i < (1u << 24); ++i) in.push_back(f(i * 257u));
+  for (std::uint32_t hi = 0; hi < (1u << 19); ++hi) {
+    for (std::uint32_t lo : {0x0FFFu, 0x1000u, 0x1001u}) in.push_back(f((hi << 13) | lo));
+  }
+  for (std::uint32_t hi = 0; hi < (1u << 16); ++hi) {
+    for (std::uint32_t lo : {0x7FFFu, 0x8000u, 0x8001u}) in.push_back(f((hi << 16) | lo));
+  }
+  std::vector<f16> h(in.size());
+  std::vector<bf16> b(in.size());
+  ASSERT_TRUE(to_f16(in, h));
+  ASSERT_TRUE(to_bf16(in, b));
+  std::vector<float> wide_h(in.size()), wide_b(in.size());
+  ASSERT_TRUE(to_float(std::span<const f16>(h), wide_h));
+  ASSERT_TRUE(to_float(std::span<const bf16>(b), wide_b));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(h[i], to_f16(in[i])) << half_kernel_name() << " " << std::hex << bits(in[i]);
+    ASSERT_EQ(b[i], to_bf16(in[i])) << half_kernel_name() << " " << std::hex << bits(in[i]);
+    ASSERT_EQ(bits(wide_h[i]), bits(to_float(h[i]))) << std::hex << h[i].bits;
+    ASSERT_EQ(bits(wide_b[i]), bits(to_float(b[i]))) << std::hex << b[i].bits;
+  }
+}
+
 TEST(Bulk, SizeMismatch) {
   std::vector<float> in(4), out(3);
   std::vector<f16> h(3);

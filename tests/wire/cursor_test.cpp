@@ -5,14 +5,12 @@
 #include <array>
 #include <vector>
 
+#include "../test_bytes.h"
+
 namespace ferry::wire {
 namespace {
 
-std::vector<std::byte> bytes(std::initializer_list<unsigned> b) {
-  std::vector<std::byte> out;
-  for (unsigned x : b) out.push_back(std::byte{static_cast<std::uint8_t>(x)});
-  return out;
-}
+using ferry::testing::bytes;
 
 TEST(Reader, ReadsScalarsInEitherOrder) {
   const auto in = bytes({0x12, 0x34, 0x12, 0x34, 0x38, 0x85, 0x00, 0x5A, 0xFF});

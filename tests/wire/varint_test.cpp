@@ -7,14 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "../test_bytes.h"
+
 namespace ferry::wire {
 namespace {
 
-std::vector<std::byte> bytes(std::initializer_list<unsigned> b) {
-  std::vector<std::byte> out;
-  for (unsigned x : b) out.push_back(std::byte{static_cast<std::uint8_t>(x)});
-  return out;
-}
+using ferry::testing::bytes;
 
 std::vector<std::byte> encode(std::uint64_t v) {
   std::vector<std::byte> out(10);

@@ -53,9 +53,51 @@ inline void reverse_scalar(const std::byte* in, std::byte* out, std::size_t coun
   }
 }
 
+/// Unaligned register load and store through memcpy: a CRTP base for each
+/// ISA's `Isa` (which defines `vec`). Instantiated with an Isa from an
+/// unnamed namespace, so, like reverse_loop, it has internal linkage.
+template <class Isa>
+struct memcpy_vector {
+  static auto load(const std::byte* p) noexcept {
+    typename Isa::vec v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  template <class Vec>
+  static void store(std::byte* p, const Vec& v) noexcept {
+    std::memcpy(p, &v, sizeof v);
+  }
+};
+
+/// Reverses whole groups of four registers from byte i on, storing with
+/// Isa::stream (Stream) or Isa::store; returns where it stopped.
+template <class Isa, std::size_t Width, bool Stream>
+inline std::size_t reverse_blocks(const std::byte* in, std::byte* out, std::size_t i, std::size_t n) noexcept {
+  constexpr std::size_t V = Isa::bytes;
+  // Written out by hand: at -O2 GCC does not unroll a loop over a register
+  // array, and the array would live on the stack.
+  auto put = [](std::byte* p, const auto& v) {
+    if constexpr (Stream) {
+      Isa::stream(p, Isa::template reverse<Width>(v));
+    } else {
+      Isa::store(p, Isa::template reverse<Width>(v));
+    }
+  };
+  for (; i + 4 * V <= n; i += 4 * V) {
+    // All loads before any store, so in place is safe.
+    const auto a = Isa::load(in + i), b = Isa::load(in + i + V);
+    const auto c = Isa::load(in + i + 2 * V), d = Isa::load(in + i + 3 * V);
+    put(out + i, a);
+    put(out + i + V, b);
+    put(out + i + 2 * V, c);
+    put(out + i + 3 * V, d);
+  }
+  return i;
+}
+
 /// The vector loop shared by every ISA. `Isa` supplies:
 ///   vec, bytes              the register type and its size
-///   load(p), store(p, v)    unaligned, through memcpy
+///   load(p), store(p, v)    unaligned, through memcpy (see memcpy_vector)
 ///   reverse<Width>(v)       byte-reverse each Width-byte lane
 ///   has_stream, stream(p,v) non-temporal store to a `bytes`-aligned p, and
 ///   stream_fence()          the fence that orders those stores
@@ -68,31 +110,23 @@ inline void reverse_loop(const std::byte* in, std::byte* out, std::size_t count)
   const std::size_t n = count * Width;
   std::size_t i = 0;
 
+  // Align the destination to the register size with a scalar head, so no
+  // store splits a cache line (64-byte stores to 16-byte aligned vector
+  // storage would otherwise split every one). The address is only inspected
+  // for alignment, never dereferenced as such.
+  const auto addr = reinterpret_cast<std::uintptr_t>(out);  // NOLINT
+  const bool aligned = n >= 4 * V && addr % Width == 0;
+  if (aligned) {
+    i = (V - addr % V) % V;
+    reverse_scalar<Isa, Width>(in, out, i / Width);
+  }
   if constexpr (Isa::has_stream) {
-    // The address is only inspected for alignment, never dereferenced as such.
-    const auto addr = reinterpret_cast<std::uintptr_t>(out);  // NOLINT
-    if (in != out && n >= streaming_threshold && addr % Width == 0) {
-      const std::size_t head = ((V - addr % V) % V);
-      reverse_scalar<Isa, Width>(in, out, head / Width);
-      for (i = head; i + 4 * V <= n; i += 4 * V) {
-        const auto a = Isa::load(in + i), b = Isa::load(in + i + V);
-        const auto c = Isa::load(in + i + 2 * V), d = Isa::load(in + i + 3 * V);
-        Isa::stream(out + i, Isa::template reverse<Width>(a));
-        Isa::stream(out + i + V, Isa::template reverse<Width>(b));
-        Isa::stream(out + i + 2 * V, Isa::template reverse<Width>(c));
-        Isa::stream(out + i + 3 * V, Isa::template reverse<Width>(d));
-      }
+    if (aligned && in != out && n >= streaming_threshold) {
+      i = reverse_blocks<Isa, Width, true>(in, out, i, n);
       Isa::stream_fence();
     }
   }
-  for (; i + 4 * V <= n; i += 4 * V) {
-    const auto a = Isa::load(in + i), b = Isa::load(in + i + V);
-    const auto c = Isa::load(in + i + 2 * V), d = Isa::load(in + i + 3 * V);
-    Isa::store(out + i, Isa::template reverse<Width>(a));
-    Isa::store(out + i + V, Isa::template reverse<Width>(b));
-    Isa::store(out + i + 2 * V, Isa::template reverse<Width>(c));
-    Isa::store(out + i + 3 * V, Isa::template reverse<Width>(d));
-  }
+  i = reverse_blocks<Isa, Width, false>(in, out, i, n);
   for (; i + V <= n; i += V) Isa::store(out + i, Isa::template reverse<Width>(Isa::load(in + i)));
   reverse_scalar<Isa, Width>(in + i, out + i, (n - i) / Width);
 }
@@ -106,6 +140,15 @@ constexpr std::array<std::uint8_t, N> lane_reverse_mask() noexcept {
     const std::size_t j = i % 16;
     m[i] = static_cast<std::uint8_t>(j - j % Width + (Width - 1 - j % Width));
   }
+  return m;
+}
+
+/// lane_reverse_mask as an Isa::vec register, for pshufb-style shuffles.
+template <class Isa, std::size_t Width>
+inline auto lane_reverse_register() noexcept {
+  static constexpr auto mask = lane_reverse_mask<Width, Isa::bytes>();
+  typename Isa::vec m;
+  std::memcpy(&m, mask.data(), sizeof m);
   return m;
 }
 
