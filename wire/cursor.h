@@ -166,6 +166,14 @@ class writer {
     return {};
   }
 
+  /// `native` holds host-order elements of `width` bytes; they are written
+  /// converted to `order` through the bulk kernels.
+  result<void> write_elements(std::span<const std::byte> native, std::size_t width, byte_order order) noexcept {
+    std::byte* p = reserve(native.size());
+    if (p == nullptr) return errc::no_space;
+    return convert(native, host_order, {p, native.size()}, order, width);
+  }
+
   result<void> write_bytes(std::span<const std::byte> bytes) noexcept;
   result<void> write_varint(std::uint64_t v) noexcept;
   result<void> write_zigzag(std::int64_t v) noexcept { return write_varint(zigzag_encode(v)); }

@@ -13,6 +13,25 @@ std::string_view message(errc e) noexcept {
     case errc::limit_exceeded: return "length exceeds the decoder's limit";
     case errc::size_mismatch: return "buffer sizes do not match the element count";
     case errc::unknown_dtype: return "unknown dtype";
+    case errc::bad_magic: return "input is not a ferry archive (bad magic)";
+    case errc::unsupported_version: return "unsupported archive format version";
+    case errc::bad_byte_order: return "byte-order field is neither little nor big";
+    case errc::bad_descriptor: return "malformed type descriptor";
+    case errc::bad_type_index: return "descriptor names a schema type that does not exist";
+    case errc::unknown_type: return "type name not registered";
+    case errc::bad_reference: return "object reference outside the object table";
+    case errc::type_mismatch: return "value or reference has a different type than expected";
+    case errc::depth_exceeded: return "nesting deeper than the configured limit";
+    case errc::field_type_mismatch: return "field has the expected tag and name but another type";
+    case errc::field_renamed: return "field tag and name pair up differently than in the reader";
+    case errc::bad_value: return "bool, optional flag or variant index out of range";
+    case errc::duplicate_key: return "map or set holds a key twice";
+    case errc::ownership_conflict: return "object owned twice or by the wrong pointer kind";
+    case errc::untracked_pointer: return "pointer to an object the archive does not hold";
+    case errc::unregistered_type: return "dynamic type is not registered for polymorphic writing";
+    case errc::trailing_bytes: return "bytes remain after the archive";
+    case errc::duplicate_field: return "schema lists a field tag or name twice";
+    case errc::io_error: return "file or stream I/O failed";
   }
   return "unknown error";
 }
@@ -28,6 +47,25 @@ std::string_view name(errc e) noexcept {
     case errc::limit_exceeded: return "limit_exceeded";
     case errc::size_mismatch: return "size_mismatch";
     case errc::unknown_dtype: return "unknown_dtype";
+    case errc::bad_magic: return "bad_magic";
+    case errc::unsupported_version: return "unsupported_version";
+    case errc::bad_byte_order: return "bad_byte_order";
+    case errc::bad_descriptor: return "bad_descriptor";
+    case errc::bad_type_index: return "bad_type_index";
+    case errc::unknown_type: return "unknown_type";
+    case errc::bad_reference: return "bad_reference";
+    case errc::type_mismatch: return "type_mismatch";
+    case errc::depth_exceeded: return "depth_exceeded";
+    case errc::field_type_mismatch: return "field_type_mismatch";
+    case errc::field_renamed: return "field_renamed";
+    case errc::bad_value: return "bad_value";
+    case errc::duplicate_key: return "duplicate_key";
+    case errc::ownership_conflict: return "ownership_conflict";
+    case errc::untracked_pointer: return "untracked_pointer";
+    case errc::unregistered_type: return "unregistered_type";
+    case errc::trailing_bytes: return "trailing_bytes";
+    case errc::duplicate_field: return "duplicate_field";
+    case errc::io_error: return "io_error";
   }
   return "unknown";
 }

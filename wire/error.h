@@ -35,6 +35,27 @@ enum class errc : std::uint16_t {
 
   // 100..199: numeric codecs (codec/).
   unknown_dtype = 100,  ///< A dtype code or name ferry does not know.
+
+  // 200..299: graph archives and their schemas (graph/, schema/).
+  bad_magic = 200,            ///< The input does not start with the archive magic.
+  unsupported_version = 201,  ///< The archive's format version is not one this reader knows.
+  bad_byte_order = 202,       ///< The byte-order field is neither little (0) nor big (1).
+  bad_descriptor = 203,       ///< A type descriptor has an unknown kind or a malformed body.
+  bad_type_index = 204,       ///< A descriptor names a schema type that does not exist.
+  unknown_type = 205,         ///< A polymorphic type name no registered C++ type has.
+  bad_reference = 206,        ///< An object reference outside the archive's object table.
+  type_mismatch = 207,        ///< A reference or value whose type differs from what the reader expects.
+  depth_exceeded = 208,       ///< Nesting deeper than the configured limit.
+  field_type_mismatch = 209,  ///< A field with the reader's tag and name but another type.
+  field_renamed = 210,        ///< A field whose tag and name pair up differently than in the reader.
+  bad_value = 211,            ///< A bool, optional flag or variant index out of its range.
+  duplicate_key = 212,        ///< A map or set holds the same key twice.
+  ownership_conflict = 213,   ///< An object owned twice, or owned by the wrong kind of pointer.
+  untracked_pointer = 214,    ///< Writing: a raw or weak pointer to an object the archive does not hold.
+  unregistered_type = 215,    ///< Writing: a polymorphic object whose dynamic type is not registered.
+  trailing_bytes = 216,       ///< Bytes remain after the archive's last object.
+  duplicate_field = 217,      ///< A schema type lists the same tag or field name twice.
+  io_error = 218,             ///< Reading or writing a file or stream failed.
 };
 
 /// A short, stable English description of `e`, for logs and error messages.

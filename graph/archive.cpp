@@ -1,0 +1,372 @@
+#include "ferry/graph/archive.h"
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <system_error>
+
+namespace ferry::graph::detail {
+namespace {
+
+constexpr std::byte magic[4] = {std::byte{'F'}, std::byte{'G'}, std::byte{'A'}, std::byte{'1'}};
+constexpr std::uint8_t format_version = 1;
+constexpr std::uint8_t flag_raw_pointers = 1;
+constexpr std::uint8_t owned_shared = 1;
+constexpr std::uint8_t owned_unique = 2;
+
+// ---------------------------------------------------------------- registry
+
+struct registry {
+  std::mutex mutex;
+  std::unordered_map<std::type_index, std::unique_ptr<poly_entry>> by_type;
+  std::unordered_map<std::string_view, const poly_entry*> by_name;
+};
+
+registry& the_registry() {
+  static registry r;
+  return r;
+}
+
+}  // namespace
+
+const poly_entry* find_registered(std::type_index type) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.by_type.find(type);
+  return it == r.by_type.end() ? nullptr : it->second.get();
+}
+
+const poly_entry* find_registered(std::string_view name) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.by_name.find(name);
+  return it == r.by_name.end() ? nullptr : it->second;
+}
+
+void add_registered(poly_entry entry) {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  if (r.by_type.count(entry.type) != 0) return;  // registering twice is harmless
+  auto owned = std::make_unique<poly_entry>(std::move(entry));
+  r.by_name[owned->key->name] = owned.get();
+  const std::type_index type = owned->type;
+  r.by_type.emplace(type, std::move(owned));
+}
+
+// ------------------------------------------------------------------ writer
+
+writer_state::writer_state(const options& opt) : opt_(opt), order_(opt.order), body_(body_bytes_) {}
+
+std::optional<std::uint64_t> writer_state::struct_index(const type_key& key) {
+  if (const auto it = type_indices_.find(key.name); it != type_indices_.end()) {
+    if (type_keys_[it->second] != &key) fail(errc::duplicate_key);  // two C++ types, one name
+    return it->second;
+  }
+  const std::uint64_t index = schema_.types.size();
+  type_indices_.emplace(key.name, index);
+  type_keys_.push_back(&key);
+  schema_.types.push_back({std::string(key.name), key.version, key.abstract, {}});
+  std::vector<schema::field_def> fields;
+  key.collect_fields(*this, fields);  // may add further types
+  schema_.types[index].fields = std::move(fields);
+  return index;
+}
+
+std::uint32_t writer_state::reference(const void* address, std::type_index type, kind k, write_fn write,
+                                      describe_fn describe) {
+  const auto key = std::make_pair(address, type);
+  if (const auto it = object_ids_.find(key); it != object_ids_.end()) {
+    // An object is owned either by shared_ptrs (and maybe watched by
+    // weak_ptrs) or by exactly one unique_ptr.
+    if (k == kind::unique || objects_[it->second - 1].ownership == owned_unique) fail(errc::ownership_conflict);
+    return it->second;
+  }
+  if (objects_.size() >= opt_.max_objects) {
+    fail(errc::limit_exceeded);
+    return 0;
+  }
+  objects_.push_back({address, type, k == kind::unique ? owned_unique : owned_shared, write, {}});
+  const auto id = static_cast<std::uint32_t>(objects_.size());
+  object_ids_.emplace(key, id);
+  schema::descriptor desc;
+  describe(*this, desc);  // may add types, never objects
+  objects_[id - 1].desc = std::move(desc);
+  return id;
+}
+
+void writer_state::raw_reference(const void* address, std::type_index type) {
+  raws_.push_back({body_.position(), address, type});
+  (void)body_.write<std::uint32_t>(0, order_);  // patched in finish()
+}
+
+bool writer_state::enter() noexcept {
+  if (depth_ >= opt_.limits.max_depth) {
+    fail(errc::depth_exceeded);
+    return false;
+  }
+  ++depth_;
+  return true;
+}
+
+void writer_state::write_payloads() {
+  // Objects met while writing payloads join the end of the queue, so a list
+  // of a million nodes is written by this loop, not by recursion.
+  for (std::size_t i = 0; i < objects_.size() && !failed(); ++i) {
+    const write_fn write = objects_[i].write;
+    const void* address = objects_[i].address;
+    write(*this, address);
+  }
+}
+
+result<std::vector<std::byte>> writer_state::finish() {
+  if (failed()) return error_;
+  const std::size_t n = objects_.size();
+  if (!raws_.empty()) {
+    std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> by_value;
+    for (std::size_t k = 0; k < tracked_.size(); ++k) {
+      by_value.emplace(tracked_[k], static_cast<std::uint32_t>(n + k + 1));  // first occurrence wins
+    }
+    for (const raw_slot& slot : raws_) {
+      std::uint32_t ref = 0;
+      if (slot.address != nullptr) {
+        const auto key = std::make_pair(slot.address, slot.type);
+        if (const auto it = object_ids_.find(key); it != object_ids_.end()) {
+          ref = it->second;
+        } else if (const auto jt = by_value.find(key); jt != by_value.end()) {
+          ref = jt->second;
+        } else {
+          return errc::untracked_pointer;
+        }
+      }
+      wire::store<std::uint32_t>(ref, body_bytes_.data() + slot.offset, order_);
+    }
+  }
+
+  std::vector<std::byte> out;
+  out.reserve(body_bytes_.size() + 256);
+  wire::writer w(out);
+  (void)w.write_bytes(magic);
+  (void)w.write<std::uint8_t>(format_version, order_);
+  (void)w.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
+  (void)w.write<std::uint8_t>(raws_.empty() ? 0 : flag_raw_pointers, order_);
+  schema::encode(schema_, w);
+  (void)w.write_varint(n);
+  for (const write_object& o : objects_) {
+    (void)w.write<std::uint8_t>(o.ownership, order_);
+    (void)w.write_bytes(o.desc);
+  }
+  (void)w.write_bytes(root_desc_);
+  (void)w.write_bytes(body_bytes_);
+  return out;
+}
+
+// ------------------------------------------------------------------ reader
+
+reader_state::reader_state(std::span<const std::byte> archive, const options& opt)
+    : opt_(opt), in_(archive), budget_(archive.size() * opt.allocation_factor + (std::size_t{1} << 20)) {}
+
+reader_state::~reader_state() { release_objects(); }
+
+result<void> reader_state::read_header() {
+  auto m = in_.read_bytes(4);
+  if (!m) return m.error();
+  if (!std::equal(m->begin(), m->end(), std::begin(magic))) return errc::bad_magic;
+  auto version = in_.read<std::uint8_t>(order_);
+  if (!version) return version.error();
+  if (*version != format_version) return errc::unsupported_version;
+  auto order = in_.read<std::uint8_t>(order_);
+  if (!order) return order.error();
+  if (*order > 1) return errc::bad_byte_order;
+  order_ = static_cast<byte_order>(*order);
+  auto flags = in_.read<std::uint8_t>(order_);
+  if (!flags) return flags.error();
+  if ((*flags & ~flag_raw_pointers) != 0) return errc::bad_value;
+  track_ = (*flags & flag_raw_pointers) != 0;
+
+  auto s = schema::decode(in_, opt_.limits);
+  if (!s) return s.error();
+  schema_ = std::move(*s);
+
+  // Smallest entry: ownership byte + one descriptor byte.
+  auto count = in_.read_count(2, opt_.max_objects);
+  if (!count) return count.error();
+  if (auto c = charge(*count, sizeof(read_object)); !c) return c;
+  objects_.resize(*count);
+  for (read_object& o : objects_) {
+    auto own = in_.read<std::uint8_t>(order_);
+    if (!own) return own.error();
+    if (*own != owned_shared && *own != owned_unique) return errc::bad_value;
+    o.ownership = *own;
+    auto desc = schema::read_descriptor(in_, schema_.types.size(), opt_.limits.max_depth);
+    if (!desc) return desc.error();
+    o.desc = *desc;
+    if (static_cast<kind>((*desc)[0]) == kind::structure) {
+      wire::reader d(desc->subspan(1));
+      if (schema_.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
+    }
+  }
+  return {};
+}
+
+std::optional<std::uint64_t> reader_state::struct_index(const type_key& key) {
+  const std::ptrdiff_t i = schema_.find(key.name);
+  if (i < 0) return std::nullopt;
+  return static_cast<std::uint64_t>(i);
+}
+
+result<void> reader_state::enter() noexcept {
+  if (depth_ >= opt_.limits.max_depth) return errc::depth_exceeded;
+  if (++values_ > opt_.limits.max_values) return errc::limit_exceeded;
+  ++depth_;
+  return {};
+}
+
+result<void> reader_state::charge(std::size_t count, std::size_t size) noexcept {
+  if (size != 0 && count > budget_ / size) return errc::limit_exceeded;
+  budget_ -= count * size;
+  return {};
+}
+
+result<void> reader_state::skip(std::span<const std::byte> desc) {
+  return schema::walk_value(in_, desc, schema_, order_, {}, opt_.limits, values_, depth_);
+}
+
+result<read_object*> reader_state::object(std::uint64_t id) noexcept {
+  if (id == 0 || id > objects_.size()) return errc::bad_reference;
+  return &objects_[static_cast<std::size_t>(id - 1)];
+}
+
+void* reader_state::view_as(void* address, std::type_index dynamic, const poly_entry* poly, std::type_index wanted) {
+  if (dynamic == wanted) return address;
+  if (poly == nullptr) return nullptr;
+  const auto cast = poly->upcast_to(wanted);
+  return cast == nullptr ? nullptr : cast(address);
+}
+
+result<const reader_state::field_plan*> reader_state::plan_for(const type_key& key) {
+  auto it = plans_.find(&key);
+  if (it == plans_.end()) {
+    auto make = [&]() -> result<field_plan> {
+      const std::ptrdiff_t index = schema_.find(key.name);
+      if (index < 0 || key.abstract) return errc::type_mismatch;
+      const schema::type_def& archived = schema_.types[static_cast<std::size_t>(index)];
+      if (archived.abstract) return errc::type_mismatch;
+      std::vector<schema::field_def> ours;
+      key.collect_fields(*this, ours);
+      field_plan p;
+      p.archive_index = static_cast<std::size_t>(index);
+      p.identical = archived.fields.size() == ours.size();
+      for (std::size_t i = 0; i < archived.fields.size(); ++i) {
+        const schema::field_def& a = archived.fields[i];
+        std::ptrdiff_t target = -1;
+        for (std::size_t j = 0; j < ours.size(); ++j) {
+          if (ours[j].tag == a.tag) {
+            if (ours[j].name != a.name) return errc::field_renamed;
+            if (ours[j].type != a.type) return errc::field_type_mismatch;
+            target = static_cast<std::ptrdiff_t>(j);
+          } else if (ours[j].name == a.name) {
+            return errc::field_renamed;  // same name under another tag
+          }
+        }
+        p.identical = p.identical && target == static_cast<std::ptrdiff_t>(i);
+        p.target.push_back(target);  // -1: a field this reader does not know, skipped
+      }
+      return p;
+    };
+    it = plans_.emplace(&key, make()).first;
+  }
+  if (!it->second) return it->second.error();
+  return &*it->second;
+}
+
+result<void> reader_state::finish_read() {
+  // Payloads in id order. Object k exists by now unless the archive is
+  // malformed: its first reference precedes its payload.
+  for (std::size_t i = 0; i < objects_.size(); ++i) {
+    read_object& o = objects_[i];
+    if (o.address == nullptr) return errc::bad_reference;
+    if (auto e = o.read(*this, o.address); !e) return e;
+  }
+  if (auto e = resolve_raws(); !e) return e;
+  for (const read_object& o : objects_) {
+    if (o.ownership == owned_unique && !o.claimed) return errc::ownership_conflict;
+  }
+  if (!in_.at_end()) return errc::trailing_bytes;
+  return {};
+}
+
+result<void> reader_state::resolve_raws() {
+  const std::size_t n = objects_.size();
+  for (const raw_fixup& f : raws_) {
+    if (f.ref == 0) continue;
+    void* target = nullptr;
+    if (f.ref <= n) {
+      const read_object& o = objects_[f.ref - 1];
+      target = view_as(o.address, o.type, o.poly, f.type);
+    } else {
+      const std::size_t k = f.ref - n - 1;
+      if (!track_ || k >= tracked_.size()) return errc::bad_reference;
+      const auto& [address, type] = tracked_[k];
+      target = view_as(address, type, find_registered(type), f.type);
+    }
+    if (target == nullptr) return errc::type_mismatch;
+    f.assign(f.slot, target);
+  }
+  return {};
+}
+
+void reader_state::break_cycles() noexcept {
+  // Highest id first: a unique object is owned by an object with a lower id
+  // (or the root), so everything reset here is still alive.
+  for (std::size_t i = objects_.size(); i-- > 0;) {
+    read_object& o = objects_[i];
+    if (o.address != nullptr && o.reset != nullptr) o.reset(o.address);
+  }
+}
+
+void reader_state::release_objects() noexcept {
+  // Lowest id first, so a long chain is released one link at a time.
+  for (read_object& o : objects_) {
+    o.shared.reset();
+    if (o.unique != nullptr) o.destroy(o.unique);
+    o.unique = nullptr;
+  }
+}
+
+// ------------------------------------------------------------------- files
+
+result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  std::random_device rd;
+  const auto tmp = path.string() + ".tmp-" + std::to_string(rd());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return errc::io_error;
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));  // NOLINT: ostream API
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return errc::io_error;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    return errc::io_error;
+  }
+  return {};
+}
+
+result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return errc::io_error;
+  const std::streamsize size = in.tellg();
+  if (size < 0) return errc::io_error;
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  in.seekg(0);
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) return errc::io_error;  // NOLINT: istream API
+  return bytes;
+}
+
+}  // namespace ferry::graph::detail

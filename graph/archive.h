@@ -1,0 +1,131 @@
+// ferry/graph/archive.h: the object-graph archive. Writes and reads whole
+// graphs of C++ objects, keeping shared and cyclic references exactly.
+//
+// USAGE
+//
+//   struct node {
+//     static constexpr std::string_view ferry_name = "example.node";  // stable, unique
+//     static constexpr std::uint32_t ferry_version = 1;                // optional
+//     std::string label;
+//     std::vector<std::shared_ptr<node>> children;
+//     std::weak_ptr<node> parent;
+//     node* buddy = nullptr;                      // must point into the archive
+//     template <class Fields> void describe(Fields& f) {
+//       f(1, "label", label);                     // tag (>= 1, never reused), name, member
+//       f(2, "children", children);
+//       f(3, "parent", parent);
+//       f(4, "buddy", buddy);
+//     }
+//   };
+//
+//   auto bytes = ferry::graph::write(root);                 // result<std::vector<std::byte>>
+//   auto back  = ferry::graph::read<std::shared_ptr<node>>(*bytes);   // result<shared_ptr<node>>
+//
+// A free function `template <class F> void describe(F&, node&)` found by ADL
+// works too. Polymorphic types are registered once, before use:
+//   ferry::graph::register_type<circle, shape>();   // circle derives from shape
+// and then a std::shared_ptr<shape> comes back as a circle. Types read
+// through pointers must be default-constructible.
+//
+// ARCHIVE LAYOUT (version 1)
+//
+//   magic        4 bytes  "FGA1" (46 47 41 31)
+//   version      u8       1
+//   order        u8       0 little, 1 big: the byte order of every fixed-width
+//                         scalar in the archive (any other value: bad_byte_order)
+//   flags        u8       bit 0: the archive holds raw pointers (readers then
+//                         track by-value structs); other bits MUST be 0
+//   schema       the schema section of ferry/schema/schema.h
+//   objects      varint N, then N entries, object ids 1..N in order:
+//     ownership  u8: 1 shared (held by std::shared_ptr or only weakly),
+//                    2 unique (held by exactly one std::unique_ptr)
+//     type       descriptor of the object's dynamic type
+//   root         descriptor of the root, then the root value
+//   payloads     for each object id 1..N in order, its value (encoded by its
+//                table descriptor)
+//   nothing may follow (trailing_bytes)
+//
+// Values are encoded as the descriptors in schema.h say. References:
+// - shared/unique/weak: a varint object id (0: null). Ids are assigned in the
+//   order objects are first met while writing (root first, then payloads in
+//   id order), so object k's first reference always precedes its payload.
+// - raw: a fixed u32 r: 0 null; 1..N object r; N+k the k-th struct written
+//   by value (in write order; structs inside map keys and set elements are
+//   not counted). Raw pointers never own.
+// Maps and sets are written in increasing key order (unordered containers
+// are sorted), so the same graph always gives the same bytes on every
+// architecture.
+//
+// READING HOSTILE INPUT
+//
+// read() treats its input as hostile. Every failure is an errc value (see
+// wire/error.h); nothing partially built is handed back, and everything
+// built before the error is freed, cycles included (each object read so far
+// is reset to a default-constructed value before release). A reference to
+// an object of another type than the pointer's is type_mismatch: a
+// polymorphic object is accepted only through a registered base.
+// Limits sit in `options`; an archive the writer produced with the same
+// limits always reads back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "ferry/graph/detail/codec.h"
+#include "ferry/graph/options.h"
+#include "ferry/schema/schema.h"
+#include "ferry/wire/byte_order.h"
+#include "ferry/wire/error.h"
+
+namespace ferry::graph {
+
+/// Writes the graph reachable from `root`. Errors: untracked_pointer,
+/// unregistered_type, ownership_conflict, depth_exceeded.
+template <class T>
+result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {
+  detail::writer_state w(opt);
+  w.write_root(root);
+  return w.finish();
+}
+
+/// Reads a graph whose root has type T. Errors: see the list in wire/error.h
+/// (truncated, bad_magic, ..., trailing_bytes).
+template <class T>
+result<T> read(std::span<const std::byte> archive, const options& opt = {}) {
+  detail::reader_state r(archive, opt);
+  T root{};
+  if (auto e = r.read_root(root); !e) {
+    r.abandon(root);
+    return e.error();
+  }
+  return root;
+}
+
+/// File forms: the whole archive in one file; write_file replaces the file
+/// atomically (a temporary in the same folder, then rename).
+template <class T>
+result<void> write_file(const std::filesystem::path& path, const T& root, const options& opt = {}) {
+  auto bytes = write(root, opt);
+  if (!bytes) return bytes.error();
+  return detail::write_file_bytes(path, *bytes);
+}
+
+template <class T>
+result<T> read_file(const std::filesystem::path& path, const options& opt = {}) {
+  auto bytes = detail::read_file_bytes(path);
+  if (!bytes) return bytes.error();
+  return read<T>(*bytes, opt);
+}
+
+/// Registers Derived for polymorphic writing and reading through pointers to
+/// each of Bases (direct or indirect bases, polymorphic). Call once per type,
+/// before use; thread-safe.
+template <class Derived, class... Bases>
+void register_type() {
+  detail::register_polymorphic<Derived, Bases...>();
+}
+
+}  // namespace ferry::graph

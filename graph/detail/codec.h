@@ -1,0 +1,760 @@
+// ferry/graph/detail/codec.h: INTERNAL. How each C++ type is described,
+// written and read (the mapping is documented in ferry/schema/schema.h).
+// Not part of the API.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ferry/graph/detail/state.h"
+#include "ferry/wire/bulk.h"
+
+namespace ferry::graph::detail {
+
+// ---------------------------------------------------------------- traits
+
+template <class T>
+concept user_struct = requires {
+  { T::ferry_name } -> std::convertible_to<std::string_view>;
+};
+
+template <class T>
+constexpr std::uint32_t version_of() {
+  if constexpr (requires { T::ferry_version; }) {
+    return T::ferry_version;
+  } else {
+    return 1;
+  }
+}
+
+template <class F, class T>
+void call_describe(F& f, T& t) {
+  if constexpr (requires { t.describe(f); }) {
+    t.describe(f);
+  } else {
+    describe(f, t);  // found by argument-dependent lookup
+  }
+}
+
+template <class T, template <class...> class Tmpl>
+struct is_instance : std::false_type {};
+template <template <class...> class Tmpl, class... A>
+struct is_instance<Tmpl<A...>, Tmpl> : std::true_type {};
+template <class T, template <class...> class Tmpl>
+inline constexpr bool is_instance_v = is_instance<std::remove_cv_t<T>, Tmpl>::value;
+
+template <class T>
+struct is_std_array : std::false_type {};
+template <class E, std::size_t N>
+struct is_std_array<std::array<E, N>> : std::true_type {};
+
+template <class T>
+struct is_default_unique_ptr : std::false_type {};
+template <class E>
+struct is_default_unique_ptr<std::unique_ptr<E>> : std::true_type {};
+
+/// Arithmetic types moved as fixed-width scalars (bool excluded: 0/1 check).
+template <class T>
+inline constexpr bool is_number = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+template <class T>
+constexpr kind scalar_kind() {
+  if constexpr (std::is_same_v<T, bool>) {
+    return kind::boolean;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "long double is not portable");
+    return sizeof(T) == 4 ? kind::f32 : kind::f64;
+  } else if constexpr (std::is_same_v<T, char>) {
+    return kind::u8;  // same bytes whether char is signed or not
+  } else {
+    constexpr bool s = std::is_signed_v<T>;
+    switch (sizeof(T)) {
+      case 1: return s ? kind::i8 : kind::u8;
+      case 2: return s ? kind::i16 : kind::u16;
+      case 4: return s ? kind::i32 : kind::u32;
+      default: return s ? kind::i64 : kind::u64;
+    }
+  }
+}
+
+/// The smallest encoding of a T, so a count can be checked against the
+/// bytes left (0 where a value may take no bytes).
+template <class T>
+constexpr std::size_t min_size() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_enum_v<U>) {
+    return sizeof(U);
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    return sizeof(U);
+  } else if constexpr (is_std_array<U>::value) {
+    return std::tuple_size_v<U> * min_size<typename U::value_type>();
+  } else if constexpr (std::is_pointer_v<U>) {
+    return 4;
+  } else if constexpr (user_struct<U> || is_instance_v<U, std::tuple> || is_instance_v<U, std::pair>) {
+    return 0;
+  } else {
+    return 1;  // strings, containers, optionals, variants, owning pointers
+  }
+}
+
+// ------------------------------------------------------------- forwards
+
+template <class T>
+void describe_type(desc_context& ctx, schema::descriptor& out);
+template <class T>
+void write_value(writer_state& w, const T& v);
+template <class T>
+result<void> read_value(reader_state& r, T& v);
+
+template <class T>
+void write_erased(writer_state& w, const void* p) {
+  write_value(w, *static_cast<const T*>(p));
+}
+template <class T>
+result<void> read_erased(reader_state& r, void* p) {
+  return read_value(r, *static_cast<T*>(p));
+}
+template <class T>
+void describe_erased(desc_context& ctx, schema::descriptor& out) {
+  describe_type<T>(ctx, out);
+}
+template <class T>
+void reset_erased(void* p) {
+  if constexpr (std::is_move_assignable_v<T>) *static_cast<T*>(p) = T{};
+}
+template <class T>
+void delete_erased(void* p) {
+  delete static_cast<T*>(p);
+}
+
+// ------------------------------------------------------------ schema
+
+struct field_collector {
+  desc_context& ctx;
+  std::vector<schema::field_def>& out;
+  template <class M>
+  field_collector& operator()(std::uint32_t tag, std::string_view name, M&) {
+    schema::field_def f{tag, std::string(name), {}};
+    describe_type<M>(ctx, f.type);
+    out.push_back(std::move(f));
+    return *this;
+  }
+};
+
+template <class T>
+void collect_fields(desc_context& ctx, std::vector<schema::field_def>& out) {
+  if constexpr (!std::is_abstract_v<T>) {
+    static_assert(std::is_default_constructible_v<T>, "ferry graph types must be default-constructible");
+    T probe{};
+    field_collector c{ctx, out};
+    call_describe(c, probe);
+  }
+}
+
+template <class T>
+const type_key& key_of() {
+  static const type_key key{T::ferry_name, version_of<T>(), std::is_abstract_v<T>, &collect_fields<T>};
+  return key;
+}
+
+inline void put(schema::descriptor& out, kind k) { out.push_back(static_cast<std::byte>(k)); }
+inline void put_varint(schema::descriptor& out, std::uint64_t v) {
+  std::byte buf[10];
+  const std::size_t n = wire::encode_varint(v, buf);
+  out.insert(out.end(), buf, buf + n);
+}
+
+// A byte no descriptor starts with: marks a struct the archive lacks, so
+// the comparison that follows fails with type_mismatch.
+inline constexpr std::byte unresolved_struct{0xFF};
+
+template <class T>
+void describe_struct(desc_context& ctx, schema::descriptor& out) {
+  const auto index = ctx.struct_index(key_of<T>());
+  if (!index) {
+    out.push_back(unresolved_struct);
+    return;
+  }
+  put(out, kind::structure);
+  put_varint(out, *index);
+}
+
+template <class... A>
+void describe_all(desc_context& ctx, schema::descriptor& out) {
+  (describe_type<A>(ctx, out), ...);
+}
+
+template <class T>
+void describe_type(desc_context& ctx, schema::descriptor& out) {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_enum_v<U>) {
+    describe_type<std::underlying_type_t<U>>(ctx, out);
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    put(out, scalar_kind<U>());
+  } else if constexpr (std::is_same_v<U, std::string>) {
+    put(out, kind::string);
+  } else if constexpr (is_instance_v<U, std::vector>) {
+    put(out, kind::sequence);
+    describe_type<typename U::value_type>(ctx, out);
+  } else if constexpr (is_std_array<U>::value) {
+    put(out, kind::array);
+    put_varint(out, std::tuple_size_v<U>);
+    describe_type<typename U::value_type>(ctx, out);
+  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>) {
+    put(out, kind::map);
+    describe_type<typename U::key_type>(ctx, out);
+    describe_type<typename U::mapped_type>(ctx, out);
+  } else if constexpr (is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
+    put(out, kind::set);
+    describe_type<typename U::key_type>(ctx, out);
+  } else if constexpr (is_instance_v<U, std::optional>) {
+    put(out, kind::optional);
+    describe_type<typename U::value_type>(ctx, out);
+  } else if constexpr (is_instance_v<U, std::variant>) {
+    put(out, kind::variant);
+    put_varint(out, std::variant_size_v<U>);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      describe_all<std::variant_alternative_t<I, U>...>(ctx, out);
+    }(std::make_index_sequence<std::variant_size_v<U>>{});
+  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
+    put(out, kind::tuple);
+    put_varint(out, std::tuple_size_v<U>);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      describe_all<std::tuple_element_t<I, U>...>(ctx, out);
+    }(std::make_index_sequence<std::tuple_size_v<U>>{});
+  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_default_unique_ptr<U>::value ||
+                       is_instance_v<U, std::weak_ptr>) {
+    put(out, is_instance_v<U, std::shared_ptr> ? kind::shared
+             : is_instance_v<U, std::weak_ptr> ? kind::weak
+                                               : kind::unique);
+    describe_type<typename U::element_type>(ctx, out);
+  } else if constexpr (std::is_pointer_v<U>) {
+    put(out, kind::raw);
+    describe_type<std::remove_cv_t<std::remove_pointer_t<U>>>(ctx, out);
+  } else if constexpr (user_struct<U>) {
+    describe_struct<U>(ctx, out);
+  } else {
+    static_assert(sizeof(U) == 0, "ferry::graph cannot describe this type: give it ferry_name and describe()");
+  }
+}
+
+// ------------------------------------------------------------ writing
+
+struct field_writer {
+  writer_state& w;
+  template <class M>
+  field_writer& operator()(std::uint32_t, std::string_view, const M& m) {
+    if (!w.failed()) write_value(w, m);
+    return *this;
+  }
+};
+
+template <class T>
+void write_number(writer_state& w, T v) {
+  using bits = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+               std::conditional_t<sizeof(T) == 2, std::uint16_t,
+               std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+  (void)w.out().write<bits>(std::bit_cast<bits>(v), w.order());
+}
+
+/// The identity of the object a pointer refers to: its most-derived address
+/// and dynamic type, and how to write and describe it.
+struct pointee {
+  const void* address;
+  std::type_index type;
+  write_fn write;
+  describe_fn describe;
+};
+
+template <class E>
+std::optional<pointee> identify(writer_state& w, const E* p) {
+  if constexpr (std::is_polymorphic_v<E>) {
+    const std::type_index dynamic = typeid(*p);
+    if (dynamic != std::type_index(typeid(E))) {
+      const poly_entry* entry = find_registered(dynamic);
+      if (entry == nullptr) {
+        w.fail(errc::unregistered_type);
+        return std::nullopt;
+      }
+      return pointee{dynamic_cast<const void*>(p), dynamic, entry->write, entry->describe};
+    }
+    return pointee{dynamic_cast<const void*>(p), dynamic, &write_erased<E>, &describe_erased<E>};
+  } else {
+    return pointee{p, typeid(E), &write_erased<E>, &describe_erased<E>};
+  }
+}
+
+template <class E>
+void write_reference(writer_state& w, const E* p, kind k) {
+  if (p == nullptr) {
+    (void)w.out().write_varint(0);
+    return;
+  }
+  const auto target = identify(w, p);
+  if (!target) return;
+  (void)w.out().write_varint(w.reference(target->address, target->type, k, target->write, target->describe));
+}
+
+template <class T>
+void write_value(writer_state& w, const T& v) {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_enum_v<U>) {
+    write_number(w, static_cast<std::underlying_type_t<U>>(v));
+  } else if constexpr (std::is_same_v<U, bool>) {
+    (void)w.out().write<std::uint8_t>(v ? 1 : 0, w.order());
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    write_number(w, v);
+  } else if constexpr (std::is_same_v<U, std::string>) {
+    (void)w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
+  } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
+    using E = typename U::value_type;
+    if constexpr (is_instance_v<U, std::vector>) (void)w.out().write_varint(v.size());
+    if constexpr (is_number<E>) {
+      // Bulk: the whole array through the byte-order kernels.
+      (void)w.out().write_elements(std::as_bytes(std::span(v.data(), v.size())), sizeof(E), w.order());
+    } else {
+      for (const auto& e : v) {
+        if (w.failed()) return;
+        write_value(w, e);
+      }
+    }
+  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map> ||
+                       is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
+    constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
+    (void)w.out().write_varint(v.size());
+    auto one = [&](const auto& entry) {
+      w.suspend_tracking(1);
+      if constexpr (is_map) {
+        write_value(w, entry.first);
+      } else {
+        write_value(w, entry);
+      }
+      w.suspend_tracking(-1);
+      if constexpr (is_map) write_value(w, entry.second);
+    };
+    if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::set>) {
+      for (const auto& entry : v) one(entry);
+    } else {
+      // Unordered containers are written in key order: same graph, same bytes.
+      std::vector<const typename U::value_type*> sorted;
+      sorted.reserve(v.size());
+      for (const auto& entry : v) sorted.push_back(&entry);
+      std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
+        if constexpr (is_map) {
+          return a->first < b->first;
+        } else {
+          return *a < *b;
+        }
+      });
+      for (auto* entry : sorted) one(*entry);
+    }
+  } else if constexpr (is_instance_v<U, std::optional>) {
+    (void)w.out().write<std::uint8_t>(v.has_value() ? 1 : 0, w.order());
+    if (v) write_value(w, *v);
+  } else if constexpr (is_instance_v<U, std::variant>) {
+    (void)w.out().write_varint(v.index());
+    std::visit([&](const auto& alt) { write_value(w, alt); }, v);
+  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
+    std::apply([&](const auto&... e) { (write_value(w, e), ...); }, v);
+  } else if constexpr (is_instance_v<U, std::shared_ptr>) {
+    write_reference(w, v.get(), kind::shared);
+  } else if constexpr (is_default_unique_ptr<U>::value) {
+    write_reference(w, v.get(), kind::unique);
+  } else if constexpr (is_instance_v<U, std::weak_ptr>) {
+    const auto locked = v.lock();
+    write_reference(w, locked.get(), kind::weak);
+  } else if constexpr (std::is_pointer_v<U>) {
+    using E = std::remove_cv_t<std::remove_pointer_t<U>>;
+    if (v == nullptr) {
+      w.raw_reference(nullptr, typeid(void));
+      return;
+    }
+    const auto target = identify<E>(w, v);
+    if (target) w.raw_reference(target->address, target->type);
+  } else if constexpr (user_struct<U>) {
+    if (!w.enter()) return;
+    w.track_value(&v, typeid(U));
+    field_writer f{w};
+    call_describe(f, const_cast<U&>(v));  // describe() only reads through the writer
+    w.leave();
+  } else {
+    static_assert(sizeof(U) == 0, "ferry::graph cannot write this type");
+  }
+}
+
+template <class T>
+void writer_state::write_root(const T& root) {
+  describe_type<T>(*this, root_desc_);
+  write_value(*this, root);
+  write_payloads();
+}
+
+// ------------------------------------------------------------ reading
+
+/// Reads every field of a struct whose archive field list equals the C++
+/// one, in order; stops at the first error.
+struct field_reader {
+  reader_state& r;
+  result<void> status{};
+  template <class M>
+  field_reader& operator()(std::uint32_t, std::string_view, M& m) {
+    if (status) status = read_value(r, m);
+    return *this;
+  }
+};
+
+/// Collects pointers to the C++ fields, for archives whose field list
+/// differs (schema evolution).
+struct field_binder {
+  struct bound {
+    void* member;
+    read_fn read;
+  };
+  std::vector<bound>& out;
+  template <class M>
+  field_binder& operator()(std::uint32_t, std::string_view, M& m) {
+    out.push_back({&m, &read_erased<M>});
+    return *this;
+  }
+};
+
+template <class T>
+result<void> read_number(reader_state& r, T& v) {
+  using bits = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+               std::conditional_t<sizeof(T) == 2, std::uint16_t,
+               std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+  auto b = r.in().read<bits>(r.order());
+  if (!b) return b.error();
+  v = std::bit_cast<T>(*b);
+  return {};
+}
+
+/// Creates object `obj` as a T (or, for a polymorphic T, as the registered
+/// type its table entry names) when a pointer first refers to it.
+template <class T>
+result<void> create_object(reader_state& r, read_object& obj) {
+  if (obj.address != nullptr) return {};
+  if constexpr (user_struct<T>) {
+    wire::reader d(obj.desc);
+    auto k = d.read<std::uint8_t>(wire::byte_order::little);
+    auto index = d.read_varint();
+    if (!k || static_cast<kind>(*k) != kind::structure || !index) return errc::type_mismatch;
+    const std::string& name = r.archive_schema().types[static_cast<std::size_t>(*index)].name;
+    if constexpr (!std::is_abstract_v<T>) {
+      if (name == T::ferry_name) {
+        if (auto c = r.charge(1, sizeof(T)); !c) return c;
+        if (obj.ownership == 1) {
+          auto sp = std::make_shared<T>();
+          obj.address = sp.get();
+          obj.shared = std::move(sp);
+        } else {
+          obj.unique = new T();
+          obj.address = obj.unique;
+          obj.destroy = &delete_erased<T>;
+        }
+        obj.type = typeid(T);
+        obj.read = &read_erased<T>;
+        obj.reset = &reset_erased<T>;
+        return {};
+      }
+    }
+    if constexpr (std::is_polymorphic_v<T>) {
+      const poly_entry* entry = find_registered(std::string_view(name));
+      if (entry == nullptr) return errc::unknown_type;
+      // Never create an object of a registered type unrelated to T.
+      if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return errc::type_mismatch;
+      if (auto c = r.charge(1, sizeof(T)); !c) return c;
+      if (obj.ownership == 1) {
+        obj.shared = entry->make_shared();
+        obj.address = obj.shared.get();
+      } else {
+        obj.unique = entry->make_unique();
+        obj.address = obj.unique;
+        obj.destroy = entry->destroy;
+      }
+      obj.type = entry->type;
+      obj.read = entry->read;
+      obj.reset = entry->reset;
+      obj.poly = entry;
+      return {};
+    }
+    return errc::type_mismatch;
+  } else {
+    schema::descriptor expected;
+    describe_type<T>(r, expected);
+    if (!std::ranges::equal(expected, obj.desc)) return errc::type_mismatch;
+    if (auto c = r.charge(1, sizeof(T)); !c) return c;
+    if (obj.ownership == 1) {
+      auto sp = std::make_shared<T>();
+      obj.address = sp.get();
+      obj.shared = std::move(sp);
+    } else {
+      obj.unique = new T();
+      obj.address = obj.unique;
+      obj.destroy = &delete_erased<T>;
+    }
+    obj.type = typeid(T);
+    obj.read = &read_erased<T>;
+    obj.reset = &reset_erased<T>;
+    return {};
+  }
+}
+
+/// The object an owning or weak reference names, created on first use and
+/// viewed as an E. Errors: bad_reference, ownership_conflict, type_mismatch.
+template <class E>
+result<E*> resolve(reader_state& r, std::uint64_t id, kind k) {
+  auto obj = r.object(id);
+  if (!obj) return obj.error();
+  read_object& o = **obj;
+  const std::uint8_t wanted = k == kind::unique ? 2 : 1;
+  if (o.ownership != wanted) return errc::ownership_conflict;
+  if (k == kind::unique && o.address != nullptr) return errc::ownership_conflict;  // owned twice
+  if (auto c = create_object<E>(r, o); !c) return c.error();
+  void* v = reader_state::view_as(o.address, o.type, o.poly, typeid(E));
+  if (v == nullptr) return errc::type_mismatch;
+  return static_cast<E*>(v);
+}
+
+template <class T>
+result<void> read_struct(reader_state& r, T& v) {
+  auto plan = r.plan_for(key_of<T>());
+  if (!plan) return plan.error();
+  r.track_value(&v, typeid(T));
+  if ((*plan)->identical) {
+    field_reader f{r};
+    call_describe(f, v);
+    return f.status;
+  }
+  std::vector<field_binder::bound> fields;
+  field_binder b{fields};
+  call_describe(b, v);
+  const schema::type_def& t = r.archive_schema().types[(*plan)->archive_index];
+  for (std::size_t i = 0; i < t.fields.size(); ++i) {
+    const std::ptrdiff_t target = (*plan)->target[i];
+    if (target < 0) {
+      if (auto s = r.skip(t.fields[i].type); !s) return s;
+    } else if (auto s = fields[static_cast<std::size_t>(target)].read(r, fields[static_cast<std::size_t>(target)].member); !s) {
+      return s;
+    }
+  }
+  return {};
+}
+
+template <class K>
+bool strictly_after(const std::optional<K>& prev, const K& key) {
+  return !prev || *prev < key;
+}
+
+template <class T>
+result<void> read_value(reader_state& r, T& v) {
+  using U = std::remove_cv_t<T>;
+  if (auto e = r.enter(); !e) return e;
+  struct leave_guard {
+    reader_state& r;
+    ~leave_guard() { r.leave(); }
+  } guard{r};
+
+  if constexpr (std::is_enum_v<U>) {
+    std::underlying_type_t<U> raw{};
+    if (auto e = read_number(r, raw); !e) return e;
+    v = static_cast<U>(raw);
+    return {};
+  } else if constexpr (std::is_same_v<U, bool>) {
+    auto b = r.in().read<std::uint8_t>(r.order());
+    if (!b) return b.error();
+    if (*b > 1) return errc::bad_value;
+    v = *b == 1;
+    return {};
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    return read_number(r, v);
+  } else if constexpr (std::is_same_v<U, std::string>) {
+    auto b = r.in().read_length_prefixed(r.opts().limits.max_count);
+    if (!b) return b.error();
+    v.assign(b->size(), '\0');
+    if (!b->empty()) std::memcpy(v.data(), b->data(), b->size());
+    return {};
+  } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
+    using E = typename U::value_type;
+    std::size_t count = 0;
+    if constexpr (is_instance_v<U, std::vector>) {
+      auto n = r.in().read_count(min_size<E>(), r.opts().limits.max_count);
+      if (!n) return n.error();
+      if (auto c = r.charge(*n, sizeof(E)); !c) return c;
+      count = *n;
+      v.clear();
+      v.resize(count);
+    } else {
+      count = v.size();
+    }
+    if constexpr (is_number<E>) {
+      auto bytes = r.in().read_bytes(count * sizeof(E));
+      if (!bytes) return bytes.error();
+      return wire::convert(*bytes, r.order(), std::as_writable_bytes(std::span(v.data(), count)), wire::host_order,
+                           sizeof(E));
+    } else {
+      for (auto&& e : v) {
+        if constexpr (std::is_same_v<E, bool>) {
+          bool b = false;
+          if (auto s = read_value(r, b); !s) return s;
+          e = b;
+        } else if (auto s = read_value(r, e); !s) {
+          return s;
+        }
+      }
+      return {};
+    }
+  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map> ||
+                       is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
+    constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
+    using K = typename U::key_type;
+    std::size_t per = min_size<K>();
+    if constexpr (is_map) per += min_size<typename U::mapped_type>();
+    auto n = r.in().read_count(std::max<std::size_t>(per, 1) == 0 ? 1 : per, r.opts().limits.max_count);
+    if (!n) return n.error();
+    if (auto c = r.charge(*n, sizeof(typename U::value_type) + 2 * sizeof(void*)); !c) return c;
+    v.clear();
+    std::optional<K> prev;
+    for (std::size_t i = 0; i < *n; ++i) {
+      K key{};
+      r.suspend_tracking(1);
+      auto s = read_value(r, key);
+      r.suspend_tracking(-1);
+      if (!s) return s;
+      if (!strictly_after(prev, key)) return errc::duplicate_key;
+      prev = key;
+      if constexpr (is_map) {
+        auto [it, inserted] = v.emplace(std::move(key), typename U::mapped_type{});
+        if (!inserted) return errc::duplicate_key;
+        if (auto sv = read_value(r, it->second); !sv) return sv;
+      } else {
+        v.insert(std::move(key));
+      }
+    }
+    return {};
+  } else if constexpr (is_instance_v<U, std::optional>) {
+    auto flag = r.in().read<std::uint8_t>(r.order());
+    if (!flag) return flag.error();
+    if (*flag > 1) return errc::bad_value;
+    if (*flag == 0) {
+      v.reset();
+      return {};
+    }
+    v.emplace();
+    return read_value(r, *v);
+  } else if constexpr (is_instance_v<U, std::variant>) {
+    auto index = r.in().read_varint();
+    if (!index) return index.error();
+    if (*index >= std::variant_size_v<U>) return errc::bad_value;
+    result<void> status{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((*index == I ? (v.template emplace<I>(), status = read_value(r, std::get<I>(v)), 0) : 0), ...);
+    }(std::make_index_sequence<std::variant_size_v<U>>{});
+    return status;
+  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
+    result<void> status{};
+    std::apply([&](auto&... e) { ((status ? (status = read_value(r, e), 0) : 0), ...); }, v);
+    return status;
+  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_instance_v<U, std::weak_ptr>) {
+    using E = typename U::element_type;
+    auto id = r.in().read_varint();
+    if (!id) return id.error();
+    if (*id == 0) {
+      v.reset();
+      return {};
+    }
+    auto p = resolve<E>(r, *id, is_instance_v<U, std::shared_ptr> ? kind::shared : kind::weak);
+    if (!p) return p.error();
+    auto obj = r.object(*id);
+    v = std::shared_ptr<E>((*obj)->shared, *p);
+    return {};
+  } else if constexpr (is_default_unique_ptr<U>::value) {
+    using E = typename U::element_type;
+    auto id = r.in().read_varint();
+    if (!id) return id.error();
+    if (*id == 0) {
+      v.reset();
+      return {};
+    }
+    auto p = resolve<E>(r, *id, kind::unique);
+    if (!p) return p.error();
+    auto obj = r.object(*id);
+    (*obj)->unique = nullptr;  // ownership moves to v
+    (*obj)->claimed = true;
+    v.reset(*p);
+    return {};
+  } else if constexpr (std::is_pointer_v<U>) {
+    using E = std::remove_cv_t<std::remove_pointer_t<U>>;
+    auto ref = r.in().read<std::uint32_t>(r.order());
+    if (!ref) return ref.error();
+    v = nullptr;
+    r.add_raw({&v, *ref, typeid(E), [](void* slot, void* target) {
+                 *static_cast<U*>(slot) = static_cast<E*>(target);
+               }});
+    return {};
+  } else if constexpr (user_struct<U>) {
+    return read_struct(r, v);
+  } else {
+    static_assert(sizeof(U) == 0, "ferry::graph cannot read this type");
+  }
+}
+
+template <class T>
+result<void> reader_state::read_root(T& root) {
+  if (auto e = read_header(); !e) return e;
+  auto desc = schema::read_descriptor(in_, schema_.types.size(), opt_.limits.max_depth);
+  if (!desc) return desc.error();
+  schema::descriptor expected;
+  describe_type<T>(*this, expected);
+  if (!std::ranges::equal(expected, *desc)) return errc::type_mismatch;
+  if (auto e = read_value(*this, root); !e) return e;
+  return finish_read();
+}
+
+template <class T>
+void reader_state::abandon(T& root) {
+  break_cycles();
+  if constexpr (std::is_move_assignable_v<T>) root = T{};
+}
+
+// ------------------------------------------------------------ registry
+
+template <class Derived, class... Bases>
+void register_polymorphic() {
+  static_assert(user_struct<Derived>, "registered types need ferry_name and describe()");
+  static_assert((std::is_base_of_v<Bases, Derived> && ...), "each of Bases must be a base of Derived");
+  static_assert((std::is_polymorphic_v<Bases> && ...), "bases must be polymorphic");
+  poly_entry e{
+      typeid(Derived),
+      &key_of<Derived>(),
+      &write_erased<Derived>,
+      &describe_erased<Derived>,
+      &read_erased<Derived>,
+      []() -> std::shared_ptr<void> { return std::make_shared<Derived>(); },
+      []() -> void* { return new Derived(); },
+      &delete_erased<Derived>,
+      &reset_erased<Derived>,
+      {},
+  };
+  (e.upcasts.emplace_back(std::type_index(typeid(Bases)),
+                          [](void* p) -> void* { return static_cast<Bases*>(static_cast<Derived*>(p)); }),
+   ...);
+  add_registered(std::move(e));
+}
+
+}  // namespace ferry::graph::detail

@@ -1,0 +1,260 @@
+// ferry/graph/detail/state.h: INTERNAL. The writer and reader state behind
+// graph/archive.h, and the polymorphic registry. Not part of the API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <typeindex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ferry/graph/options.h"
+#include "ferry/schema/schema.h"
+#include "ferry/wire/cursor.h"
+#include "ferry/wire/error.h"
+
+
+namespace ferry::graph::detail {
+
+using wire::byte_order;
+using schema::kind;
+
+class writer_state;
+class reader_state;
+class desc_context;
+
+/// How a struct type enters a schema: name, version, and its field list.
+struct type_key {
+  std::string_view name;
+  std::uint32_t version;
+  bool abstract;
+  void (*collect_fields)(desc_context&, std::vector<schema::field_def>&);
+};
+
+/// Resolves struct types to schema indices while descriptors are built: the
+/// writer adds types to its schema, the reader looks them up in the archive.
+class desc_context {
+ public:
+  /// The schema index of `key`'s type, or nothing (reader: not in archive).
+  virtual std::optional<std::uint64_t> struct_index(const type_key& key) = 0;
+
+ protected:
+  ~desc_context() = default;
+};
+
+using write_fn = void (*)(writer_state&, const void*);
+using describe_fn = void (*)(desc_context&, schema::descriptor&);
+using read_fn = result<void> (*)(reader_state&, void*);
+
+/// A registered polymorphic type.
+struct poly_entry {
+  std::type_index type;
+  const type_key* key;
+  write_fn write;             // payload of a most-derived object
+  describe_fn describe;       // struct(index) of the type
+  read_fn read;               // payload into a most-derived object
+  std::shared_ptr<void> (*make_shared)();
+  void* (*make_unique)();     // new Derived
+  void (*destroy)(void*);     // delete as Derived
+  void (*reset)(void*);       // assign a default-constructed value
+  std::vector<std::pair<std::type_index, void* (*)(void*)>> upcasts;  // to each base
+
+  /// The cast from a most-derived pointer to `base`, or nullptr.
+  [[nodiscard]] void* (*upcast_to(std::type_index base) const noexcept)(void*) {
+    for (const auto& [b, cast] : upcasts) {
+      if (b == base) return cast;
+    }
+    return nullptr;
+  }
+};
+
+const poly_entry* find_registered(std::type_index type) noexcept;
+const poly_entry* find_registered(std::string_view name) noexcept;
+void add_registered(poly_entry entry);
+
+/// An object of the archive in the writer: its address, type and how to
+/// write it.
+struct write_object {
+  const void* address;
+  std::type_index type;
+  std::uint8_t ownership;  // 1 shared, 2 unique
+  write_fn write;
+  schema::descriptor desc;
+};
+
+class writer_state final : public desc_context {
+ public:
+  explicit writer_state(const options& opt);
+
+  template <class T>
+  void write_root(const T& root);
+  result<std::vector<std::byte>> finish();
+
+  // --- for the codecs
+  wire::writer& out() noexcept { return body_; }
+  [[nodiscard]] byte_order order() const noexcept { return order_; }
+  void fail(errc e) noexcept {
+    if (error_ == errc::ok) error_ = e;
+  }
+  [[nodiscard]] bool failed() const noexcept { return error_ != errc::ok; }
+  std::optional<std::uint64_t> struct_index(const type_key& key) override;
+
+  /// Id of the object at `address` (most derived) for an owning or weak
+  /// reference, adding it to the table when new.
+  std::uint32_t reference(const void* address, std::type_index type, kind k, write_fn write,
+                          describe_fn describe);
+  /// A raw pointer: writes a u32 placeholder resolved in finish().
+  void raw_reference(const void* address, std::type_index type);
+  /// Records a struct written by value (raw pointers may target it).
+  void track_value(const void* address, std::type_index type) {
+    if (untracked_ == 0) tracked_.emplace_back(address, type);
+  }
+  /// Structs inside map keys and set elements are not counted (their
+  /// addresses do not survive reading).
+  void suspend_tracking(int delta) noexcept { untracked_ += delta; }
+  bool enter() noexcept;  // depth; false (and fails) past max_depth
+  void leave() noexcept { --depth_; }
+
+ private:
+  struct pair_hash {
+    std::size_t operator()(const std::pair<const void*, std::type_index>& p) const noexcept {
+      return std::hash<const void*>{}(p.first) ^ (p.second.hash_code() * 0x9E3779B97F4A7C15ull);
+    }
+  };
+
+  const options& opt_;
+  byte_order order_;
+  std::vector<std::byte> body_bytes_;
+  wire::writer body_;
+  schema::schema schema_;
+  std::unordered_map<std::string_view, std::uint64_t> type_indices_;
+  std::vector<const type_key*> type_keys_;  // by schema index
+  std::vector<write_object> objects_;
+  std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> object_ids_;
+  std::vector<std::pair<const void*, std::type_index>> tracked_;
+  struct raw_slot {
+    std::size_t offset;
+    const void* address;
+    std::type_index type;
+  };
+  std::vector<raw_slot> raws_;
+  schema::descriptor root_desc_;
+  std::size_t depth_ = 0;
+  int untracked_ = 0;
+  errc error_ = errc::ok;
+
+  void write_payloads();
+};
+
+/// One object of the archive in the reader.
+struct read_object {
+  std::uint8_t ownership = 0;          // from the table
+  std::span<const std::byte> desc;     // from the table
+  std::shared_ptr<void> shared;        // ownership 1
+  void* unique = nullptr;              // ownership 2, until claimed
+  void (*destroy)(void*) = nullptr;    // for an unclaimed unique object
+  void* address = nullptr;             // most derived
+  std::type_index type = typeid(void);
+  read_fn read = nullptr;
+  void (*reset)(void*) = nullptr;
+  const poly_entry* poly = nullptr;    // when created through the registry
+  bool claimed = false;                // unique: taken by a unique_ptr
+};
+
+class reader_state final : public desc_context {
+ public:
+  reader_state(std::span<const std::byte> archive, const options& opt);
+  ~reader_state();
+  reader_state(const reader_state&) = delete;
+  reader_state& operator=(const reader_state&) = delete;
+
+  template <class T>
+  result<void> read_root(T& root);
+  /// After a failed read: break cycles among the objects built so far.
+  template <class T>
+  void abandon(T& root);
+
+  // --- for the codecs
+  wire::reader& in() noexcept { return in_; }
+  [[nodiscard]] byte_order order() const noexcept { return order_; }
+  [[nodiscard]] const schema::schema& archive_schema() const noexcept { return schema_; }
+  [[nodiscard]] const options& opts() const noexcept { return opt_; }
+  std::optional<std::uint64_t> struct_index(const type_key& key) override;
+
+  result<void> enter() noexcept;  // depth and value count
+  void leave() noexcept { --depth_; }
+  /// Charges `bytes` against the allocation budget.
+  result<void> charge(std::size_t count, std::size_t size) noexcept;
+  /// Skips one value of archive descriptor `desc`.
+  result<void> skip(std::span<const std::byte> desc);
+
+  /// The object with id `id` (1-based), or bad_reference.
+  result<read_object*> object(std::uint64_t id) noexcept;
+  [[nodiscard]] std::size_t object_count() const noexcept { return objects_.size(); }
+
+  void track_value(void* address, std::type_index type) {
+    if (track_ && untracked_ == 0) tracked_.emplace_back(address, type);
+  }
+  void suspend_tracking(int delta) noexcept { untracked_ += delta; }
+  /// A raw pointer to resolve once everything is read: `assign` stores the
+  /// target, converted to the pointer's type, into `slot`.
+  struct raw_fixup {
+    void* slot;
+    std::uint32_t ref;
+    std::type_index type;
+    void (*assign)(void* slot, void* target);
+  };
+  void add_raw(raw_fixup f) { raws_.push_back(f); }
+
+  /// The address of `target` viewed as `type`, when it is that type or a
+  /// registered derived type of it; nullptr otherwise.
+  static void* view_as(void* address, std::type_index dynamic, const poly_entry* poly, std::type_index wanted);
+
+  /// Memoized comparison of an archive struct type with a C++ struct type:
+  /// identical field lists read straight through describe().
+  struct field_plan {
+    std::size_t archive_index = 0;
+    bool identical = false;
+    std::vector<std::ptrdiff_t> target;  // per archive field: C++ field index or -1
+  };
+  /// Errors: type_mismatch (type absent or abstract in the archive),
+  /// field_renamed, field_type_mismatch.
+  result<const field_plan*> plan_for(const type_key& key);
+
+  /// After the root: payloads, raw pointers, ownership and trailing checks.
+  result<void> finish_read();
+  /// Resets every object built so far (highest id first), so cycles among
+  /// them are broken before they are released.
+  void break_cycles() noexcept;
+
+ private:
+  const options& opt_;
+  wire::reader in_;
+  byte_order order_ = byte_order::little;
+  schema::schema schema_;
+  std::vector<read_object> objects_;
+  std::vector<std::pair<void*, std::type_index>> tracked_;
+  std::vector<raw_fixup> raws_;
+  std::unordered_map<const type_key*, result<field_plan>> plans_;
+  bool track_ = false;
+  int untracked_ = 0;
+  std::size_t depth_ = 0;
+  std::size_t values_ = 0;
+  std::size_t budget_;
+
+  result<void> read_header();
+  result<void> resolve_raws();
+  void release_objects() noexcept;
+};
+
+result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
+result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path);
+
+}  // namespace ferry::graph::detail

@@ -1,0 +1,330 @@
+#include "ferry/schema/schema.h"
+
+#include <unordered_set>
+
+namespace ferry::schema {
+namespace {
+
+using wire::byte_order;
+using wire::reader;
+
+// Descriptors are single bytes and varints, so their own byte order is moot.
+constexpr byte_order desc_order = byte_order::little;
+
+bool is_scalar(std::uint8_t k) noexcept {
+  return k >= static_cast<std::uint8_t>(kind::boolean) && k <= static_cast<std::uint8_t>(kind::f64);
+}
+
+result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t depth_left) {
+  if (depth_left == 0) return errc::depth_exceeded;
+  auto k = in.read<std::uint8_t>(desc_order);
+  if (!k) return k.error();
+  if (is_scalar(*k) || *k == static_cast<std::uint8_t>(kind::string)) return {};
+  switch (static_cast<kind>(*k)) {
+    case kind::sequence:
+    case kind::set:
+    case kind::optional:
+    case kind::shared:
+    case kind::unique:
+    case kind::weak:
+    case kind::raw:
+      return check_descriptor(in, type_count, depth_left - 1);
+    case kind::array: {
+      auto n = in.read_varint();
+      if (!n) return n.error();
+      return check_descriptor(in, type_count, depth_left - 1);
+    }
+    case kind::map: {
+      if (auto r = check_descriptor(in, type_count, depth_left - 1); !r) return r;
+      return check_descriptor(in, type_count, depth_left - 1);
+    }
+    case kind::variant:
+    case kind::tuple: {
+      auto n = in.read_varint();
+      if (!n) return n.error();
+      if (*n == 0 && static_cast<kind>(*k) == kind::variant) return errc::bad_descriptor;
+      // Each element takes at least one byte, so the input bounds the loop.
+      if (*n > in.remaining()) return errc::truncated;
+      for (std::uint64_t i = 0; i < *n; ++i) {
+        if (auto r = check_descriptor(in, type_count, depth_left - 1); !r) return r;
+      }
+      return {};
+    }
+    case kind::structure: {
+      auto index = in.read_varint();
+      if (!index) return index.error();
+      if (*index >= type_count) return errc::bad_type_index;
+      return {};
+    }
+    default:
+      return errc::bad_descriptor;
+  }
+}
+
+std::string to_string(std::span<const std::byte> b) {
+  std::string s(b.size(), '\0');
+  for (std::size_t i = 0; i < b.size(); ++i) s[i] = static_cast<char>(b[i]);
+  return s;
+}
+
+result<std::string> read_name(reader& in, const limits& lim) {
+  auto b = in.read_length_prefixed(lim.max_name_bytes);
+  if (!b) return b.error();
+  if (b->empty()) return errc::bad_value;
+  return to_string(*b);
+}
+
+void write_name(wire::writer& out, std::string_view name) {
+  (void)out.write_length_prefixed(std::as_bytes(std::span(name.data(), name.size())));
+}
+
+struct walker {
+  const schema& s;
+  byte_order order;
+  const value_visitor& v;
+  const limits& lim;
+  std::size_t& values;
+
+  result<void> count_value() {
+    if (++values > lim.max_values) return errc::limit_exceeded;
+    return {};
+  }
+
+  result<std::uint64_t> read_count(reader& in) {
+    auto n = in.read_varint();
+    if (!n) return n.error();
+    if (*n > lim.max_count) return errc::limit_exceeded;
+    return *n;
+  }
+
+  result<void> walk(reader& in, reader& desc, std::size_t depth) {
+    if (depth >= lim.max_depth) return errc::depth_exceeded;
+    if (auto r = count_value(); !r) return r;
+    auto kb = desc.read<std::uint8_t>(desc_order);
+    if (!kb) return errc::bad_descriptor;
+    const auto k = static_cast<kind>(*kb);
+    if (const std::size_t size = scalar_size(k); size != 0) {
+      auto bytes = in.read_bytes(size);
+      if (!bytes) return bytes.error();
+      if (k == kind::boolean && std::to_integer<unsigned>((*bytes)[0]) > 1) return errc::bad_value;
+      if (v.scalar) v.scalar(k, *bytes, order);
+      return {};
+    }
+    switch (k) {
+      case kind::string: {
+        auto n = read_count(in);
+        if (!n) return n.error();
+        auto bytes = in.read_bytes(static_cast<std::size_t>(*n));
+        if (!bytes) return bytes.error();
+        if (v.string) v.string(std::string_view(to_string(*bytes)));
+        return {};
+      }
+      case kind::sequence:
+      case kind::set: {
+        auto n = read_count(in);
+        if (!n) return n.error();
+        return elements(in, desc, k, *n, 1, depth);
+      }
+      case kind::map: {
+        auto n = read_count(in);
+        if (!n) return n.error();
+        return elements(in, desc, k, *n, 2, depth);
+      }
+      case kind::array: {
+        auto n = desc.read_varint();
+        if (!n) return errc::bad_descriptor;
+        if (*n > lim.max_count) return errc::limit_exceeded;
+        return elements(in, desc, k, *n, 1, depth);
+      }
+      case kind::optional: {
+        auto flag = in.read<std::uint8_t>(order);
+        if (!flag) return flag.error();
+        if (*flag > 1) return errc::bad_value;
+        if (v.tag) v.tag(k, *flag);
+        if (*flag == 1) return walk(in, desc, depth + 1);
+        return skip_descriptor(desc);
+      }
+      case kind::variant: {
+        auto n = desc.read_varint();
+        if (!n) return errc::bad_descriptor;
+        auto index = in.read_varint();
+        if (!index) return index.error();
+        if (*index >= *n) return errc::bad_value;
+        if (v.tag) v.tag(k, *index);
+        for (std::uint64_t i = 0; i < *n; ++i) {
+          if (i == *index) {
+            if (auto r = walk(in, desc, depth + 1); !r) return r;
+          } else if (auto r = skip_descriptor(desc); !r) {
+            return r;
+          }
+        }
+        return {};
+      }
+      case kind::tuple: {
+        auto n = desc.read_varint();
+        if (!n) return errc::bad_descriptor;
+        if (v.begin) v.begin(k, *n);
+        for (std::uint64_t i = 0; i < *n; ++i) {
+          if (auto r = walk(in, desc, depth + 1); !r) return r;
+        }
+        if (v.end) v.end(k);
+        return {};
+      }
+      case kind::structure: {
+        auto index = desc.read_varint();
+        if (!index || *index >= s.types.size()) return errc::bad_type_index;
+        const type_def& t = s.types[static_cast<std::size_t>(*index)];
+        if (v.begin) v.begin(k, *index);
+        for (const field_def& f : t.fields) {
+          if (v.field) v.field(f);
+          reader fd(f.type);
+          if (auto r = walk(in, fd, depth + 1); !r) return r;
+        }
+        if (v.end) v.end(k);
+        return {};
+      }
+      case kind::shared:
+      case kind::unique:
+      case kind::weak: {
+        auto id = in.read_varint();
+        if (!id) return id.error();
+        if (v.reference) v.reference(k, *id);
+        return skip_descriptor(desc);
+      }
+      case kind::raw: {
+        auto ref = in.read<std::uint32_t>(order);
+        if (!ref) return ref.error();
+        if (v.reference) v.reference(k, *ref);
+        return skip_descriptor(desc);
+      }
+      default:
+        return errc::bad_descriptor;
+    }
+  }
+
+  // Walks `count` elements (pairs when `arity` is 2) that share the element
+  // descriptor(s) at the front of `desc`, then leaves `desc` past them.
+  result<void> elements(reader& in, reader& desc, kind k, std::uint64_t count, int arity, std::size_t depth) {
+    if (v.begin) v.begin(k, count);
+    const std::size_t elem_start = desc.position();
+    for (std::uint64_t i = 0; i < count; ++i) {
+      if (auto r = desc.seek(elem_start); !r) return r;
+      for (int a = 0; a < arity; ++a) {
+        if (auto r = walk(in, desc, depth + 1); !r) return r;
+      }
+    }
+    if (count == 0) {
+      for (int a = 0; a < arity; ++a) {
+        if (auto r = skip_descriptor(desc); !r) return r;
+      }
+    }
+    if (v.end) v.end(k);
+    return {};
+  }
+
+  // Descriptors were validated when the schema was read, so skipping one
+  // cannot fail for depth; errors here mean a descriptor outside a schema.
+  result<void> skip_descriptor(reader& desc) {
+    if (auto r = check_descriptor(desc, s.types.size(), lim.max_depth); !r) return errc::bad_descriptor;
+    return {};
+  }
+};
+
+}  // namespace
+
+std::size_t scalar_size(kind k) noexcept {
+  switch (k) {
+    case kind::boolean:
+    case kind::u8:
+    case kind::i8: return 1;
+    case kind::u16:
+    case kind::i16: return 2;
+    case kind::u32:
+    case kind::i32:
+    case kind::f32: return 4;
+    case kind::u64:
+    case kind::i64:
+    case kind::f64: return 8;
+    default: return 0;
+  }
+}
+
+std::ptrdiff_t schema::find(std::string_view name) const noexcept {
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (types[i].name == name) return static_cast<std::ptrdiff_t>(i);
+  }
+  return -1;
+}
+
+void encode(const schema& s, wire::writer& out) {
+  (void)out.write_varint(s.types.size());
+  for (const type_def& t : s.types) {
+    write_name(out, t.name);
+    (void)out.write_varint(t.version);
+    (void)out.write<std::uint8_t>(t.abstract ? 1 : 0, desc_order);
+    (void)out.write_varint(t.fields.size());
+    for (const field_def& f : t.fields) {
+      (void)out.write_varint(f.tag);
+      write_name(out, f.name);
+      (void)out.write_bytes(f.type);
+    }
+  }
+}
+
+result<std::span<const std::byte>> read_descriptor(reader& in, std::size_t type_count, std::size_t max_depth) {
+  reader probe(in.rest());
+  if (auto r = check_descriptor(probe, type_count, max_depth); !r) return r.error();
+  return in.read_bytes(probe.position());  // within rest() by construction
+}
+
+result<schema> decode(reader& in, const limits& lim) {
+  // Smallest type: name length + 1 name byte + version + flags + field count.
+  auto count = in.read_count(5, lim.max_types);
+  if (!count) return count.error();
+  schema s;
+  s.types.resize(*count);
+  std::unordered_set<std::string> type_names;
+  for (type_def& t : s.types) {
+    auto name = read_name(in, lim);
+    if (!name) return name.error();
+    t.name = std::move(*name);
+    if (!type_names.insert(t.name).second) return errc::duplicate_key;
+    auto version = in.read_varint<std::uint32_t>();
+    if (!version) return version.error();
+    t.version = *version;
+    auto flags = in.read<std::uint8_t>(desc_order);
+    if (!flags) return flags.error();
+    if (*flags > 1) return errc::bad_value;
+    t.abstract = *flags == 1;
+    // Smallest field: tag + name length + 1 name byte + 1 descriptor byte.
+    auto fields = in.read_count(4, lim.max_fields);
+    if (!fields) return fields.error();
+    if (t.abstract && *fields != 0) return errc::bad_value;
+    t.fields.resize(*fields);
+    std::unordered_set<std::uint32_t> tags;
+    std::unordered_set<std::string> names;
+    for (field_def& f : t.fields) {
+      auto tag = in.read_varint<std::uint32_t>();
+      if (!tag) return tag.error();
+      if (*tag == 0) return errc::bad_value;
+      f.tag = *tag;
+      auto fname = read_name(in, lim);
+      if (!fname) return fname.error();
+      f.name = std::move(*fname);
+      if (!tags.insert(f.tag).second || !names.insert(f.name).second) return errc::duplicate_field;
+      auto d = read_descriptor(in, s.types.size(), lim.max_depth);
+      if (!d) return d.error();
+      f.type.assign(d->begin(), d->end());
+    }
+  }
+  return s;
+}
+
+result<void> walk_value(reader& in, std::span<const std::byte> desc, const schema& s, byte_order order,
+                        const value_visitor& v, const limits& lim, std::size_t& values, std::size_t depth) {
+  reader d(desc);
+  walker w{s, order, v, lim, values};
+  return w.walk(in, d, depth);
+}
+
+}  // namespace ferry::schema
