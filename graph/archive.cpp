@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <system_error>
@@ -308,6 +309,10 @@ result<void> reader_state::resolve_raws() {
       const std::size_t k = f.ref - n - 1;
       if (!track_ || k >= tracked_.size()) return errc::bad_reference;
       const auto& [address, type] = tracked_[k];
+      const auto* at = static_cast<const std::byte*>(address);
+      if (root_ != nullptr && !std::less<>{}(at, root_) && std::less<>{}(at, root_ + root_size_)) {
+        return errc::pointer_into_root;
+      }
       target = view_as(address, type, find_registered(type), f.type);
     }
     if (target == nullptr) return errc::type_mismatch;

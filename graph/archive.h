@@ -91,12 +91,28 @@ result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {
   return w.finish();
 }
 
-/// Reads a graph whose root has type T. Errors: see the list in wire/error.h
-/// (truncated, bad_magic, ..., trailing_bytes).
+/// Reads a graph into `root` in place, so raw pointers into root's own
+/// members stay valid. On error `root` is left default-valued.
+/// Errors: see the graph block of errc in wire/error.h.
+template <class T>
+result<void> read_into(std::span<const std::byte> archive, T& root, const options& opt = {}) {
+  detail::reader_state r(archive, opt);
+  if (auto e = r.read_root(root); !e) {
+    r.abandon(root);
+    return e.error();
+  }
+  return {};
+}
+
+/// Reads a graph whose root has type T and returns it. The root is moved on
+/// return, so a raw pointer to one of the root's own by-value members would
+/// dangle: that is pointer_into_root (pointers into vectors, maps and
+/// pointed-to objects are fine). Errors: as read_into().
 template <class T>
 result<T> read(std::span<const std::byte> archive, const options& opt = {}) {
   detail::reader_state r(archive, opt);
-  T root{};
+  T root = T();
+  r.forbid_pointers_into(&root, sizeof(T));
   if (auto e = r.read_root(root); !e) {
     r.abandon(root);
     return e.error();
@@ -111,6 +127,13 @@ result<void> write_file(const std::filesystem::path& path, const T& root, const 
   auto bytes = write(root, opt);
   if (!bytes) return bytes.error();
   return detail::write_file_bytes(path, *bytes);
+}
+
+template <class T>
+result<void> read_file_into(const std::filesystem::path& path, T& root, const options& opt = {}) {
+  auto bytes = detail::read_file_bytes(path);
+  if (!bytes) return bytes.error();
+  return read_into(*bytes, root, opt);
 }
 
 template <class T>

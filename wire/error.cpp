@@ -32,6 +32,7 @@ std::string_view message(errc e) noexcept {
     case errc::trailing_bytes: return "bytes remain after the archive";
     case errc::duplicate_field: return "schema lists a field tag or name twice";
     case errc::io_error: return "file or stream I/O failed";
+    case errc::pointer_into_root: return "raw pointer into the root value, which read() moves (use read_into)";
   }
   return "unknown error";
 }
@@ -66,6 +67,7 @@ std::string_view name(errc e) noexcept {
     case errc::trailing_bytes: return "trailing_bytes";
     case errc::duplicate_field: return "duplicate_field";
     case errc::io_error: return "io_error";
+    case errc::pointer_into_root: return "pointer_into_root";
   }
   return "unknown";
 }

@@ -56,6 +56,7 @@ enum class errc : std::uint16_t {
   trailing_bytes = 216,       ///< Bytes remain after the archive's last object.
   duplicate_field = 217,      ///< A schema type lists the same tag or field name twice.
   io_error = 218,             ///< Reading or writing a file or stream failed.
+  pointer_into_root = 219,    ///< read(): a raw pointer targets the returned root itself (use read_into).
 };
 
 /// A short, stable English description of `e`, for logs and error messages.

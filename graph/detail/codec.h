@@ -135,7 +135,7 @@ void describe_erased(desc_context& ctx, schema::descriptor& out) {
 }
 template <class T>
 void reset_erased(void* p) {
-  if constexpr (std::is_move_assignable_v<T>) *static_cast<T*>(p) = T{};
+  if constexpr (std::is_move_assignable_v<T>) *static_cast<T*>(p) = T();
 }
 template <class T>
 void delete_erased(void* p) {
@@ -160,7 +160,7 @@ template <class T>
 void collect_fields(desc_context& ctx, std::vector<schema::field_def>& out) {
   if constexpr (!std::is_abstract_v<T>) {
     static_assert(std::is_default_constructible_v<T>, "ferry graph types must be default-constructible");
-    T probe{};
+    T probe = T();
     field_collector c{ctx, out};
     call_describe(c, probe);
   }
@@ -313,6 +313,13 @@ void write_reference(writer_state& w, const E* p, kind k) {
 template <class T>
 void write_value(writer_state& w, const T& v) {
   using U = std::remove_cv_t<T>;
+  // Depth counts every value, as the reader does, so whatever is written
+  // with some limits reads back with the same limits.
+  if (!w.enter()) return;
+  struct leave_guard {
+    writer_state& w;
+    ~leave_guard() { w.leave(); }
+  } guard{w};
   if constexpr (std::is_enum_v<U>) {
     write_number(w, static_cast<std::underlying_type_t<U>>(v));
   } else if constexpr (std::is_same_v<U, bool>) {
@@ -387,11 +394,9 @@ void write_value(writer_state& w, const T& v) {
     const auto target = identify<E>(w, v);
     if (target) w.raw_reference(target->address, target->type);
   } else if constexpr (user_struct<U>) {
-    if (!w.enter()) return;
     w.track_value(&v, typeid(U));
     field_writer f{w};
     call_describe(f, const_cast<U&>(v));  // describe() only reads through the writer
-    w.leave();
   } else {
     static_assert(sizeof(U) == 0, "ferry::graph cannot write this type");
   }
@@ -729,7 +734,7 @@ result<void> reader_state::read_root(T& root) {
 template <class T>
 void reader_state::abandon(T& root) {
   break_cycles();
-  if constexpr (std::is_move_assignable_v<T>) root = T{};
+  if constexpr (std::is_move_assignable_v<T>) root = T();
 }
 
 // ------------------------------------------------------------ registry

@@ -212,6 +212,11 @@ class reader_state final : public desc_context {
     void (*assign)(void* slot, void* target);
   };
   void add_raw(raw_fixup f) { raws_.push_back(f); }
+  /// Raw pointers into [p, p + size) are pointer_into_root (see read()).
+  void forbid_pointers_into(const void* p, std::size_t size) noexcept {
+    root_ = static_cast<const std::byte*>(p);
+    root_size_ = size;
+  }
 
   /// The address of `target` viewed as `type`, when it is that type or a
   /// registered derived type of it; nullptr otherwise.
@@ -245,6 +250,8 @@ class reader_state final : public desc_context {
   std::unordered_map<const type_key*, result<field_plan>> plans_;
   bool track_ = false;
   int untracked_ = 0;
+  const std::byte* root_ = nullptr;
+  std::size_t root_size_ = 0;
   std::size_t depth_ = 0;
   std::size_t values_ = 0;
   std::size_t budget_;

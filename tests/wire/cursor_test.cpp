@@ -180,16 +180,24 @@ TEST(Writer, VectorSinkAppendsAndRoundTrips) {
 }
 
 TEST(Errors, EveryValueHasANameAndMessage) {
-  for (errc e : {errc::ok, errc::truncated, errc::no_space, errc::varint_overlong, errc::varint_overflow,
-                 errc::out_of_range, errc::limit_exceeded, errc::size_mismatch, errc::unknown_dtype}) {
-    EXPECT_NE(name(e), "unknown");
-    EXPECT_NE(message(e), "unknown error");
+  int named = 0;
+  for (int code = 0; code < 1000; ++code) {
+    const auto e = static_cast<errc>(code);
+    if (name(e) == "unknown") {
+      EXPECT_EQ(message(e), "unknown error") << code;
+      continue;
+    }
+    ++named;
+    EXPECT_NE(message(e), "unknown error") << code;
   }
+  EXPECT_EQ(named, 1 + 7 + 1 + 20);  // ok, wire, codec, graph
   EXPECT_EQ(name(errc::varint_overlong), "varint_overlong");
   // The numbers are part of the interface.
   EXPECT_EQ(static_cast<int>(errc::truncated), 1);
   EXPECT_EQ(static_cast<int>(errc::size_mismatch), 7);
   EXPECT_EQ(static_cast<int>(errc::unknown_dtype), 100);
+  EXPECT_EQ(static_cast<int>(errc::bad_magic), 200);
+  EXPECT_EQ(static_cast<int>(errc::pointer_into_root), 219);
 }
 
 TEST(Result, HoldsValueOrError) {
