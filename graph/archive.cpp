@@ -64,7 +64,7 @@ std::optional<std::uint64_t> writer_state::struct_index(const type_key& key) {
     if (type_keys_[it->second] != &key) fail(errc::duplicate_key);  // two C++ types, one name
     return it->second;
   }
-  const std::uint64_t index = schema_.types.size();
+  const std::size_t index = schema_.types.size();
   type_indices_.emplace(key.name, index);
   type_keys_.push_back(&key);
   schema_.types.push_back({std::string(key.name), key.version, key.abstract, {}});
@@ -366,11 +366,13 @@ result<void> write_file_bytes(const std::filesystem::path& path, std::span<const
 result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return errc::io_error;
-  const std::streamsize size = in.tellg();
-  if (size < 0) return errc::io_error;
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<std::uintmax_t>(size) > SIZE_MAX) return errc::io_error;
   std::vector<std::byte> bytes(static_cast<std::size_t>(size));
   in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) return errc::io_error;  // NOLINT: istream API
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {  // NOLINT: istream API
+    return errc::io_error;
+  }
   return bytes;
 }
 

@@ -125,7 +125,7 @@ class writer_state final : public desc_context {
  private:
   struct pair_hash {
     std::size_t operator()(const std::pair<const void*, std::type_index>& p) const noexcept {
-      return std::hash<const void*>{}(p.first) ^ (p.second.hash_code() * 0x9E3779B97F4A7C15ull);
+      return std::hash<const void*>{}(p.first) ^ (p.second.hash_code() * std::size_t{0x9E3779B9u});
     }
   };
 
@@ -134,7 +134,7 @@ class writer_state final : public desc_context {
   std::vector<std::byte> body_bytes_;
   wire::writer body_;
   schema::schema schema_;
-  std::unordered_map<std::string_view, std::uint64_t> type_indices_;
+  std::unordered_map<std::string_view, std::size_t> type_indices_;
   std::vector<const type_key*> type_keys_;  // by schema index
   std::vector<write_object> objects_;
   std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> object_ids_;

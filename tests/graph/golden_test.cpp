@@ -1,0 +1,67 @@
+// Cross-architecture: the checked-in golden archives (written once on x86,
+// in both byte orders) must be what every architecture writes for the same
+// graph, byte for byte, and must read back identically everywhere.
+// Regenerate with FERRY_WRITE_GOLDEN=1 (only when the format changes).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "types.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string golden_path(wire::byte_order order) {
+  return std::string(FERRY_TEST_DATA_DIR "/graph/golden-") + (order == wire::byte_order::little ? "little" : "big") +
+         ".fga";
+}
+
+TEST(Golden, EveryArchitectureWritesTheSameBytes) {
+  for (auto order : {wire::byte_order::little, wire::byte_order::big}) {
+    golden g = make_golden();
+    graph::options opt;
+    opt.order = order;
+    auto bytes = graph::write(g, opt);
+    break_golden(g);
+    ASSERT_TRUE(bytes) << name(bytes.error());
+    if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr) {
+      ASSERT_TRUE(graph::detail::write_file_bytes(golden_path(order), *bytes));
+    }
+    auto expected = graph::detail::read_file_bytes(golden_path(order));
+    ASSERT_TRUE(expected) << golden_path(order);
+    EXPECT_EQ(*bytes, *expected) << golden_path(order);
+  }
+}
+
+TEST(Golden, BothByteOrdersReadIdentically) {
+  for (auto order : {wire::byte_order::little, wire::byte_order::big}) {
+    golden g;
+    ASSERT_TRUE(graph::read_file_into(golden_path(order), g));
+    ASSERT_EQ(g.nodes.size(), 2u);
+    const auto& a = g.nodes[0];
+    const auto& b = g.nodes[1];
+    EXPECT_EQ(a->label, "a");
+    EXPECT_EQ(b->label, "b");
+    ASSERT_EQ(a->children.size(), 2u);
+    EXPECT_EQ(a->children[0], b);                 // shared
+    const auto& c = a->children[1];
+    EXPECT_EQ(b->children[0], c);                 // shared
+    EXPECT_EQ(c->children[0], a);                 // cycle
+    EXPECT_EQ(b->parent.lock(), a);               // weak
+    EXPECT_EQ(a->buddy, c.get());                 // raw
+    const everything expected = make_everything();
+    EXPECT_EQ(wire::to_bits(g.all.single), 0x3885005Au);
+    EXPECT_EQ(g.all.letter, 'Z');
+    EXPECT_EQ(g.all.u64, expected.u64);
+    EXPECT_EQ(g.all.names, expected.names);
+    EXPECT_EQ(g.all.points, expected.points);
+    EXPECT_EQ(g.all.choice, expected.choice);
+    EXPECT_EQ(*g.all.owned, *expected.owned);
+    break_golden(g);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::testing
