@@ -14,6 +14,13 @@ target_compile_options(ferry_warnings INTERFACE
   -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference
   $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
 
+# Tests and fuzz harnesses: strict, minus -Wconversion (they build inputs by
+# converting freely) and -Wnull-dereference (false positives inside
+# libstdc++'s weak_ptr::lock at -O2).
+add_library(ferry_test_warnings INTERFACE)
+target_compile_options(ferry_test_warnings INTERFACE -Wall -Wextra -Wpedantic -Wshadow
+  $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
+
 if(FERRY_SANITIZE)
   add_compile_options(-fsanitize=${FERRY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${FERRY_SANITIZE})
