@@ -2,7 +2,10 @@
 // (cycles, weak/raw/unique pointers, every container, polymorphism). It must
 // return a value or a typed error, never crash, leak or allocate beyond its
 // budget; whatever it accepts must write back and read again.
+#include <sstream>
+
 #include "ferry/graph/archive.h"
+#include "ferry/graph/dump.h"
 #include "fuzz_check.h"
 #include "graph_cleanup.h"
 #include "types.h"
@@ -34,5 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check<std::shared_ptr<node>>(in, [](std::shared_ptr<node>& n) { release_graph({n}); });
   check<drawing>(in, [](drawing&) {});
   check<everything>(in, [](everything&) {});
+  // The dump tool walks any archive without its C++ types.
+  std::ostringstream sink;
+  (void)graph::dump_json(in, sink);
   return 0;
 }

@@ -169,43 +169,57 @@ reader_state::reader_state(std::span<const std::byte> archive, const options& op
 
 reader_state::~reader_state() { release_objects(); }
 
-result<void> reader_state::read_header() {
-  auto m = in_.read_bytes(4);
+result<prelude> read_prelude(wire::reader& in, const options& opt) {
+  prelude p;
+  auto m = in.read_bytes(4);
   if (!m) return m.error();
   if (!std::equal(m->begin(), m->end(), std::begin(magic))) return errc::bad_magic;
-  auto version = in_.read<std::uint8_t>(order_);
+  auto version = in.read<std::uint8_t>(p.order);
   if (!version) return version.error();
   if (*version != format_version) return errc::unsupported_version;
-  auto order = in_.read<std::uint8_t>(order_);
+  auto order = in.read<std::uint8_t>(p.order);
   if (!order) return order.error();
   if (*order > 1) return errc::bad_byte_order;
-  order_ = static_cast<byte_order>(*order);
-  auto flags = in_.read<std::uint8_t>(order_);
+  p.order = static_cast<byte_order>(*order);
+  auto flags = in.read<std::uint8_t>(p.order);
   if (!flags) return flags.error();
   if ((*flags & ~flag_raw_pointers) != 0) return errc::bad_value;
-  track_ = (*flags & flag_raw_pointers) != 0;
+  p.raw_pointers = (*flags & flag_raw_pointers) != 0;
 
-  auto s = schema::decode(in_, opt_.limits);
+  auto s = schema::decode(in, opt.limits);
   if (!s) return s.error();
-  schema_ = std::move(*s);
+  p.schema = std::move(*s);
 
   // Smallest entry: ownership byte + one descriptor byte.
-  auto count = in_.read_count(2, opt_.max_objects);
+  auto count = in.read_count(2, opt.max_objects);
   if (!count) return count.error();
-  if (auto c = charge(*count, sizeof(read_object)); !c) return c;
-  objects_.resize(*count);
-  for (read_object& o : objects_) {
-    auto own = in_.read<std::uint8_t>(order_);
+  p.objects.reserve(*count);
+  for (std::size_t i = 0; i < *count; ++i) {
+    auto own = in.read<std::uint8_t>(p.order);
     if (!own) return own.error();
     if (*own != owned_shared && *own != owned_unique) return errc::bad_value;
-    o.ownership = *own;
-    auto desc = schema::read_descriptor(in_, schema_.types.size(), opt_.limits.max_depth);
+    auto desc = schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth);
     if (!desc) return desc.error();
-    o.desc = *desc;
     if (static_cast<kind>((*desc)[0]) == kind::structure) {
       wire::reader d(desc->subspan(1));
-      if (schema_.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
+      if (p.schema.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
     }
+    p.objects.push_back({*own, *desc});
+  }
+  return p;
+}
+
+result<void> reader_state::read_header() {
+  auto p = read_prelude(in_, opt_);
+  if (!p) return p.error();
+  order_ = p->order;
+  track_ = p->raw_pointers;
+  schema_ = std::move(p->schema);
+  if (auto c = charge(p->objects.size(), sizeof(read_object)); !c) return c;
+  objects_.resize(p->objects.size());
+  for (std::size_t i = 0; i < objects_.size(); ++i) {
+    objects_[i].ownership = p->objects[i].ownership;
+    objects_[i].desc = p->objects[i].type;
   }
   return {};
 }

@@ -61,7 +61,7 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
   }
 }
 
-std::string to_string(std::span<const std::byte> b) {
+std::string bytes_to_string(std::span<const std::byte> b) {
   std::string s(b.size(), '\0');
   for (std::size_t i = 0; i < b.size(); ++i) s[i] = static_cast<char>(b[i]);
   return s;
@@ -71,7 +71,7 @@ result<std::string> read_name(reader& in, const limits& lim) {
   auto b = in.read_length_prefixed(lim.max_name_bytes);
   if (!b) return b.error();
   if (b->empty()) return errc::bad_value;
-  return to_string(*b);
+  return bytes_to_string(*b);
 }
 
 void write_name(wire::writer& out, std::string_view name) {
@@ -116,7 +116,7 @@ struct walker {
         if (!n) return n.error();
         auto bytes = in.read_bytes(static_cast<std::size_t>(*n));
         if (!bytes) return bytes.error();
-        if (v.string) v.string(std::string_view(to_string(*bytes)));
+        if (v.string) v.string(std::string_view(bytes_to_string(*bytes)));
         return {};
       }
       case kind::sequence:
@@ -158,6 +158,7 @@ struct walker {
             return r;
           }
         }
+        if (v.end) v.end(k);
         return {};
       }
       case kind::tuple: {
@@ -209,9 +210,11 @@ struct walker {
     const std::size_t elem_start = desc.position();
     for (std::uint64_t i = 0; i < count; ++i) {
       if (auto r = desc.seek(elem_start); !r) return r;
+      if (arity == 2 && v.begin) v.begin(kind::tuple, 2);  // a map entry
       for (int a = 0; a < arity; ++a) {
         if (auto r = walk(in, desc, depth + 1); !r) return r;
       }
+      if (arity == 2 && v.end) v.end(kind::tuple);
     }
     if (count == 0) {
       for (int a = 0; a < arity; ++a) {
@@ -231,6 +234,60 @@ struct walker {
 };
 
 }  // namespace
+
+std::string to_string(std::span<const std::byte> desc, const schema& s) {
+  reader d(desc);
+  std::string out;
+  auto one = [&](auto& self) -> void {
+    auto k = d.read<std::uint8_t>(desc_order);
+    if (!k) return;
+    auto param = [&]() { return d.read_varint().value_or(0); };
+    switch (static_cast<kind>(*k)) {
+      case kind::boolean: out += "bool"; return;
+      case kind::u8: out += "u8"; return;
+      case kind::i8: out += "i8"; return;
+      case kind::u16: out += "u16"; return;
+      case kind::i16: out += "i16"; return;
+      case kind::u32: out += "u32"; return;
+      case kind::i32: out += "i32"; return;
+      case kind::u64: out += "u64"; return;
+      case kind::i64: out += "i64"; return;
+      case kind::f32: out += "f32"; return;
+      case kind::f64: out += "f64"; return;
+      case kind::string: out += "string"; return;
+      case kind::structure: {
+        const auto i = param();
+        out += "struct<" + (i < s.types.size() ? s.types[static_cast<std::size_t>(i)].name : "?") + ">";
+        return;
+      }
+      case kind::array: out += "array<" + std::to_string(param()) + ", "; break;
+      case kind::variant:
+      case kind::tuple: {
+        const auto n = param();
+        out += static_cast<kind>(*k) == kind::variant ? "variant<" : "tuple<";
+        for (std::uint64_t i = 0; i < n; ++i) {
+          if (i != 0) out += ", ";
+          self(self);
+        }
+        out += ">";
+        return;
+      }
+      case kind::map: out += "map<"; self(self); out += ", "; break;
+      case kind::sequence: out += "sequence<"; break;
+      case kind::set: out += "set<"; break;
+      case kind::optional: out += "optional<"; break;
+      case kind::shared: out += "shared<"; break;
+      case kind::unique: out += "unique<"; break;
+      case kind::weak: out += "weak<"; break;
+      case kind::raw: out += "raw<"; break;
+      default: out += "?"; return;
+    }
+    self(self);
+    out += ">";
+  };
+  one(one);
+  return out;
+}
 
 std::size_t scalar_size(kind k) noexcept {
   switch (k) {

@@ -184,14 +184,19 @@ struct value_visitor {
   std::function<void(kind, std::span<const std::byte> bytes, wire::byte_order)> scalar;
   std::function<void(std::string_view)> string;
   /// Containers and structs: begin(kind, count or type index), end(kind).
+  /// Each map entry is reported as a tuple of 2.
   std::function<void(kind, std::uint64_t)> begin;
   std::function<void(kind)> end;
   std::function<void(const field_def&)> field;
-  /// optional (1 or 0), variant index, before the element.
+  /// optional (1 or 0) and variant index, before the element; a variant's
+  /// alternative is followed by end(variant).
   std::function<void(kind, std::uint64_t)> tag;
   /// shared, unique, weak, raw: the object id or raw reference.
   std::function<void(kind, std::uint64_t)> reference;
 };
+
+/// The descriptor as text: "u32", "sequence<f32>", "shared<struct<a.b>>".
+std::string to_string(std::span<const std::byte> desc, const schema& s);
 
 /// Walks one value of descriptor `desc` at the front of `in`, checking every
 /// bound, and calls `v`. Used to skip fields a reader does not know and to

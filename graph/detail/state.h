@@ -261,6 +261,21 @@ class reader_state final : public desc_context {
   void release_objects() noexcept;
 };
 
+/// Everything before the root: header, schema and object table, validated.
+struct prelude {
+  byte_order order = byte_order::little;
+  bool raw_pointers = false;
+  schema::schema schema;
+  struct entry {
+    std::uint8_t ownership;             // 1 shared, 2 unique
+    std::span<const std::byte> type;    // descriptor, a view into the input
+  };
+  std::vector<entry> objects;
+};
+/// Errors: truncated, bad_magic, unsupported_version, bad_byte_order,
+/// bad_value, limit_exceeded, and the schema's errors.
+result<prelude> read_prelude(wire::reader& in, const options& opt);
+
 result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
 result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path);
 
