@@ -14,13 +14,20 @@ class recording_reporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
       if (run.error_occurred) failed = true;
-      const auto it = run.counters.find("bytes_per_second");
-      if (it == run.counters.end()) continue;
       // "memcpy/4096", without min_time or repetition decorations.
-      const std::string name = run.run_name.function_name + "/" + run.run_name.args;
+      std::string name = run.run_name.function_name;
+      if (!run.run_name.args.empty()) name += "/" + run.run_name.args;
       const bool median = run.run_type == Run::RT_Aggregate && run.aggregate_name == "median";
       const bool single = run.run_type == Run::RT_Iteration && out_.count(name) == 0;
-      if (median || single) out_[name] = it->second.value;
+      if (!median && !single) continue;
+      measurement m;
+      const double to_ns = run.time_unit == benchmark::kSecond        ? 1e9
+                           : run.time_unit == benchmark::kMillisecond ? 1e6
+                           : run.time_unit == benchmark::kMicrosecond ? 1e3
+                                                                      : 1.0;
+      m.ns = run.GetAdjustedRealTime() * to_ns;
+      for (const auto& [key, counter] : run.counters) m.counters[key] = counter.value;
+      out_[name] = std::move(m);
     }
     ConsoleReporter::ReportRuns(runs);
   }

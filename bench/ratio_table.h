@@ -9,9 +9,18 @@
 
 namespace ferry::bench {
 
-/// Throughput (bytes/second) of each benchmark by name, e.g. "memcpy/4096":
-/// the median over repetitions.
-using results = std::map<std::string, double>;
+/// One benchmark's median over repetitions.
+struct measurement {
+  double ns = 0;                    ///< real time per iteration
+  std::map<std::string, double> counters;  ///< e.g. bytes_per_second
+  [[nodiscard]] double counter(const std::string& name) const {
+    const auto it = counters.find(name);
+    return it == counters.end() ? 0.0 : it->second;
+  }
+};
+
+/// Each benchmark's measurement by name, e.g. "memcpy/4096".
+using results = std::map<std::string, measurement>;
 
 /// Runs every registered benchmark. Adds --benchmark_out (to
 /// bench-results/<report_name>.json) and three repetitions unless the

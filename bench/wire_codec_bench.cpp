@@ -149,7 +149,7 @@ const char* verdict(double ratio, double goal) { return ratio >= goal ? "met" : 
 void print_table(const bench::results& r) {
   auto get = [&](const std::string& name, std::int64_t size) {
     const auto it = r.find(name + "/" + std::to_string(size));
-    return it == r.end() ? 0.0 : it->second;
+    return it == r.end() ? 0.0 : it->second.counter("bytes_per_second");
   };
   auto gbps = [](double v) { return v / 1e9; };
   std::printf("\nferry wire/codec, GB/s (median of 3), kernels: bulk=%s crc32c=%s half=%s\n\n",

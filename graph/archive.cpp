@@ -15,6 +15,9 @@ constexpr std::uint8_t format_version = 1;
 constexpr std::uint8_t flag_raw_pointers = 1;
 constexpr std::uint8_t owned_shared = 1;
 constexpr std::uint8_t owned_unique = 2;
+constexpr std::size_t flags_offset = 6;
+constexpr std::size_t body_size_offset = 7;
+constexpr std::size_t header_size = 15;
 
 // ---------------------------------------------------------------- registry
 
@@ -57,7 +60,13 @@ void add_registered(poly_entry entry) {
 
 // ------------------------------------------------------------------ writer
 
-writer_state::writer_state(const options& opt) : opt_(opt), order_(opt.order), body_(body_bytes_) {}
+writer_state::writer_state(const options& opt) : opt_(opt), order_(opt.order), body_(body_bytes_) {
+  (void)body_.write_bytes(magic);
+  (void)body_.write<std::uint8_t>(format_version, order_);
+  (void)body_.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
+  (void)body_.write<std::uint8_t>(0, order_);   // flags, set in finish()
+  (void)body_.write<std::uint64_t>(0, order_);  // body_size, set in finish()
+}
 
 std::optional<std::uint64_t> writer_state::struct_index(const type_key& key) {
   if (const auto it = type_indices_.find(key.name); it != type_indices_.end()) {
@@ -87,12 +96,14 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
     fail(errc::limit_exceeded);
     return 0;
   }
-  objects_.push_back({address, type, k == kind::unique ? owned_unique : owned_shared, write, {}});
+  auto& desc = descriptors_[describe];
+  if (!desc) {
+    desc = std::make_unique<schema::descriptor>();
+    describe(*this, *desc);  // may add types, never objects
+  }
+  objects_.push_back({address, type, k == kind::unique ? owned_unique : owned_shared, write, desc.get()});
   const auto id = static_cast<std::uint32_t>(objects_.size());
   object_ids_.emplace(key, id);
-  schema::descriptor desc;
-  describe(*this, desc);  // may add types, never objects
-  objects_[id - 1].desc = std::move(desc);
   return id;
 }
 
@@ -144,32 +155,36 @@ result<std::vector<std::byte>> writer_state::finish() {
     }
   }
 
-  std::vector<std::byte> out;
-  out.reserve(body_bytes_.size() + 256);
-  wire::writer w(out);
-  (void)w.write_bytes(magic);
-  (void)w.write<std::uint8_t>(format_version, order_);
-  (void)w.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
-  (void)w.write<std::uint8_t>(raws_.empty() ? 0 : flag_raw_pointers, order_);
-  schema::encode(schema_, w);
-  (void)w.write_varint(n);
-  for (const write_object& o : objects_) {
-    (void)w.write<std::uint8_t>(o.ownership, order_);
-    (void)w.write_bytes(o.desc);
+  // Header fields known only now, then the footer after the body.
+  body_bytes_[flags_offset] = std::byte{raws_.empty() ? std::uint8_t{0} : flag_raw_pointers};
+  wire::store<std::uint64_t>(body_bytes_.size() - header_size, body_bytes_.data() + body_size_offset, order_);
+  schema::encode(schema_, body_);
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    runs += i == 0 || objects_[i].ownership != objects_[i - 1].ownership || objects_[i].desc != objects_[i - 1].desc;
   }
-  (void)w.write_bytes(root_desc_);
-  (void)w.write_bytes(body_bytes_);
-  return out;
+  (void)body_.write_varint(runs);
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i + 1;
+    while (j < n && objects_[j].ownership == objects_[i].ownership && objects_[j].desc == objects_[i].desc) ++j;
+    (void)body_.write_varint(j - i);
+    (void)body_.write<std::uint8_t>(objects_[i].ownership, order_);
+    (void)body_.write_bytes(*objects_[i].desc);
+    i = j;
+  }
+  (void)body_.write_bytes(root_desc_);
+  return std::move(body_bytes_);
 }
 
 // ------------------------------------------------------------------ reader
 
 reader_state::reader_state(std::span<const std::byte> archive, const options& opt)
-    : opt_(opt), in_(archive), budget_(archive.size() * opt.allocation_factor + (std::size_t{1} << 20)) {}
+    : opt_(opt), archive_(archive), in_(archive), budget_(archive.size() * opt.allocation_factor + (std::size_t{1} << 20)) {}
 
 reader_state::~reader_state() { release_objects(); }
 
-result<prelude> read_prelude(wire::reader& in, const options& opt) {
+result<prelude> read_prelude(std::span<const std::byte> archive, const options& opt) {
+  wire::reader in(archive);
   prelude p;
   auto m = in.read_bytes(4);
   if (!m) return m.error();
@@ -185,16 +200,26 @@ result<prelude> read_prelude(wire::reader& in, const options& opt) {
   if (!flags) return flags.error();
   if ((*flags & ~flag_raw_pointers) != 0) return errc::bad_value;
   p.raw_pointers = (*flags & flag_raw_pointers) != 0;
+  auto body_size = in.read<std::uint64_t>(p.order);
+  if (!body_size) return body_size.error();
+  if (*body_size > in.remaining()) return errc::truncated;
+  p.body = *in.read_bytes(static_cast<std::size_t>(*body_size));
 
   auto s = schema::decode(in, opt.limits);
   if (!s) return s.error();
   p.schema = std::move(*s);
 
-  // Smallest entry: ownership byte + one descriptor byte.
-  auto count = in.read_count(2, opt.max_objects);
-  if (!count) return count.error();
-  p.objects.reserve(*count);
-  for (std::size_t i = 0; i < *count; ++i) {
+  // Smallest run: count + ownership + one descriptor byte.
+  auto runs = in.read_count(3, opt.max_objects);
+  if (!runs) return runs.error();
+  const std::size_t max_objects = std::min(opt.max_objects, p.body.size());
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < *runs; ++r) {
+    auto count = in.read_varint();
+    if (!count) return count.error();
+    if (*count == 0) return errc::bad_value;
+    if (*count > max_objects - total) return errc::limit_exceeded;
+    total += static_cast<std::size_t>(*count);
     auto own = in.read<std::uint8_t>(p.order);
     if (!own) return own.error();
     if (*own != owned_shared && *own != owned_unique) return errc::bad_value;
@@ -204,14 +229,20 @@ result<prelude> read_prelude(wire::reader& in, const options& opt) {
       wire::reader d(desc->subspan(1));
       if (p.schema.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
     }
-    p.objects.push_back({*own, *desc});
+    p.objects.insert(p.objects.end(), static_cast<std::size_t>(*count), prelude::entry{*own, *desc});
   }
+  auto root = schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth);
+  if (!root) return root.error();
+  p.root = *root;
+  if (!in.at_end()) return errc::trailing_bytes;
   return p;
 }
 
 result<void> reader_state::read_header() {
-  auto p = read_prelude(in_, opt_);
+  auto p = read_prelude(archive_, opt_);
   if (!p) return p.error();
+  in_ = wire::reader(p->body);
+  root_desc_ = p->root;
   order_ = p->order;
   track_ = p->raw_pointers;
   schema_ = std::move(p->schema);

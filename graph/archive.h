@@ -29,21 +29,30 @@
 //
 // ARCHIVE LAYOUT (version 1)
 //
-//   magic        4 bytes  "FGA1" (46 47 41 31)
-//   version      u8       1
-//   order        u8       0 little, 1 big: the byte order of every fixed-width
+//   header (15 bytes)
+//     magic      4 bytes  "FGA1" (46 47 41 31)
+//     version    u8       1
+//     order      u8       0 little, 1 big: the byte order of every fixed-width
 //                         scalar in the archive (any other value: bad_byte_order)
-//   flags        u8       bit 0: the archive holds raw pointers (readers then
+//     flags      u8       bit 0: the archive holds raw pointers (readers then
 //                         track by-value structs); other bits MUST be 0
-//   schema       the schema section of ferry/schema/schema.h
-//   objects      varint N, then N entries, object ids 1..N in order:
-//     ownership  u8: 1 shared (held by std::shared_ptr or only weakly),
-//                    2 unique (held by exactly one std::unique_ptr)
-//     type       descriptor of the object's dynamic type
-//   root         descriptor of the root, then the root value
-//   payloads     for each object id 1..N in order, its value (encoded by its
-//                table descriptor)
+//     body_size  u64      in `order`: the length of the body
+//   body (body_size bytes)
+//     the root value, then for each object id 1..N in order its value
+//     (encoded by its table descriptor); the body MUST be consumed exactly
+//   footer
+//     schema     the schema section of ferry/schema/schema.h
+//     objects    varint R, then R runs assigning ids 1..N in order:
+//       count      varint >= 1: this many consecutive objects share
+//       ownership  u8: 1 shared (held by std::shared_ptr or only weakly),
+//                      2 unique (held by exactly one std::unique_ptr)
+//       type       descriptor of their dynamic type
+//                N = the sum of the counts; N MUST NOT exceed body_size
+//                (every object is referenced from the body by >= 1 byte)
+//     root       descriptor of the root value
 //   nothing may follow (trailing_bytes)
+// The footer comes last so a writer can stream the body and finish without
+// moving it.
 //
 // Values are encoded as the descriptors in schema.h say. References:
 // - shared/unique/weak: a varint object id (0: null). Ids are assigned in the

@@ -184,11 +184,9 @@ class json_emitter {
 }  // namespace
 
 result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, const options& opt) {
-  wire::reader in(archive);
-  auto p = detail::read_prelude(in, opt);
+  auto p = detail::read_prelude(archive, opt);
   if (!p) return p.error();
-  auto root = schema::read_descriptor(in, p->schema.types.size(), opt.limits.max_depth);
-  if (!root) return root.error();
+  wire::reader in(p->body);
 
   out << "{\"format\": \"ferry graph archive\", \"version\": 1, \"byte_order\": \""
       << (p->order == wire::byte_order::little ? "little" : "big") << "\",\n \"schema\": [";
@@ -212,7 +210,7 @@ result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, co
   json_emitter json(out, p->schema);
   const schema::value_visitor v = json.visitor();
   std::size_t values = 0;
-  if (auto r = schema::walk_value(in, *root, p->schema, p->order, v, opt.limits, values); !r) return r;
+  if (auto r = schema::walk_value(in, p->root, p->schema, p->order, v, opt.limits, values); !r) return r;
   out << ",\n \"objects\": [";
   for (std::size_t i = 0; i < p->objects.size(); ++i) {
     out << (i == 0 ? "\n  " : ",\n  ") << "{\"id\": " << i + 1 << ", \"ownership\": \""

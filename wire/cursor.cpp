@@ -1,5 +1,6 @@
 #include "ferry/wire/cursor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -9,6 +10,8 @@ std::byte* writer::reserve(std::size_t n) noexcept {
   if (n > capacity_ - pos_) {
     if (sink_ == nullptr || n > sink_->max_size() - pos_) return nullptr;
     try {
+      // std::vector grows its capacity geometrically, so appending stays
+      // amortised O(1) and only the n new bytes are value-initialised.
       sink_->resize(pos_ + n);
     } catch (const std::bad_alloc&) {
       return nullptr;

@@ -137,6 +137,8 @@ class reader {
 /// Writes into a fixed span (failing with no_space when it is full) or
 /// appends to a std::vector<std::byte> (growing it). Writes are whole or
 /// nothing: on error, nothing of the failed value was written.
+///
+/// A vector sink holds exactly position() bytes after every write.
 class writer {
  public:
   // Writes into `out`, which must outlive the writer.
@@ -145,8 +147,10 @@ class writer {
   // Appends to `sink` (from its current end), which must outlive the writer.
   explicit writer(std::vector<std::byte>& sink) noexcept
       : data_(sink.data()), capacity_(sink.size()), pos_(sink.size()), sink_(&sink) {}
+  writer(const writer&) = delete;
+  writer& operator=(const writer&) = delete;
 
-  /// Bytes written so far (for a vector sink, the vector's size).
+  /// Bytes written so far.
   [[nodiscard]] constexpr std::size_t position() const noexcept { return pos_; }
   [[nodiscard]] constexpr std::span<const std::byte> written() const noexcept { return {data_, pos_}; }
 

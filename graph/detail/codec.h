@@ -722,11 +722,9 @@ result<void> read_value(reader_state& r, T& v) {
 template <class T>
 result<void> reader_state::read_root(T& root) {
   if (auto e = read_header(); !e) return e;
-  auto desc = schema::read_descriptor(in_, schema_.types.size(), opt_.limits.max_depth);
-  if (!desc) return desc.error();
   schema::descriptor expected;
   describe_type<T>(*this, expected);
-  if (!std::ranges::equal(expected, *desc)) return errc::type_mismatch;
+  if (!std::ranges::equal(expected, root_desc_)) return errc::type_mismatch;
   if (auto e = read_value(*this, root); !e) return e;
   return finish_read();
 }

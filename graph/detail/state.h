@@ -84,9 +84,9 @@ void add_registered(poly_entry entry);
 struct write_object {
   const void* address;
   std::type_index type;
-  std::uint8_t ownership;  // 1 shared, 2 unique
+  std::uint8_t ownership;        // 1 shared, 2 unique
   write_fn write;
-  schema::descriptor desc;
+  const schema::descriptor* desc;  // owned by writer_state's descriptor cache
 };
 
 class writer_state final : public desc_context {
@@ -123,20 +123,23 @@ class writer_state final : public desc_context {
   void leave() noexcept { --depth_; }
 
  private:
+  // The address alone: type_index::hash_code() hashes the mangled type
+  // name, and objects of different types rarely share an address.
   struct pair_hash {
     std::size_t operator()(const std::pair<const void*, std::type_index>& p) const noexcept {
-      return std::hash<const void*>{}(p.first) ^ (p.second.hash_code() * std::size_t{0x9E3779B9u});
+      return std::hash<const void*>{}(p.first);
     }
   };
 
   const options& opt_;
   byte_order order_;
-  std::vector<std::byte> body_bytes_;
+  std::vector<std::byte> body_bytes_;  // header, then body; the footer is appended last
   wire::writer body_;
   schema::schema schema_;
   std::unordered_map<std::string_view, std::size_t> type_indices_;
   std::vector<const type_key*> type_keys_;  // by schema index
   std::vector<write_object> objects_;
+  std::unordered_map<describe_fn, std::unique_ptr<schema::descriptor>> descriptors_;  // one per type
   std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> object_ids_;
   std::vector<std::pair<const void*, std::type_index>> tracked_;
   struct raw_slot {
@@ -241,7 +244,9 @@ class reader_state final : public desc_context {
 
  private:
   const options& opt_;
-  wire::reader in_;
+  std::span<const std::byte> archive_;
+  wire::reader in_;  // the body
+  std::span<const std::byte> root_desc_;
   byte_order order_ = byte_order::little;
   schema::schema schema_;
   std::vector<read_object> objects_;
@@ -261,20 +266,22 @@ class reader_state final : public desc_context {
   void release_objects() noexcept;
 };
 
-/// Everything before the root: header, schema and object table, validated.
+/// The header and footer of an archive, validated: everything but the body.
 struct prelude {
   byte_order order = byte_order::little;
   bool raw_pointers = false;
+  std::span<const std::byte> body;
   schema::schema schema;
   struct entry {
     std::uint8_t ownership;             // 1 shared, 2 unique
     std::span<const std::byte> type;    // descriptor, a view into the input
   };
   std::vector<entry> objects;
+  std::span<const std::byte> root;      // descriptor
 };
 /// Errors: truncated, bad_magic, unsupported_version, bad_byte_order,
 /// bad_value, limit_exceeded, and the schema's errors.
-result<prelude> read_prelude(wire::reader& in, const options& opt);
+result<prelude> read_prelude(std::span<const std::byte> archive, const options& opt);
 
 result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
 result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path);

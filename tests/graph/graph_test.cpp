@@ -418,6 +418,18 @@ struct as_node {
   }
 };
 
+// The archive with its body (after the 15-byte header, body_size long)
+// replaced by `body`, and body_size patched to match.
+std::vector<std::byte> with_body(const std::vector<std::byte>& archive, const std::vector<std::byte>& body) {
+  const auto order = static_cast<wire::byte_order>(archive[5]);
+  const auto old_size = static_cast<std::size_t>(wire::load<std::uint64_t>(archive.data() + 7, order));
+  std::vector<std::byte> out(archive.begin(), archive.begin() + 15);
+  wire::store<std::uint64_t>(body.size(), out.data() + 7, order);
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.end(), archive.begin() + 15 + static_cast<std::ptrdiff_t>(old_size), archive.end());
+  return out;
+}
+
 TEST(Hostile, TypeConfusionThroughAPointerIsRejected) {
   // cereal issue #870: an archive whose object is a point, read through a
   // pointer to node, must not be misread.
@@ -451,6 +463,15 @@ TEST(Hostile, HeaderErrors) {
   auto longer = bytes;
   longer.push_back(std::byte{0});
   EXPECT_EQ(graph::read<golden>(longer).error(), errc::trailing_bytes);
+  // A body longer than the archive.
+  auto huge = bytes;
+  wire::store<std::uint64_t>(~std::uint64_t{0}, huge.data() + 7, wire::byte_order::little);
+  EXPECT_EQ(graph::read<golden>(huge).error(), errc::truncated);
+  // Bytes left over inside the body.
+  std::vector<std::byte> body(bytes.begin() + 15, bytes.begin() + 15 + static_cast<std::ptrdiff_t>(
+                                                      wire::load<std::uint64_t>(bytes.data() + 7, wire::byte_order::little)));
+  body.push_back(std::byte{0});
+  EXPECT_EQ(graph::read<golden>(with_body(bytes, body)).error(), errc::trailing_bytes);
 }
 
 TEST(Hostile, EveryTruncationFailsCleanly) {
@@ -485,14 +506,11 @@ TEST(Hostile, EverySingleBitFlipReadsOrFailsWithATypedError) {
 TEST(Hostile, CountsLargerThanTheInputAreRejectedBeforeAllocating) {
   // A vector<float> claiming 2^40 elements in a few bytes.
   std::vector<float> v = {1, 2, 3};
-  auto bytes = *graph::write(v);
-  // The count is the byte before the 12 payload bytes.
-  auto b = bytes;
-  b.resize(b.size() - 13);
+  const auto bytes = *graph::write(v);
   auto with_count = [&](std::initializer_list<std::uint8_t> varint) {
-    auto c = b;
-    for (std::uint8_t x : varint) c.push_back(std::byte{x});
-    return graph::read<std::vector<float>>(c).error();
+    std::vector<std::byte> body;
+    for (std::uint8_t x : varint) body.push_back(std::byte{x});
+    return graph::read<std::vector<float>>(with_body(bytes, body)).error();
   };
   EXPECT_EQ(with_count({0x80, 0x80, 0x80, 0x80, 0x80, 0x20}), errc::limit_exceeded);  // 2^40 > max_count
   EXPECT_EQ(with_count({0x80, 0x80, 0x80, 0x10}), errc::truncated);                  // 2^25 floats, no bytes
@@ -512,8 +530,8 @@ TEST(Hostile, DepthBeyondTheLimitIsAnError) {
 TEST(Hostile, ReferenceErrors) {
   // Root shared_ptr<point> whose id is patched.
   auto bytes = *graph::write(std::make_shared<point>(point{1, 2}));
-  // Layout tail: ... root desc (19 18 00) root id (01) payload (8 bytes).
-  const std::size_t id_at = bytes.size() - 9;
+  // The body starts after the 15-byte header: root id (01), payload.
+  const std::size_t id_at = 15;
   ASSERT_EQ(bytes[id_at], std::byte{1});
   auto b = bytes;
   b[id_at] = std::byte{2};
