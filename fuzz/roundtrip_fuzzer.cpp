@@ -53,6 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     items.push_back({kind, bits});
   }
 
+  w.flush();
   reader back(out);
   for (const auto& it : items) {
     std::uint64_t bits = 0;

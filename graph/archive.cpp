@@ -157,7 +157,7 @@ result<std::vector<std::byte>> writer_state::finish() {
 
   // Header fields known only now, then the footer after the body.
   body_bytes_[flags_offset] = std::byte{raws_.empty() ? std::uint8_t{0} : flag_raw_pointers};
-  wire::store<std::uint64_t>(body_bytes_.size() - header_size, body_bytes_.data() + body_size_offset, order_);
+  wire::store<std::uint64_t>(body_.position() - header_size, body_bytes_.data() + body_size_offset, order_);
   schema::encode(schema_, body_);
   std::size_t runs = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -173,6 +173,7 @@ result<std::vector<std::byte>> writer_state::finish() {
     i = j;
   }
   (void)body_.write_bytes(root_desc_);
+  body_.flush();
   return std::move(body_bytes_);
 }
 

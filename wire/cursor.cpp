@@ -6,36 +6,20 @@
 
 namespace ferry::wire {
 
-std::byte* writer::reserve(std::size_t n) noexcept {
-  if (n > capacity_ - pos_) {
-    if (sink_ == nullptr || n > sink_->max_size() - pos_) return nullptr;
-    try {
-      // std::vector grows its capacity geometrically, so appending stays
-      // amortised O(1) and only the n new bytes are value-initialised.
-      sink_->resize(pos_ + n);
-    } catch (const std::bad_alloc&) {
-      return nullptr;
-    }
-    data_ = sink_->data();
-    capacity_ = sink_->size();
+std::byte* writer::grow(std::size_t n) noexcept {
+  if (sink_ == nullptr || n > sink_->max_size() - pos_) return nullptr;
+  try {
+    // Geometric growth keeps appending amortised O(1) with one resize per
+    // doubling; flush() trims the spare room.
+    sink_->resize(std::max(pos_ + n, std::max<std::size_t>(2 * sink_->size(), 256)));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
   }
+  data_ = sink_->data();
+  capacity_ = sink_->size();
   std::byte* p = data_ + pos_;
   pos_ += n;
   return p;
-}
-
-result<void> writer::write_bytes(std::span<const std::byte> bytes) noexcept {
-  std::byte* p = reserve(bytes.size());
-  if (p == nullptr) return errc::no_space;
-  if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
-  return {};
-}
-
-result<void> writer::write_varint(std::uint64_t v) noexcept {
-  std::byte* p = reserve(varint_size(v));
-  if (p == nullptr) return errc::no_space;
-  encode_varint(v, p);
-  return {};
 }
 
 result<void> writer::write_length_prefixed(std::span<const std::byte> bytes) noexcept {

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -138,7 +139,9 @@ class reader {
 /// appends to a std::vector<std::byte> (growing it). Writes are whole or
 /// nothing: on error, nothing of the failed value was written.
 ///
-/// A vector sink holds exactly position() bytes after every write.
+/// A vector sink grows geometrically, so while the writer lives the vector
+/// may be longer than position(); flush() trims it to exactly the bytes
+/// written, and so does the destructor (which only ever shrinks the vector).
 class writer {
  public:
   // Writes into `out`, which must outlive the writer.
@@ -149,6 +152,17 @@ class writer {
       : data_(sink.data()), capacity_(sink.size()), pos_(sink.size()), sink_(&sink) {}
   writer(const writer&) = delete;
   writer& operator=(const writer&) = delete;
+  ~writer() {
+    if (sink_ != nullptr && sink_->size() > pos_) sink_->resize(pos_);
+  }
+
+  /// Trims a vector sink to the bytes written; writing may continue.
+  void flush() noexcept {
+    if (sink_ != nullptr && sink_->size() > pos_) {
+      sink_->resize(pos_);  // shrinking never allocates
+      capacity_ = pos_;
+    }
+  }
 
   /// Bytes written so far.
   [[nodiscard]] constexpr std::size_t position() const noexcept { return pos_; }
@@ -178,15 +192,34 @@ class writer {
     return convert(native, host_order, {p, native.size()}, order, width);
   }
 
-  result<void> write_bytes(std::span<const std::byte> bytes) noexcept;
-  result<void> write_varint(std::uint64_t v) noexcept;
+  result<void> write_bytes(std::span<const std::byte> bytes) noexcept {
+    std::byte* p = reserve(bytes.size());
+    if (p == nullptr) return errc::no_space;
+    if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
+    return {};
+  }
+  result<void> write_varint(std::uint64_t v) noexcept {
+    std::byte* p = reserve(varint_size(v));
+    if (p == nullptr) return errc::no_space;
+    encode_varint(v, p);
+    return {};
+  }
   result<void> write_zigzag(std::int64_t v) noexcept { return write_varint(zigzag_encode(v)); }
   /// A varint length, then the bytes.
   result<void> write_length_prefixed(std::span<const std::byte> bytes) noexcept;
 
  private:
-  // Room for n more bytes at the end, or nullptr (no_space / allocation failure).
-  std::byte* reserve(std::size_t n) noexcept;
+  // Room for n more bytes at the end, or nullptr (no_space / allocation
+  // failure). Inline for the common case of room to spare.
+  std::byte* reserve(std::size_t n) noexcept {
+    if (n <= capacity_ - pos_) [[likely]] {
+      std::byte* p = data_ + pos_;
+      pos_ += n;
+      return p;
+    }
+    return grow(n);
+  }
+  std::byte* grow(std::size_t n) noexcept;
 
   std::byte* data_;
   std::size_t capacity_;
