@@ -112,15 +112,6 @@ void writer_state::raw_reference(const void* address, std::type_index type) {
   (void)body_.write<std::uint32_t>(0, order_);  // patched in finish()
 }
 
-bool writer_state::enter() noexcept {
-  if (depth_ >= opt_.limits.max_depth) {
-    fail(errc::depth_exceeded);
-    return false;
-  }
-  ++depth_;
-  return true;
-}
-
 void writer_state::write_payloads() {
   // Objects met while writing payloads join the end of the queue, so a list
   // of a million nodes is written by this loop, not by recursion.
@@ -262,19 +253,6 @@ std::optional<std::uint64_t> reader_state::struct_index(const type_key& key) {
   return static_cast<std::uint64_t>(i);
 }
 
-result<void> reader_state::enter() noexcept {
-  if (depth_ >= opt_.limits.max_depth) return errc::depth_exceeded;
-  if (++values_ > opt_.limits.max_values) return errc::limit_exceeded;
-  ++depth_;
-  return {};
-}
-
-result<void> reader_state::charge(std::size_t count, std::size_t size) noexcept {
-  if (size != 0 && count > budget_ / size) return errc::limit_exceeded;
-  budget_ -= count * size;
-  return {};
-}
-
 result<void> reader_state::skip(std::span<const std::byte> desc) {
   return schema::walk_value(in_, desc, schema_, order_, {}, opt_.limits, values_, depth_);
 }
@@ -292,6 +270,7 @@ void* reader_state::view_as(void* address, std::type_index dynamic, const poly_e
 }
 
 result<const reader_state::field_plan*> reader_state::plan_for(const type_key& key) {
+  if (&key == last_key_) return last_plan_;  // structs of one type come in runs
   auto it = plans_.find(&key);
   if (it == plans_.end()) {
     auto make = [&]() -> result<field_plan> {
@@ -324,7 +303,9 @@ result<const reader_state::field_plan*> reader_state::plan_for(const type_key& k
     it = plans_.emplace(&key, make()).first;
   }
   if (!it->second) return it->second.error();
-  return &*it->second;
+  last_key_ = &key;
+  last_plan_ = &*it->second;
+  return last_plan_;
 }
 
 result<void> reader_state::finish_read() {

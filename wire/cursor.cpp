@@ -9,9 +9,13 @@ namespace ferry::wire {
 std::byte* writer::grow(std::size_t n) noexcept {
   if (sink_ == nullptr || n > sink_->max_size() - pos_) return nullptr;
   try {
-    // Geometric growth keeps appending amortised O(1) with one resize per
-    // doubling; flush() trims the spare room.
-    sink_->resize(std::max(pos_ + n, std::max<std::size_t>(2 * sink_->size(), 256)));
+    // Capacity grows geometrically (amortised O(1) appends); the size grows
+    // in steps of at most 64 KiB, so the zero-filling resize() touches each
+    // byte just before it is written, while it is in cache. flush() trims.
+    constexpr std::size_t step = std::size_t{64} << 10;
+    const std::size_t need = pos_ + n;
+    if (need > sink_->capacity()) sink_->reserve(std::max({need, 2 * sink_->capacity(), std::size_t{256}}));
+    sink_->resize(std::max(need, std::min(sink_->capacity(), pos_ + step)));
   } catch (const std::bad_alloc&) {
     return nullptr;
   }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -85,6 +86,13 @@ class reader {
   /// One canonical varint. Errors: truncated, varint_overlong, varint_overflow.
   template <std::unsigned_integral T = std::uint64_t>
   constexpr result<T> read_varint() noexcept {
+    if (pos_ < in_.size()) {  // most varints are one byte
+      const auto b = std::to_integer<std::uint8_t>(in_[pos_]);
+      if (b < 0x80 && (std::numeric_limits<T>::digits >= 8 || b <= std::numeric_limits<T>::max())) {
+        ++pos_;
+        return static_cast<T>(b);
+      }
+    }
     auto d = decode_varint<T>(rest());
     if (!d) return d.error();
     pos_ += d->size;

@@ -591,8 +591,8 @@ result<void> read_value(reader_state& r, T& v) {
   } else if constexpr (std::is_same_v<U, std::string>) {
     auto b = r.in().read_length_prefixed(r.opts().limits.max_count);
     if (!b) return b.error();
-    v.assign(b->size(), '\0');
-    if (!b->empty()) std::memcpy(v.data(), b->data(), b->size());
+    // A copy through char, which may alias any bytes.
+    v.assign(reinterpret_cast<const char*>(b->data()), b->size());  // NOLINT
     return {};
   } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
     using E = typename U::value_type;

@@ -119,7 +119,15 @@ class writer_state final : public desc_context {
   /// Structs inside map keys and set elements are not counted (their
   /// addresses do not survive reading).
   void suspend_tracking(int delta) noexcept { untracked_ += delta; }
-  bool enter() noexcept;  // depth; false (and fails) past max_depth
+  /// Depth; false (and the writer fails) past max_depth.
+  bool enter() noexcept {
+    if (depth_ >= opt_.limits.max_depth) [[unlikely]] {
+      fail(errc::depth_exceeded);
+      return false;
+    }
+    ++depth_;
+    return true;
+  }
   void leave() noexcept { --depth_; }
 
  private:
@@ -191,10 +199,20 @@ class reader_state final : public desc_context {
   [[nodiscard]] const options& opts() const noexcept { return opt_; }
   std::optional<std::uint64_t> struct_index(const type_key& key) override;
 
-  result<void> enter() noexcept;  // depth and value count
+  /// Depth and value count. Errors: depth_exceeded, limit_exceeded.
+  result<void> enter() noexcept {
+    if (depth_ >= opt_.limits.max_depth) return errc::depth_exceeded;
+    if (++values_ > opt_.limits.max_values) return errc::limit_exceeded;
+    ++depth_;
+    return {};
+  }
   void leave() noexcept { --depth_; }
-  /// Charges `bytes` against the allocation budget.
-  result<void> charge(std::size_t count, std::size_t size) noexcept;
+  /// Charges count * size bytes against the allocation budget.
+  result<void> charge(std::size_t count, std::size_t size) noexcept {
+    if (size != 0 && count > budget_ / size) return errc::limit_exceeded;
+    budget_ -= count * size;
+    return {};
+  }
   /// Skips one value of archive descriptor `desc`.
   result<void> skip(std::span<const std::byte> desc);
 
@@ -253,6 +271,8 @@ class reader_state final : public desc_context {
   std::vector<std::pair<void*, std::type_index>> tracked_;
   std::vector<raw_fixup> raws_;
   std::unordered_map<const type_key*, result<field_plan>> plans_;
+  const type_key* last_key_ = nullptr;
+  const field_plan* last_plan_ = nullptr;
   bool track_ = false;
   int untracked_ = 0;
   const std::byte* root_ = nullptr;
