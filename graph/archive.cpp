@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <istream>
+#include <ostream>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -388,6 +390,24 @@ result<void> write_file_bytes(const std::filesystem::path& path, std::span<const
     return errc::io_error;
   }
   return {};
+}
+
+result<void> write_stream_bytes(std::ostream& out, std::span<const std::byte> bytes) {
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));  // NOLINT: ostream API
+  if (!out) return errc::io_error;
+  return {};
+}
+
+result<std::vector<std::byte>> read_stream_bytes(std::istream& in) {
+  std::vector<std::byte> bytes;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    const auto n = static_cast<std::size_t>(in.gcount());
+    const auto* b = reinterpret_cast<const std::byte*>(buf);  // NOLINT: a byte view of char data
+    bytes.insert(bytes.end(), b, b + n);
+  }
+  if (in.bad()) return errc::io_error;
+  return bytes;
 }
 
 result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path) {

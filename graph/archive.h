@@ -80,6 +80,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <span>
 #include <vector>
 
@@ -148,6 +149,22 @@ result<void> read_file_into(const std::filesystem::path& path, T& root, const op
 template <class T>
 result<T> read_file(const std::filesystem::path& path, const options& opt = {}) {
   auto bytes = detail::read_file_bytes(path);
+  if (!bytes) return bytes.error();
+  return read<T>(*bytes, opt);
+}
+
+/// Stream forms: the archive is written whole; reading consumes the stream
+/// to its end (an archive carries no length of its own).
+template <class T>
+result<void> write(std::ostream& out, const T& root, const options& opt = {}) {
+  auto bytes = write(root, opt);
+  if (!bytes) return bytes.error();
+  return detail::write_stream_bytes(out, *bytes);
+}
+
+template <class T>
+result<T> read(std::istream& in, const options& opt = {}) {
+  auto bytes = detail::read_stream_bytes(in);
   if (!bytes) return bytes.error();
   return read<T>(*bytes, opt);
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <span>
@@ -304,6 +305,8 @@ struct prelude {
 result<prelude> read_prelude(std::span<const std::byte> archive, const options& opt);
 
 result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
+result<void> write_stream_bytes(std::ostream& out, std::span<const std::byte> bytes);
+result<std::vector<std::byte>> read_stream_bytes(std::istream& in);
 result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path);
 
 }  // namespace ferry::graph::detail
