@@ -67,6 +67,7 @@ bench: deps
 	$(call build_preset,bench)
 	@mkdir -p bench-results
 	build/bench/bench/wire_codec_bench --benchmark_out=bench-results/wire_codec.json
+	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
 
 clean:
 	rm -rf build
