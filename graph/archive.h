@@ -93,7 +93,8 @@
 namespace ferry::graph {
 
 /// Writes the graph reachable from `root`. Errors: untracked_pointer,
-/// unregistered_type, ownership_conflict, depth_exceeded.
+/// unregistered_type, ownership_conflict, depth_exceeded, limit_exceeded
+/// (max_objects), duplicate_key (two C++ types share one ferry_name).
 template <class T>
 result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {
   detail::writer_state w(opt);

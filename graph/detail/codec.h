@@ -449,6 +449,25 @@ result<void> read_number(reader_state& r, T& v) {
   return {};
 }
 
+/// Creates object `obj` as exactly a T, owned as its table entry says.
+template <class T>
+result<void> create_plain(reader_state& r, read_object& obj) {
+  if (auto c = r.charge(1, sizeof(T)); !c) return c;
+  if (obj.ownership == 1) {
+    auto sp = std::make_shared<T>();
+    obj.address = sp.get();
+    obj.shared = std::move(sp);
+  } else {
+    obj.unique = new T();
+    obj.address = obj.unique;
+    obj.destroy = &delete_erased<T>;
+  }
+  obj.type = typeid(T);
+  obj.read = &read_erased<T>;
+  obj.reset = &reset_erased<T>;
+  return {};
+}
+
 /// Creates object `obj` as a T (or, for a polymorphic T, as the registered
 /// type its table entry names) when a pointer first refers to it.
 template <class T>
@@ -461,29 +480,14 @@ result<void> create_object(reader_state& r, read_object& obj) {
     if (!k || static_cast<kind>(*k) != kind::structure || !index) return errc::type_mismatch;
     const std::string& name = r.archive_schema().types[static_cast<std::size_t>(*index)].name;
     if constexpr (!std::is_abstract_v<T>) {
-      if (name == T::ferry_name) {
-        if (auto c = r.charge(1, sizeof(T)); !c) return c;
-        if (obj.ownership == 1) {
-          auto sp = std::make_shared<T>();
-          obj.address = sp.get();
-          obj.shared = std::move(sp);
-        } else {
-          obj.unique = new T();
-          obj.address = obj.unique;
-          obj.destroy = &delete_erased<T>;
-        }
-        obj.type = typeid(T);
-        obj.read = &read_erased<T>;
-        obj.reset = &reset_erased<T>;
-        return {};
-      }
+      if (name == T::ferry_name) return create_plain<T>(r, obj);
     }
     if constexpr (std::is_polymorphic_v<T>) {
       const poly_entry* entry = find_registered(std::string_view(name));
       if (entry == nullptr) return errc::unknown_type;
       // Never create an object of a registered type unrelated to T.
       if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return errc::type_mismatch;
-      if (auto c = r.charge(1, sizeof(T)); !c) return c;
+      if (auto c = r.charge(1, entry->size); !c) return c;
       if (obj.ownership == 1) {
         obj.shared = entry->make_shared();
         obj.address = obj.shared.get();
@@ -503,20 +507,7 @@ result<void> create_object(reader_state& r, read_object& obj) {
     schema::descriptor expected;
     describe_type<T>(r, expected);
     if (!std::ranges::equal(expected, obj.desc)) return errc::type_mismatch;
-    if (auto c = r.charge(1, sizeof(T)); !c) return c;
-    if (obj.ownership == 1) {
-      auto sp = std::make_shared<T>();
-      obj.address = sp.get();
-      obj.shared = std::move(sp);
-    } else {
-      obj.unique = new T();
-      obj.address = obj.unique;
-      obj.destroy = &delete_erased<T>;
-    }
-    obj.type = typeid(T);
-    obj.read = &read_erased<T>;
-    obj.reset = &reset_erased<T>;
-    return {};
+    return create_plain<T>(r, obj);
   }
 }
 
@@ -630,7 +621,9 @@ result<void> read_value(reader_state& r, T& v) {
     using K = typename U::key_type;
     std::size_t per = min_size<K>();
     if constexpr (is_map) per += min_size<typename U::mapped_type>();
-    auto n = r.in().read_count(std::max<std::size_t>(per, 1) == 0 ? 1 : per, r.opts().limits.max_count);
+    // Entries of empty structs take no bytes: then only max_count and the
+    // allocation budget bound the count.
+    auto n = r.in().read_count(per, r.opts().limits.max_count);
     if (!n) return n.error();
     if (auto c = r.charge(*n, sizeof(typename U::value_type) + 2 * sizeof(void*)); !c) return c;
     v.clear();
@@ -744,6 +737,7 @@ void register_polymorphic() {
   static_assert((std::is_polymorphic_v<Bases> && ...), "bases must be polymorphic");
   poly_entry e{
       typeid(Derived),
+      sizeof(Derived),
       &key_of<Derived>(),
       &write_erased<Derived>,
       &describe_erased<Derived>,

@@ -57,6 +57,7 @@ using read_fn = result<void> (*)(reader_state&, void*);
 /// A registered polymorphic type.
 struct poly_entry {
   std::type_index type;
+  std::size_t size;           // sizeof the registered type
   const type_key* key;
   write_fn write;             // payload of a most-derived object
   describe_fn describe;       // struct(index) of the type
