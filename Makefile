@@ -11,7 +11,7 @@
 
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
-FUZZERS := varint reader roundtrip graph_reader graph_roundtrip
+FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame
 
 .PHONY: all deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 

@@ -13,7 +13,7 @@ std::string_view message(errc e) noexcept {
     case errc::limit_exceeded: return "length exceeds the decoder's limit";
     case errc::size_mismatch: return "buffer sizes do not match the element count";
     case errc::unknown_dtype: return "unknown dtype";
-    case errc::bad_magic: return "input is not a ferry archive (bad magic)";
+    case errc::bad_magic: return "input does not start with the expected magic bytes";
     case errc::unsupported_version: return "unsupported archive format version";
     case errc::bad_byte_order: return "byte-order field is neither little nor big";
     case errc::bad_descriptor: return "malformed type descriptor";
@@ -33,6 +33,7 @@ std::string_view message(errc e) noexcept {
     case errc::duplicate_field: return "schema lists a field tag or name twice";
     case errc::io_error: return "file or stream I/O failed";
     case errc::pointer_into_root: return "raw pointer into the root value, which read() moves (use read_into)";
+    case errc::checksum_mismatch: return "CRC32C does not match the frame's bytes";
   }
   return "unknown error";
 }
@@ -68,6 +69,7 @@ std::string_view name(errc e) noexcept {
     case errc::duplicate_field: return "duplicate_field";
     case errc::io_error: return "io_error";
     case errc::pointer_into_root: return "pointer_into_root";
+    case errc::checksum_mismatch: return "checksum_mismatch";
   }
   return "unknown";
 }

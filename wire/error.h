@@ -37,7 +37,7 @@ enum class errc : std::uint16_t {
   unknown_dtype = 100,  ///< A dtype code or name ferry does not know.
 
   // 200..299: graph archives and their schemas (graph/, schema/).
-  bad_magic = 200,            ///< The input does not start with the archive magic.
+  bad_magic = 200,            ///< The input does not start with the expected magic bytes.
   unsupported_version = 201,  ///< The archive's format version is not one this reader knows.
   bad_byte_order = 202,       ///< The byte-order field is neither little (0) nor big (1).
   bad_descriptor = 203,       ///< A type descriptor has an unknown kind or a malformed body.
@@ -57,6 +57,9 @@ enum class errc : std::uint16_t {
   duplicate_field = 217,      ///< A schema type lists the same tag or field name twice.
   io_error = 218,             ///< Reading or writing a file or stream failed.
   pointer_into_root = 219,    ///< read(): a raw pointer targets the returned root itself (use read_into).
+
+  // 300..399: the gradient wire protocol (dist/).
+  checksum_mismatch = 300,    ///< A frame's CRC32C does not match its bytes.
 };
 
 /// A short, stable English description of `e`, for logs and error messages.
