@@ -73,8 +73,8 @@
 // is reset to a default-constructed value before release). A reference to
 // an object of another type than the pointer's is type_mismatch: a
 // polymorphic object is accepted only through a registered base.
-// Limits sit in `options`; an archive the writer produced with the same
-// limits always reads back.
+// Limits sit in `options`; the writer enforces depth, count and object
+// limits as the reader does.
 #pragma once
 
 #include <cstddef>
@@ -94,7 +94,8 @@ namespace ferry::graph {
 
 /// Writes the graph reachable from `root`. Errors: untracked_pointer,
 /// unregistered_type, ownership_conflict, depth_exceeded, limit_exceeded
-/// (max_objects), duplicate_key (two C++ types share one ferry_name).
+/// (max_count, max_objects), duplicate_key (two C++ types share one
+/// ferry_name).
 template <class T>
 result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {
   detail::writer_state w(opt);

@@ -12,7 +12,9 @@ struct options {
   /// Byte order of fixed-width scalars when writing. Readers accept both.
   wire::byte_order order = wire::byte_order::little;
   /// Depth, count, name and value limits (see schema::limits). Writing
-  /// enforces max_depth too, so everything written can be read back.
+  /// enforces max_depth, max_count and max_objects too, so an archive
+  /// written with some options is not refused for those limits when read
+  /// with the same options.
   schema::limits limits;
   /// Objects in one archive (entries of the object table).
   std::size_t max_objects = std::size_t{1} << 24;

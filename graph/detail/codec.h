@@ -327,9 +327,11 @@ void write_value(writer_state& w, const T& v) {
   } else if constexpr (std::is_arithmetic_v<U>) {
     write_number(w, v);
   } else if constexpr (std::is_same_v<U, std::string>) {
+    if (!w.count_ok(v.size())) return;
     (void)w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
   } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
     using E = typename U::value_type;
+    if (!w.count_ok(v.size())) return;
     if constexpr (is_instance_v<U, std::vector>) (void)w.out().write_varint(v.size());
     if constexpr (is_number<E>) {
       // Bulk: the whole array through the byte-order kernels.
@@ -343,6 +345,7 @@ void write_value(writer_state& w, const T& v) {
   } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map> ||
                        is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
     constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
+    if (!w.count_ok(v.size())) return;
     (void)w.out().write_varint(v.size());
     auto one = [&](const auto& entry) {
       w.suspend_tracking(1);

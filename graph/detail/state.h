@@ -102,6 +102,13 @@ class writer_state final : public desc_context {
   // --- for the codecs
   wire::writer& out() noexcept { return body_; }
   [[nodiscard]] byte_order order() const noexcept { return order_; }
+  /// False (and the writer fails) when a string or container is longer than
+  /// the reader's max_count would accept.
+  bool count_ok(std::size_t n) noexcept {
+    if (n <= opt_.limits.max_count) return true;
+    fail(errc::limit_exceeded);
+    return false;
+  }
   void fail(errc e) noexcept {
     if (error_ == errc::ok) error_ = e;
   }

@@ -516,6 +516,17 @@ TEST(Hostile, CountsLargerThanTheInputAreRejectedBeforeAllocating) {
   EXPECT_EQ(with_count({0x80, 0x80, 0x80, 0x10}), errc::truncated);                  // 2^25 floats, no bytes
 }
 
+TEST(Hostile, CountLimitsAreEnforcedOnBothSides) {
+  graph::options small;
+  small.limits.max_count = 3;
+  const std::vector<float> four = {1, 2, 3, 4};
+  EXPECT_EQ(graph::write(four, small).error(), errc::limit_exceeded);
+  EXPECT_EQ(graph::write(std::string("four"), small).error(), errc::limit_exceeded);
+  EXPECT_EQ(graph::write(std::set<int>{1, 2, 3, 4}, small).error(), errc::limit_exceeded);
+  EXPECT_TRUE(graph::write(std::vector<float>{1, 2, 3}, small));
+  EXPECT_EQ(graph::read<std::vector<float>>(*graph::write(four), small).error(), errc::limit_exceeded);
+}
+
 TEST(Hostile, DepthBeyondTheLimitIsAnError) {
   using nested = std::vector<std::vector<std::vector<std::vector<int>>>>;
   nested n = {{{{1}}}};
