@@ -514,13 +514,10 @@ result<void> create_object(reader_state& r, read_object& obj) {
   }
 }
 
-/// The object an owning or weak reference names, created on first use and
-/// viewed as an E. Errors: bad_reference, ownership_conflict, type_mismatch.
+/// Object `o`, named by an owning or weak reference of kind k, created on
+/// first use and viewed as an E. Errors: ownership_conflict, type_mismatch.
 template <class E>
-result<E*> resolve(reader_state& r, std::uint64_t id, kind k) {
-  auto obj = r.object(id);
-  if (!obj) return obj.error();
-  read_object& o = **obj;
+result<E*> resolve(reader_state& r, read_object& o, kind k) {
   const std::uint8_t wanted = k == kind::unique ? 2 : 1;
   if (o.ownership != wanted) return errc::ownership_conflict;
   if (k == kind::unique && o.address != nullptr) return errc::ownership_conflict;  // owned twice
@@ -671,33 +668,29 @@ result<void> read_value(reader_state& r, T& v) {
     result<void> status{};
     std::apply([&](auto&... e) { ((status ? (status = read_value(r, e), 0) : 0), ...); }, v);
     return status;
-  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_instance_v<U, std::weak_ptr>) {
+  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_instance_v<U, std::weak_ptr> ||
+                       is_default_unique_ptr<U>::value) {
     using E = typename U::element_type;
+    constexpr kind k = is_instance_v<U, std::shared_ptr> ? kind::shared
+                       : is_instance_v<U, std::weak_ptr> ? kind::weak
+                                                         : kind::unique;
     auto id = r.in().read_varint();
     if (!id) return id.error();
     if (*id == 0) {
       v.reset();
       return {};
     }
-    auto p = resolve<E>(r, *id, is_instance_v<U, std::shared_ptr> ? kind::shared : kind::weak);
-    if (!p) return p.error();
     auto obj = r.object(*id);
-    v = std::shared_ptr<E>((*obj)->shared, *p);
-    return {};
-  } else if constexpr (is_default_unique_ptr<U>::value) {
-    using E = typename U::element_type;
-    auto id = r.in().read_varint();
-    if (!id) return id.error();
-    if (*id == 0) {
-      v.reset();
-      return {};
+    if (!obj) return obj.error();
+    auto p = resolve<E>(r, **obj, k);
+    if (!p) return p.error();
+    if constexpr (k == kind::unique) {
+      (*obj)->unique = nullptr;  // ownership moves to v
+      (*obj)->claimed = true;
+      v.reset(*p);
+    } else {
+      v = std::shared_ptr<E>((*obj)->shared, *p);
     }
-    auto p = resolve<E>(r, *id, kind::unique);
-    if (!p) return p.error();
-    auto obj = r.object(*id);
-    (*obj)->unique = nullptr;  // ownership moves to v
-    (*obj)->claimed = true;
-    v.reset(*p);
     return {};
   } else if constexpr (std::is_pointer_v<U>) {
     using E = std::remove_cv_t<std::remove_pointer_t<U>>;
