@@ -227,7 +227,6 @@ class reader_state final : public desc_context {
 
   /// The object with id `id` (1-based), or bad_reference.
   result<read_object*> object(std::uint64_t id) noexcept;
-  [[nodiscard]] std::size_t object_count() const noexcept { return objects_.size(); }
 
   void track_value(void* address, std::type_index type) {
     if (track_ && untracked_ == 0) tracked_.emplace_back(address, type);
