@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "ferry/wire/error.h"
 
@@ -78,6 +79,22 @@ inline constexpr dtype all_dtypes[] = {
 
 /// Validates a stored code. Errors: unknown_dtype.
 [[nodiscard]] result<dtype> dtype_from_code(std::uint8_t code) noexcept;
+
+/// The dtype of a C++ arithmetic type (bool, fixed-width integers, float,
+/// double); ill-formed for others.
+template <class T>
+inline constexpr dtype dtype_of = [] {
+  static_assert(std::is_arithmetic_v<T> && (sizeof(T) <= 8), "no dtype for this type");
+  if constexpr (std::is_same_v<T, bool>) return dtype::boolean;
+  else if constexpr (std::is_same_v<T, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  else if constexpr (std::is_signed_v<T>) {
+    static_assert(!std::is_floating_point_v<T>, "long double has no dtype");
+    return sizeof(T) == 1 ? dtype::i8 : sizeof(T) == 2 ? dtype::i16 : sizeof(T) == 4 ? dtype::i32 : dtype::i64;
+  } else {
+    return sizeof(T) == 1 ? dtype::u8 : sizeof(T) == 2 ? dtype::u16 : sizeof(T) == 4 ? dtype::u32 : dtype::u64;
+  }
+}();
 
 /// The stable code of t.
 [[nodiscard]] constexpr std::uint8_t code(dtype t) noexcept { return static_cast<std::uint8_t>(t); }

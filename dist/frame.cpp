@@ -21,21 +21,6 @@ constexpr std::uint8_t encoding_mask = 0x0E;
 // larger than this is ever allocated (it lives on the stack).
 constexpr std::size_t step = 2048;
 
-void write_header(const frame_header& h, wire::writer& w) {
-  const byte_order o = h.order;
-  (void)w.write_bytes(magic);
-  (void)w.write<std::uint8_t>(version, o);
-  const auto flags = static_cast<std::uint8_t>((o == byte_order::big ? order_bit : 0) |
-                                               (static_cast<std::uint8_t>(h.enc) << 1));
-  (void)w.write<std::uint8_t>(flags, o);
-  (void)w.write<std::uint8_t>(codec::code(h.type), o);
-  (void)w.write<std::uint8_t>(0, o);
-  (void)w.write<std::uint32_t>(h.sender, o);
-  (void)w.write<std::uint64_t>(h.sequence, o);
-  (void)w.write<std::uint32_t>(h.chunk, o);
-  (void)w.write<std::uint32_t>(h.count, o);
-}
-
 // Appends the CRC of everything from `start` to the end of `out`.
 void seal(std::vector<std::byte>& out, std::size_t start, byte_order o) {
   const std::uint32_t crc = codec::crc32c(std::span(out).subspan(start));
@@ -45,6 +30,22 @@ void seal(std::vector<std::byte>& out, std::size_t start, byte_order o) {
 }
 
 }  // namespace
+
+void encode_header(const frame_header& h, std::span<std::byte, frame_header_size> out) noexcept {
+  const byte_order o = h.order;
+  std::byte* p = out.data();
+  std::copy(std::begin(magic), std::end(magic), p);
+  const auto flags = static_cast<std::uint8_t>((o == byte_order::big ? order_bit : 0) |
+                                               (static_cast<std::uint8_t>(h.enc) << 1));
+  p[4] = std::byte{version};
+  p[5] = std::byte{flags};
+  p[6] = std::byte{codec::code(h.type)};
+  p[7] = std::byte{0};
+  wire::store<std::uint32_t>(h.sender, p + 8, o);
+  wire::store<std::uint64_t>(h.sequence, p + 12, o);
+  wire::store<std::uint32_t>(h.chunk, p + 20, o);
+  wire::store<std::uint32_t>(h.count, p + 24, o);
+}
 
 std::size_t wire_element_size(const frame_header& h) noexcept {
   return h.enc == encoding::raw ? codec::size_of(h.type) : 2;
@@ -115,7 +116,9 @@ result<void> encode_raw(const frame_header& h, std::span<const std::byte> payloa
   const std::size_t start = out.size();
   {
     wire::writer w(out);
-    write_header(h, w);
+    std::array<std::byte, frame_header_size> header{};
+    encode_header(h, header);
+    (void)w.write_bytes(header);
     (void)w.write_bytes(payload);
   }
   seal(out, start, h.order);
@@ -130,7 +133,9 @@ result<void> encode_f32(frame_header h, std::span<const float> values, std::vect
   const std::size_t start = out.size();
   {
     wire::writer w(out);
-    write_header(h, w);
+    std::array<std::byte, frame_header_size> header{};
+    encode_header(h, header);
+    (void)w.write_bytes(header);
     if (h.enc == encoding::raw) {
       (void)w.write_array<float>(values, h.order);  // host order: a copy
     } else {
@@ -174,6 +179,48 @@ result<void> payload_to_f32(const frame_view& f, std::span<float> out) noexcept 
     }
   }
   return {};
+}
+
+namespace {
+constexpr std::byte abort_magic[4] = {std::byte{'F'}, std::byte{'D'}, std::byte{'X'}, std::byte{'1'}};
+constexpr std::uint32_t no_culprit = 0xFFFFFFFF;
+}  // namespace
+
+bool is_abort(std::span<const std::byte> bytes) noexcept {
+  return bytes.size() >= 4 && std::equal(std::begin(abort_magic), std::end(abort_magic), bytes.begin());
+}
+
+std::array<std::byte, abort_size> encode_abort(const abort_message& m) noexcept {
+  const byte_order o = wire::host_order;
+  std::array<std::byte, abort_size> b{};
+  std::copy(std::begin(abort_magic), std::end(abort_magic), b.begin());
+  b[4] = std::byte{version};
+  b[5] = std::byte{o == byte_order::big ? order_bit : std::uint8_t{0}};
+  wire::store<std::uint16_t>(static_cast<std::uint16_t>(m.code), b.data() + 6, o);
+  wire::store<std::uint32_t>(m.reporter, b.data() + 8, o);
+  wire::store<std::uint32_t>(m.culprit.value_or(no_culprit), b.data() + 12, o);
+  wire::store<std::uint64_t>(m.sequence, b.data() + 16, o);
+  wire::store<std::uint32_t>(codec::crc32c(std::span<const std::byte>(b).first(28)), b.data() + 28, o);
+  return b;
+}
+
+result<abort_message> parse_abort(std::span<const std::byte, abort_size> b) noexcept {
+  if (!is_abort(b)) return errc::bad_magic;
+  if (b[4] != std::byte{version}) return errc::unsupported_version;
+  const auto flags = static_cast<std::uint8_t>(b[5]);
+  if ((flags & ~order_bit) != 0) return errc::bad_value;
+  const byte_order o = (flags & order_bit) ? byte_order::big : byte_order::little;
+  if (wire::load<std::uint32_t>(b.data() + 28, o) != codec::crc32c(b.first(28))) return errc::checksum_mismatch;
+  if (wire::load<std::uint32_t>(b.data() + 24, o) != 0) return errc::bad_value;
+  abort_message m;
+  const auto code = wire::load<std::uint16_t>(b.data() + 6, o);
+  if (code == 0) return errc::bad_value;
+  m.code = static_cast<errc>(code);
+  m.reporter = wire::load<std::uint32_t>(b.data() + 8, o);
+  const auto culprit = wire::load<std::uint32_t>(b.data() + 12, o);
+  if (culprit != no_culprit) m.culprit = culprit;
+  m.sequence = wire::load<std::uint64_t>(b.data() + 16, o);
+  return m;
 }
 
 }  // namespace ferry::dist

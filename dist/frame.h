@@ -31,8 +31,10 @@
 // and MUST check the CRC before using any payload byte.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -62,6 +64,10 @@ struct frame_header {
   std::uint32_t count = 0;
   friend bool operator==(const frame_header&, const frame_header&) = default;
 };
+
+/// Writes the 28-byte header of `h` (in h.order), for senders that gather
+/// header, payload and CRC straight from their buffers.
+void encode_header(const frame_header& h, std::span<std::byte, frame_header_size> out) noexcept;
 
 /// Bytes per element on the wire (2 when compressed).
 [[nodiscard]] std::size_t wire_element_size(const frame_header& h) noexcept;
@@ -102,5 +108,36 @@ result<void> encode_raw(const frame_header& h, std::span<const std::byte> payloa
 /// compressed. Bit-exact for raw frames (NaN payloads included).
 /// Errors: bad_value (not F32), size_mismatch (out.size() != count).
 result<void> payload_to_f32(const frame_view& f, std::span<float> out) noexcept;
+
+/// ABORT, the message a rank sends both neighbours when a collective fails
+/// there, so that every rank fails naming the same culprit. It may stand
+/// wherever a frame may, on either direction of a link.
+///
+///   offset size field
+///   0      4    magic      "FDX1" (46 44 58 31)
+///   4      1    version    1
+///   5      1    flags      bit 0: byte order of the fields below; bits 1-7: 0
+///   6      2    code       u16 ferry::errc of the failure
+///   8      4    reporter   u32, the rank that detected it
+///   12     4    culprit    u32, the rank at fault, 0xFFFFFFFF if unknown
+///   16     8    sequence   u64, the collective that failed
+///   24     4    reserved   0
+///   28     4    crc        u32 CRC32C of bytes [0, 28)
+struct abort_message {
+  errc code = errc::aborted;
+  std::uint32_t reporter = 0;
+  std::optional<std::uint32_t> culprit;
+  std::uint64_t sequence = 0;
+  friend bool operator==(const abort_message&, const abort_message&) = default;
+};
+inline constexpr std::size_t abort_size = 32;
+
+/// True if `bytes` start with ABORT's magic.
+[[nodiscard]] bool is_abort(std::span<const std::byte> bytes) noexcept;
+/// Encodes in the host's byte order.
+[[nodiscard]] std::array<std::byte, abort_size> encode_abort(const abort_message& m) noexcept;
+/// Errors: bad_magic, unsupported_version, bad_value (flags, reserved,
+/// code 0), checksum_mismatch.
+result<abort_message> parse_abort(std::span<const std::byte, abort_size> bytes) noexcept;
 
 }  // namespace ferry::dist

@@ -34,6 +34,16 @@ std::string_view message(errc e) noexcept {
     case errc::io_error: return "file or stream I/O failed";
     case errc::pointer_into_root: return "raw pointer into the root value, which read() moves (use read_into)";
     case errc::checksum_mismatch: return "CRC32C does not match the frame's bytes";
+    case errc::auth_failed: return "peer could not prove it holds the shared secret";
+    case errc::version_mismatch: return "peer speaks another protocol version";
+    case errc::config_mismatch: return "peer's world configuration differs";
+    case errc::peer_lost: return "peer's connection closed or reset";
+    case errc::timed_out: return "no progress within the timeout";
+    case errc::sequence_mismatch: return "frame from an unexpected collective, chunk or sender";
+    case errc::connect_failed: return "address could not be resolved, bound or reached";
+    case errc::bad_config: return "invalid configuration";
+    case errc::aborted: return "communicator failed earlier";
+    case errc::protocol_error: return "message not allowed by the protocol at this point";
   }
   return "unknown error";
 }
@@ -70,6 +80,16 @@ std::string_view name(errc e) noexcept {
     case errc::io_error: return "io_error";
     case errc::pointer_into_root: return "pointer_into_root";
     case errc::checksum_mismatch: return "checksum_mismatch";
+    case errc::auth_failed: return "auth_failed";
+    case errc::version_mismatch: return "version_mismatch";
+    case errc::config_mismatch: return "config_mismatch";
+    case errc::peer_lost: return "peer_lost";
+    case errc::timed_out: return "timed_out";
+    case errc::sequence_mismatch: return "sequence_mismatch";
+    case errc::connect_failed: return "connect_failed";
+    case errc::bad_config: return "bad_config";
+    case errc::aborted: return "aborted";
+    case errc::protocol_error: return "protocol_error";
   }
   return "unknown";
 }

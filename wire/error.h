@@ -60,6 +60,16 @@ enum class errc : std::uint16_t {
 
   // 300..399: the gradient wire protocol (dist/).
   checksum_mismatch = 300,    ///< A frame's CRC32C does not match its bytes.
+  auth_failed = 301,          ///< A peer could not prove it holds the shared secret.
+  version_mismatch = 302,     ///< A peer speaks another protocol version.
+  config_mismatch = 303,      ///< A peer's world configuration differs from this rank's.
+  peer_lost = 304,            ///< A peer's connection closed or reset.
+  timed_out = 305,            ///< A blocking operation made no progress within its timeout.
+  sequence_mismatch = 306,    ///< A frame from another collective, chunk or sender than expected.
+  connect_failed = 307,       ///< An address could not be resolved, bound or reached.
+  bad_config = 308,           ///< Invalid settings (environment variables, secret, sizes).
+  aborted = 309,              ///< The communicator failed earlier; no further collective can run.
+  protocol_error = 310,       ///< A peer sent a message the protocol does not allow at that point.
 };
 
 /// A short, stable English description of `e`, for logs and error messages.

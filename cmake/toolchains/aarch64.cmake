@@ -1,12 +1,6 @@
-# Cross build for aarch64 with Debian's aarch64-linux-gnu toolchain; tests run under
-# qemu-user through CMAKE_CROSSCOMPILING_EMULATOR.
-set(CMAKE_SYSTEM_NAME Linux)
+# Cross build for aarch64 with Debian's aarch64-linux-gnu toolchain (see cross-common.cmake).
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
-set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
-set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
-set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
-set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
-set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
-set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
-set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+set(FERRY_TRIPLE aarch64-linux-gnu)
+set(FERRY_DEB_ARCH arm64)
+set(FERRY_QEMU qemu-aarch64)
+include(${CMAKE_CURRENT_LIST_DIR}/cross-common.cmake)

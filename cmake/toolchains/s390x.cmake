@@ -1,12 +1,6 @@
-# Cross build for s390x with Debian's s390x-linux-gnu toolchain; tests run under
-# qemu-user through CMAKE_CROSSCOMPILING_EMULATOR.
-set(CMAKE_SYSTEM_NAME Linux)
+# Cross build for s390x with Debian's s390x-linux-gnu toolchain (see cross-common.cmake).
 set(CMAKE_SYSTEM_PROCESSOR s390x)
-set(CMAKE_C_COMPILER s390x-linux-gnu-gcc)
-set(CMAKE_CXX_COMPILER s390x-linux-gnu-g++)
-set(CMAKE_FIND_ROOT_PATH /usr/s390x-linux-gnu)
-set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
-set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
-set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
-set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-s390x;-L;/usr/s390x-linux-gnu)
+set(FERRY_TRIPLE s390x-linux-gnu)
+set(FERRY_DEB_ARCH s390x)
+set(FERRY_QEMU qemu-s390x)
+include(${CMAKE_CURRENT_LIST_DIR}/cross-common.cmake)

@@ -1,0 +1,19 @@
+# Shared by the cross toolchain files, which set FERRY_TRIPLE (GNU triple),
+# FERRY_DEB_ARCH (Debian architecture), FERRY_QEMU and CMAKE_SYSTEM_PROCESSOR.
+# Tests run under qemu-user through CMAKE_CROSSCOMPILING_EMULATOR. OpenSSL's
+# libcrypto comes from the libssl-dev package unpacked by scripts/cross-sysroot
+# into build/sysroot/<debian-arch> and is linked statically.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_C_COMPILER ${FERRY_TRIPLE}-gcc)
+set(CMAKE_CXX_COMPILER ${FERRY_TRIPLE}-g++)
+get_filename_component(_ferry_sysroot "${CMAKE_CURRENT_LIST_DIR}/../../build/sysroot/${FERRY_DEB_ARCH}" ABSOLUTE)
+set(CMAKE_FIND_ROOT_PATH /usr/${FERRY_TRIPLE} ${_ferry_sysroot})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+set(CMAKE_CROSSCOMPILING_EMULATOR ${FERRY_QEMU};-L;/usr/${FERRY_TRIPLE})
+set(OPENSSL_ROOT_DIR /usr)
+set(OPENSSL_USE_STATIC_LIBS TRUE)
+# Debian keeps two per-architecture OpenSSL headers under usr/include/<triple>.
+set(CMAKE_CXX_FLAGS_INIT "-isystem ${_ferry_sysroot}/usr/include/${FERRY_TRIPLE}")

@@ -1,0 +1,41 @@
+// ferry/dist/config.h: how a rank finds its world.
+//
+// Environment variables (config::from_env), the torchrun conventions first:
+//   MASTER_ADDR    rank 0's host name or address, IPv4 or IPv6 (default 127.0.0.1)
+//   MASTER_PORT    rank 0's rendezvous port (default 29500)
+//   RANK           this process's rank; fallback SLURM_PROCID
+//   WORLD_SIZE     the number of ranks; fallback SLURM_NTASKS
+//   FERRY_SECRET       the shared secret itself, or
+//   FERRY_SECRET_FILE  a file holding it (one trailing newline is dropped)
+//   FERRY_TIMEOUT      seconds any blocking step may go without progress (default 60)
+//   FERRY_CHUNK_BYTES  payload bytes per frame in collectives (default 256 KiB)
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ferry::dist {
+
+struct config {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 29500;  ///< 0 lets rank 0's kernel pick (see listener)
+  std::string secret;                 ///< required: at least one byte
+  std::chrono::milliseconds timeout{60'000};
+  /// Payload bytes per frame: the pipelining grain of the ring. Every rank
+  /// must use the same value (checked at the handshake).
+  std::uint32_t chunk_bytes = 256 * 1024;
+  /// The largest frame accepted, header and CRC included; frames announcing
+  /// more are refused before anything is allocated. Same on every rank.
+  std::uint32_t max_frame_bytes = 16 * 1024 * 1024;
+
+  /// Reads the variables above. Throws comm_error(bad_config) naming the
+  /// variable that is missing or malformed.
+  static config from_env();
+  /// Throws comm_error(bad_config) if a field is out of range.
+  void validate() const;
+};
+
+}  // namespace ferry::dist

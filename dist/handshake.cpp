@@ -1,0 +1,390 @@
+#include "ferry/dist/handshake.h"
+
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ferry/codec/crc32c.h"
+#include "ferry/dist/error.h"
+
+namespace ferry::dist {
+namespace {
+
+using wire::byte_order;
+constexpr auto le = byte_order::little;
+
+using magic_t = std::array<std::byte, 4>;
+constexpr magic_t make_magic(char c) { return {std::byte{'F'}, std::byte{'D'}, std::byte(c), std::byte{'1'}}; }
+constexpr magic_t hello_magic = make_magic('H');
+constexpr magic_t auth_magic = make_magic('A');
+constexpr magic_t reject_magic = make_magic('R');
+constexpr magic_t table_magic = make_magic('T');
+constexpr std::size_t arch_size = 16;
+constexpr std::size_t entry_size = 20;
+
+bool has_magic(std::span<const std::byte> b, const magic_t& m) {
+  return b.size() >= 4 && std::equal(m.begin(), m.end(), b.begin());
+}
+
+template <class T>
+T get(std::span<const std::byte> b, std::size_t at) {
+  return wire::load<T>(b.data() + at, le);
+}
+
+template <class T>
+void put(std::span<std::byte> b, std::size_t at, T v) {
+  wire::store<T>(v, b.data() + at, le);
+}
+
+bool valid_arch(std::span<const std::byte> a) {
+  // Printable ASCII, then NUL padding only.
+  std::size_t i = 0;
+  while (i < a.size() && a[i] != std::byte{0}) {
+    const auto c = static_cast<unsigned char>(a[i]);
+    if (c < 0x21 || c > 0x7E) return false;
+    ++i;
+  }
+  if (i == 0) return false;
+  return std::all_of(a.begin() + static_cast<std::ptrdiff_t>(i), a.end(), [](std::byte c) { return c == std::byte{0}; });
+}
+
+[[noreturn]] void fail(errc code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
+
+// Reads one message's magic; a REJECT is turned into the error it carries.
+magic_t read_magic(const socket& s, clock::time_point deadline, const std::string& who) {
+  magic_t m{};
+  recv_all(s, m, deadline, who);
+  if (m != reject_magic) return m;
+  std::array<std::byte, 4> head{};
+  recv_all(s, head, deadline, who);
+  const std::uint16_t len = get<std::uint16_t>(head, 2);
+  if (len > max_reject_text) fail(errc::protocol_error, who + " sent a malformed REJECT");
+  std::vector<std::byte> body(4 + std::size_t{len});
+  std::copy(head.begin(), head.end(), body.begin());
+  recv_all(s, std::span(body).subspan(4), deadline, who);
+  const auto r = parse_reject(body);
+  if (!r) fail(errc::protocol_error, who + " sent a malformed REJECT");
+  throw comm_error(r->code, std::nullopt, who + " refused the connection: " + r->text);
+}
+
+void send_reject(const socket& s, errc code, const std::string& text, clock::time_point deadline) {
+  try {
+    send_all(s, encode_reject(code, text), std::min(deadline, clock::now() + std::chrono::seconds(1)), "peer");
+  } catch (const comm_error&) {
+    // The peer is gone already; our own error says what happened.
+  }
+}
+
+std::array<std::byte, hello_size> read_hello_bytes(const socket& s, clock::time_point deadline, const std::string& who) {
+  std::array<std::byte, hello_size> b{};
+  const magic_t m = read_magic(s, deadline, who);
+  if (m != hello_magic) fail(errc::protocol_error, who + " did not open with a ferry HELLO (is it a ferry rank?)");
+  std::copy(m.begin(), m.end(), b.begin());
+  recv_all(s, std::span(b).subspan(4), deadline, who);
+  return b;
+}
+
+std::array<std::byte, 32> random_nonce() {
+  std::array<std::byte, 32> n{};
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
+    fail(errc::auth_failed, "OpenSSL could not produce random bytes for the challenge");
+  }
+  return n;
+}
+
+std::string version_error(const hello& mine, const hello& theirs) {
+  return describe(mine) + " speaks ferry protocol version " + std::to_string(mine.version) + " but " +
+         describe(theirs) + " speaks version " + std::to_string(theirs.version);
+}
+
+}  // namespace
+
+std::string_view host_arch() noexcept {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__i386__)
+  return "i386";
+#elif defined(__aarch64__)
+  return "aarch64";
+#elif defined(__arm__) && defined(__ARM_PCS_VFP)
+  return "armhf";
+#elif defined(__arm__)
+  return "armel";
+#elif defined(__s390x__)
+  return "s390x";
+#elif defined(__powerpc64__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return "ppc64";
+#elif defined(__powerpc64__)
+  return "ppc64le";
+#elif defined(__riscv) && __riscv_xlen == 64
+  return "riscv64";
+#else
+  return "unknown";
+#endif
+}
+
+std::string describe(const hello& h) {
+  return "rank " + std::to_string(h.rank) + " (" + (h.arch.empty() ? std::string("?") : h.arch) + ", " +
+         (h.order == byte_order::big ? "big" : "little") + "-endian, " + std::to_string(8 * h.word_size) + "-bit)";
+}
+
+std::array<std::byte, hello_size> encode_hello(const hello& h) {
+  std::array<std::byte, hello_size> b{};
+  std::copy(hello_magic.begin(), hello_magic.end(), b.begin());
+  put<std::uint8_t>(b, 4, h.version);
+  put<std::uint8_t>(b, 5, static_cast<std::uint8_t>(h.role));
+  put<std::uint8_t>(b, 6, h.order == byte_order::big ? 1 : 0);
+  put<std::uint8_t>(b, 7, h.word_size);
+  put<std::uint32_t>(b, 8, h.rank);
+  put<std::uint32_t>(b, 12, h.world_size);
+  put<std::uint32_t>(b, 16, h.chunk_bytes);
+  put<std::uint32_t>(b, 20, h.max_frame_bytes);
+  put<std::uint16_t>(b, 24, h.listen_port);
+  const std::size_t n = std::min(h.arch.size(), arch_size);
+  std::memcpy(b.data() + 28, h.arch.data(), n);
+  std::copy(h.nonce.begin(), h.nonce.end(), b.begin() + 44);
+  put<std::uint32_t>(b, 76, codec::crc32c(std::span<const std::byte>(b).first(76)));
+  return b;
+}
+
+result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
+  if (!has_magic(b, hello_magic)) return errc::bad_magic;
+  hello h;
+  h.version = get<std::uint8_t>(b, 4);
+  const auto role = get<std::uint8_t>(b, 5);
+  const auto order = get<std::uint8_t>(b, 6);
+  h.word_size = get<std::uint8_t>(b, 7);
+  h.rank = get<std::uint32_t>(b, 8);
+  if (role < 1 || role > 3 || order > 1) return errc::bad_value;
+  h.role = static_cast<dist::role>(role);
+  h.order = order == 1 ? byte_order::big : byte_order::little;
+  if (h.version != protocol_version) return h;  // the prefix is enough to report it
+  if (get<std::uint32_t>(b, 76) != codec::crc32c(b.first(76))) return errc::checksum_mismatch;
+  if (h.word_size != 4 && h.word_size != 8) return errc::bad_value;
+  h.world_size = get<std::uint32_t>(b, 12);
+  h.chunk_bytes = get<std::uint32_t>(b, 16);
+  h.max_frame_bytes = get<std::uint32_t>(b, 20);
+  h.listen_port = get<std::uint16_t>(b, 24);
+  if (get<std::uint16_t>(b, 26) != 0) return errc::bad_value;
+  const auto arch = b.subspan(28, arch_size);
+  if (!valid_arch(arch)) return errc::bad_value;
+  for (std::byte c : arch) {
+    if (c == std::byte{0}) break;
+    h.arch.push_back(static_cast<char>(c));
+  }
+  std::copy(b.begin() + 44, b.begin() + 76, h.nonce.begin());
+  if (h.world_size == 0 || h.rank >= h.world_size) return errc::config_mismatch;
+  return h;
+}
+
+std::string compare_worlds(const hello& mine, const hello& theirs) {
+  std::string diff;
+  auto field = [&](const char* name, std::uint32_t a, std::uint32_t b) {
+    if (a == b) return;
+    diff += (diff.empty() ? "" : "; ") + std::string(name) + " " + std::to_string(a) + " on " + describe(mine) +
+            " but " + std::to_string(b) + " on " + describe(theirs);
+  };
+  field("world size", mine.world_size, theirs.world_size);
+  field("chunk bytes", mine.chunk_bytes, theirs.chunk_bytes);
+  field("max frame bytes", mine.max_frame_bytes, theirs.max_frame_bytes);
+  if (diff.empty() && mine.rank == theirs.rank) {
+    diff = "two processes claim rank " + std::to_string(mine.rank) + ": " + describe(mine) + " and " + describe(theirs);
+  }
+  return diff.empty() ? diff : "world configuration mismatch: " + diff;
+}
+
+std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
+                                     std::span<const std::byte, hello_size> initiator_hello,
+                                     std::span<const std::byte, hello_size> acceptor_hello) {
+  const std::string_view label = initiator ? "ferry-dist-1 initiator" : "ferry-dist-1 acceptor";
+  std::vector<unsigned char> message(label.begin(), label.end());
+  const auto* i = reinterpret_cast<const unsigned char*>(initiator_hello.data());
+  const auto* a = reinterpret_cast<const unsigned char*>(acceptor_hello.data());
+  message.insert(message.end(), i, i + hello_size);
+  message.insert(message.end(), a, a + hello_size);
+  std::array<std::byte, 32> mac{};
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(),
+           reinterpret_cast<unsigned char*>(mac.data()), &len) == nullptr ||
+      len != mac.size()) {
+    fail(errc::auth_failed, "OpenSSL HMAC-SHA256 failed");
+  }
+  return mac;
+}
+
+std::vector<std::byte> encode_reject(errc code, std::string_view text) {
+  text = text.substr(0, max_reject_text);
+  std::vector<std::byte> b(8 + text.size());
+  std::copy(reject_magic.begin(), reject_magic.end(), b.begin());
+  put<std::uint16_t>(b, 4, static_cast<std::uint16_t>(code));
+  put<std::uint16_t>(b, 6, static_cast<std::uint16_t>(text.size()));
+  std::memcpy(b.data() + 8, text.data(), text.size());
+  return b;
+}
+
+result<reject> parse_reject(std::span<const std::byte> body) noexcept {
+  if (body.size() < 4) return errc::truncated;
+  const auto code = get<std::uint16_t>(body, 0);
+  const auto len = get<std::uint16_t>(body, 2);
+  if (len > max_reject_text) return errc::bad_value;
+  if (body.size() < 4 + std::size_t{len}) return errc::truncated;
+  if (body.size() > 4 + std::size_t{len}) return errc::trailing_bytes;
+  reject r;
+  switch (static_cast<errc>(code)) {
+    case errc::auth_failed:
+    case errc::version_mismatch:
+    case errc::config_mismatch:
+    case errc::protocol_error: r.code = static_cast<errc>(code); break;
+    default: r.code = errc::protocol_error; break;
+  }
+  try {
+    r.text.assign(reinterpret_cast<const char*>(body.data() + 4), len);
+  } catch (...) {
+    return errc::limit_exceeded;
+  }
+  return r;
+}
+
+std::vector<std::byte> encode_table(std::span<const table_entry> entries) {
+  std::vector<std::byte> b(8 + entry_size * entries.size() + 4);
+  std::copy(table_magic.begin(), table_magic.end(), b.begin());
+  put<std::uint32_t>(b, 4, static_cast<std::uint32_t>(entries.size()));
+  std::size_t at = 8;
+  for (const table_entry& e : entries) {
+    if (e.at.family() == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&e.at.storage);
+      put<std::uint8_t>(b, at, 4);
+      std::memcpy(b.data() + at + 4, &in->sin_addr, 4);
+    } else if (e.at.family() == AF_INET6) {
+      const auto* in = reinterpret_cast<const sockaddr_in6*>(&e.at.storage);
+      put<std::uint8_t>(b, at, 6);
+      std::memcpy(b.data() + at + 4, &in->sin6_addr, 16);
+    }
+    if (e.at.family() != AF_UNSPEC) put<std::uint16_t>(b, at + 2, e.at.port());
+    at += entry_size;
+  }
+  put<std::uint32_t>(b, at, codec::crc32c(std::span<const std::byte>(b).first(at)));
+  return b;
+}
+
+result<std::vector<table_entry>> parse_table(std::span<const std::byte> b, std::uint32_t world_size) noexcept {
+  if (b.size() < 8) return errc::truncated;
+  if (!has_magic(b, table_magic)) return errc::bad_magic;
+  const std::uint32_t count = get<std::uint32_t>(b, 4);
+  if (count != world_size) return errc::config_mismatch;
+  const std::size_t body = 8 + entry_size * std::size_t{count};
+  if (b.size() < body + 4) return errc::truncated;
+  if (b.size() > body + 4) return errc::trailing_bytes;
+  if (get<std::uint32_t>(b, body) != codec::crc32c(b.first(body))) return errc::checksum_mismatch;
+  std::vector<table_entry> out;
+  try {
+    out.resize(count);
+  } catch (...) {
+    return errc::limit_exceeded;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t at = 8 + entry_size * i;
+    const auto family = get<std::uint8_t>(b, at);
+    if (get<std::uint8_t>(b, at + 1) != 0) return errc::bad_value;
+    endpoint& e = out[i].at;
+    if (family == 4) {
+      auto* in = reinterpret_cast<sockaddr_in*>(&e.storage);
+      in->sin_family = AF_INET;
+      std::memcpy(&in->sin_addr, b.data() + at + 4, 4);
+      e.length = sizeof(sockaddr_in);
+    } else if (family == 6) {
+      auto* in = reinterpret_cast<sockaddr_in6*>(&e.storage);
+      in->sin6_family = AF_INET6;
+      std::memcpy(&in->sin6_addr, b.data() + at + 4, 16);
+      e.length = sizeof(sockaddr_in6);
+    } else if (family != 0) {
+      return errc::bad_value;
+    }
+    if (family != 0) e.set_port(get<std::uint16_t>(b, at + 2));
+  }
+  return out;
+}
+
+namespace {
+
+// Both sides, after the HELLOs: AUTH one way, AUTH the other, then the
+// configuration check.
+void finish(const socket& s, bool initiator, const hello& mine, const hello& theirs,
+            const std::array<std::byte, hello_size>& i_bytes, const std::array<std::byte, hello_size>& a_bytes,
+            std::string_view secret, clock::time_point deadline, const std::string& who) {
+  auto send_auth = [&] {
+    std::array<std::byte, auth_size> m{};
+    std::copy(auth_magic.begin(), auth_magic.end(), m.begin());
+    const auto proof = auth_proof(secret, initiator, i_bytes, a_bytes);
+    std::copy(proof.begin(), proof.end(), m.begin() + 4);
+    send_all(s, m, deadline, who);
+  };
+  auto check_auth = [&] {
+    std::array<std::byte, auth_size> m{};
+    const magic_t magic = read_magic(s, deadline, who);
+    if (magic != auth_magic) fail(errc::protocol_error, who + " sent something other than AUTH");
+    recv_all(s, std::span(m).subspan(4), deadline, who);
+    const auto expected = auth_proof(secret, !initiator, i_bytes, a_bytes);
+    if (CRYPTO_memcmp(expected.data(), m.data() + 4, expected.size()) != 0) {
+      const std::string text = describe(mine) + " rejected " + describe(theirs) +
+                               ": it did not prove the shared secret (wrong FERRY_SECRET?)";
+      send_reject(s, errc::auth_failed, text, deadline);
+      fail(errc::auth_failed, text);
+    }
+  };
+  if (initiator) {
+    send_auth();
+    check_auth();
+  } else {
+    check_auth();
+    send_auth();
+  }
+  if (const std::string diff = compare_worlds(mine, theirs); !diff.empty()) fail(errc::config_mismatch, diff);
+}
+
+}  // namespace
+
+hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
+                         const std::string& who) {
+  mine.nonce = random_nonce();
+  const auto mine_bytes = encode_hello(mine);
+  send_all(s, mine_bytes, deadline, who);
+  const auto theirs_bytes = read_hello_bytes(s, deadline, who);
+  const auto theirs = parse_hello(theirs_bytes);
+  if (!theirs) fail(theirs.error(), who + " sent a malformed HELLO: " + std::string(message(theirs.error())));
+  if (theirs->version != protocol_version) fail(errc::version_mismatch, version_error(mine, *theirs));
+  if (theirs->role != role::reply) fail(errc::protocol_error, who + " answered with a HELLO that is not a reply");
+  finish(s, true, mine, *theirs, mine_bytes, theirs_bytes, secret, deadline, who);
+  return *theirs;
+}
+
+hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline) {
+  const std::string who = "the connecting peer";
+  mine.role = role::reply;
+  mine.listen_port = 0;
+  mine.nonce = random_nonce();
+  const auto theirs_bytes = read_hello_bytes(s, deadline, who);
+  const auto theirs = parse_hello(theirs_bytes);
+  if (!theirs) {
+    const std::string text = "malformed HELLO: " + std::string(message(theirs.error()));
+    send_reject(s, errc::protocol_error, describe(mine) + " refused a " + text, deadline);
+    fail(theirs.error(), who + " sent a " + text);
+  }
+  if (theirs->version != protocol_version) {
+    const std::string text = version_error(mine, *theirs);
+    send_reject(s, errc::version_mismatch, text, deadline);
+    fail(errc::version_mismatch, text);
+  }
+  if (theirs->role == role::reply) fail(errc::protocol_error, who + " opened with a reply HELLO");
+  const auto mine_bytes = encode_hello(mine);
+  send_all(s, mine_bytes, deadline, who);
+  finish(s, false, mine, *theirs, theirs_bytes, mine_bytes, secret, deadline, describe(*theirs));
+  return *theirs;
+}
+
+}  // namespace ferry::dist

@@ -1,0 +1,143 @@
+// ferry/dist/handshake.h: what two ranks say when a connection opens.
+//
+// Every connection between ranks starts with this exchange, before any
+// frame: HELLO both ways, then each side proves it holds the shared secret
+// with an HMAC-SHA256 over both HELLOs (OpenSSL's libcrypto), then each
+// side checks the other's world configuration. A side that refuses says why
+// with a REJECT before it closes. All fields are little-endian, whatever
+// the hosts; frames (frame.h) are what travels in the sender's order.
+//
+// HELLO (80 bytes; offsets 0..11 keep their meaning in every version)
+//   offset size field
+//   0      4    magic        "FDH1" (46 44 48 31)
+//   4      1    version      protocol version, 1
+//   5      1    role         1 join (to rank 0's rendezvous), 2 ring (to the
+//                            next rank's ring listener), 3 reply (the acceptor)
+//   6      1    byte order   the sender host's native order (0 little, 1 big)
+//   7      1    word size    the sender's pointer size in bytes (4 or 8)
+//   8      4    rank         u32
+//   12     4    world size   u32, at least 1, rank < world size
+//   16     4    chunk bytes  u32, payload bytes per frame in collectives
+//   20     4    max frame    u32, largest frame this rank accepts, bytes
+//   24     2    listen port  u16, role 1 only: the joiner's ring listener
+//   26     2    reserved     0
+//   28     16   arch         ASCII architecture name, NUL-padded ("x86_64")
+//   44     32   nonce        32 random bytes (the challenge)
+//   76     4    crc          u32 CRC32C of bytes [0, 76)
+//
+// AUTH (36 bytes)
+//   0      4    magic        "FDA1"
+//   4      32   proof        HMAC-SHA256(secret, label || initiator's HELLO ||
+//                            acceptor's HELLO), label the ASCII bytes
+//                            "ferry-dist-1 initiator" or "ferry-dist-1 acceptor"
+//                            for the side that sends it
+//
+// REJECT (8 + n bytes)
+//   0      4    magic        "FDR1"
+//   4      2    code         u16 ferry::errc (auth_failed, version_mismatch,
+//                            config_mismatch, protocol_error)
+//   6      2    n            u16 text length, at most 1024
+//   8      n    text         UTF-8, the refusing side's explanation
+//
+// TABLE (8 + 20 * world size + 4 bytes): rank 0's answer to a joiner
+//   0      4    magic        "FDT1"
+//   4      4    count        u32, equal to the world size
+//   then per rank: 1 byte family (0 none, 4 IPv4, 6 IPv6), 1 reserved (0),
+//                  u16 port, 16 bytes address (IPv4 in the first 4)
+//   end    4    crc          u32 CRC32C of everything before it
+//
+// Order on a connection: the initiator sends HELLO; the acceptor answers
+// HELLO (role 3) or REJECT; the initiator sends AUTH; the acceptor answers
+// AUTH or REJECT. After that both compare configurations (world size,
+// chunk bytes, max frame) and both fail, naming both sides, if they differ.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/dist/socket.h"
+#include "ferry/wire/byte_order.h"
+#include "ferry/wire/error.h"
+
+namespace ferry::dist {
+
+inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::size_t hello_size = 80;
+inline constexpr std::size_t auth_size = 36;
+inline constexpr std::size_t max_reject_text = 1024;
+
+enum class role : std::uint8_t { join = 1, ring = 2, reply = 3 };
+
+/// What one side says about itself in a HELLO.
+struct hello {
+  std::uint8_t version = protocol_version;
+  dist::role role = role::reply;
+  wire::byte_order order = wire::host_order;
+  std::uint8_t word_size = sizeof(void*);
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::uint32_t chunk_bytes = 0;
+  std::uint32_t max_frame_bytes = 0;
+  std::uint16_t listen_port = 0;
+  std::string arch;  ///< at most 16 ASCII characters
+  std::array<std::byte, 32> nonce{};
+  friend bool operator==(const hello&, const hello&) = default;
+};
+
+/// This machine's architecture name ("x86_64", "aarch64", "armhf", "s390x").
+std::string_view host_arch() noexcept;
+
+/// "rank 2 (s390x, big-endian, 64-bit)".
+std::string describe(const hello& h);
+
+std::array<std::byte, hello_size> encode_hello(const hello& h);
+
+/// Parses a HELLO. A version other than protocol_version parses only the
+/// fixed prefix (version, role, order, word size, rank) so the caller can
+/// report the mismatch. Errors: bad_magic, checksum_mismatch, bad_value
+/// (role, byte order, word size, arch, reserved), config_mismatch (rank not
+/// below world size, world size 0).
+result<hello> parse_hello(std::span<const std::byte, hello_size> bytes) noexcept;
+
+/// Describes how two HELLOs' world configurations differ, naming both
+/// sides; empty when they agree.
+std::string compare_worlds(const hello& mine, const hello& theirs);
+
+/// The AUTH proof of one side.
+std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
+                                     std::span<const std::byte, hello_size> initiator_hello,
+                                     std::span<const std::byte, hello_size> acceptor_hello);
+
+std::vector<std::byte> encode_reject(errc code, std::string_view text);
+/// Parses a REJECT body (the bytes after its 4-byte magic: code, length,
+/// text). Errors: truncated, bad_value (length over max_reject_text).
+struct reject {
+  errc code = errc::protocol_error;
+  std::string text;
+};
+result<reject> parse_reject(std::span<const std::byte> body) noexcept;
+
+/// One rank's ring listener, as rank 0 saw it.
+struct table_entry {
+  endpoint at;  ///< family AF_UNSPEC (0) for none
+};
+std::vector<std::byte> encode_table(std::span<const table_entry> entries);
+/// Errors: bad_magic, truncated, trailing_bytes, checksum_mismatch,
+/// config_mismatch (count differs from world_size), bad_value (family).
+result<std::vector<table_entry>> parse_table(std::span<const std::byte> bytes, std::uint32_t world_size) noexcept;
+
+/// The whole exchange on a fresh connection, initiator side: returns the
+/// acceptor's HELLO once both sides are proven and their worlds agree.
+/// Throws comm_error: auth_failed, version_mismatch, config_mismatch,
+/// protocol_error, peer_lost, timed_out. `who` names the peer in errors.
+hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
+                         const std::string& who);
+/// Acceptor side: returns the initiator's HELLO. `mine.role` is set to reply.
+hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline);
+
+}  // namespace ferry::dist

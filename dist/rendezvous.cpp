@@ -1,0 +1,178 @@
+#include "ferry/dist/rendezvous.h"
+
+#include <netinet/in.h>
+
+#include <string>
+#include <vector>
+
+#include "ferry/dist/error.h"
+
+namespace ferry::dist {
+namespace {
+
+[[noreturn]] void fail(errc code, std::optional<std::uint32_t> peer, const std::string& what) {
+  throw comm_error(code, peer, what);
+}
+
+std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
+
+// A failure caused by an unauthenticated peer, which must not stop a rank
+// that is waiting for the real one.
+bool stranger_failure(errc e) {
+  return e == errc::auth_failed || e == errc::protocol_error || e == errc::version_mismatch ||
+         e == errc::bad_magic || e == errc::bad_value || e == errc::checksum_mismatch || e == errc::peer_lost ||
+         e == errc::timed_out;
+}
+
+// Accepts until the handshake of one peer with role `r` and rank `expect`
+// succeeds; refused strangers are remembered for the timeout message.
+std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, std::optional<std::uint32_t> expect,
+                                     clock::time_point deadline, std::string& refused) {
+  for (;;) {
+    socket s = accept_until(l, deadline);
+    if (!s.valid()) return {};
+    try {
+      // One slow stranger may not hold the door for long.
+      const auto until = std::min(deadline, clock::now() + std::chrono::seconds(10));
+      hello theirs = handshake_accept(s, local_hello(c, role::reply), c.secret, until);
+      if (theirs.role != r || (expect && theirs.rank != *expect)) {
+        fail(errc::protocol_error, theirs.rank,
+             describe(theirs) + " connected to " + rank_name(c.rank) + " as " +
+                 (theirs.role == role::join ? "a joiner" : "a ring neighbour") + ", which the ring does not expect");
+      }
+      return {std::move(s), std::move(theirs)};
+    } catch (const comm_error& e) {
+      if (!stranger_failure(e.code())) throw;
+      refused = e.what();
+    }
+  }
+}
+
+[[noreturn]] void waited_in_vain(const config& c, const std::string& for_whom, const std::string& refused) {
+  std::string what = rank_name(c.rank) + " timed out after " + std::to_string(c.timeout.count()) +
+                     " ms waiting for " + for_whom;
+  if (!refused.empty()) what += "; it refused a connection meanwhile: " + refused;
+  fail(errc::timed_out, std::nullopt, what);
+}
+
+ring_links host(const config& c, listener l, clock::time_point deadline) {
+  const std::uint32_t n = c.world_size;
+  std::vector<std::optional<std::pair<socket, hello>>> joined(n);
+  std::string refused;
+  for (std::uint32_t count = 0; count + 1 < n;) {
+    auto [s, theirs] = accept_peer(l.get(), c, role::join, std::nullopt, deadline, refused);
+    if (!s.valid()) {
+      std::string missing;
+      for (std::uint32_t r = 1; r < n; ++r) {
+        if (!joined[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      waited_in_vain(c, "ranks " + missing + " to join", refused);
+    }
+    if (joined[theirs.rank]) {
+      fail(errc::config_mismatch, theirs.rank,
+           "two processes joined as " + rank_name(theirs.rank) + ": " + describe(joined[theirs.rank]->second) +
+               " and " + describe(theirs));
+    }
+    joined[theirs.rank].emplace(std::move(s), std::move(theirs));
+    ++count;
+  }
+  std::vector<table_entry> table(n);
+  for (std::uint32_t r = 1; r < n; ++r) {
+    table[r].at = remote_endpoint(joined[r]->first);
+    table[r].at.set_port(joined[r]->second.listen_port);
+  }
+  const auto bytes = encode_table(table);
+  for (std::uint32_t r = 1; r < n; ++r) send_all(joined[r]->first, bytes, deadline, rank_name(r));
+
+  ring_links links;
+  links.next = connect_to(table[1].at, deadline, rank_name(1));
+  links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(1));
+  if (links.next_hello.rank != 1) {
+    fail(errc::protocol_error, links.next_hello.rank, describe(links.next_hello) + " answered at rank 1's address");
+  }
+  links.prev = std::move(joined[n - 1]->first);
+  links.prev_hello = joined[n - 1]->second;
+  return links;
+}
+
+ring_links join(const config& c, clock::time_point deadline) {
+  const std::uint32_t n = c.world_size;
+  const std::string master = "rank 0 (the rendezvous at " + c.master_addr + " port " + std::to_string(c.master_port) + ")";
+  socket to_master = connect_to(c.master_addr, c.master_port, deadline);
+  endpoint here = local_endpoint(to_master);
+  here.set_port(0);
+  const socket ring_listener = listen_on(here);
+  hello mine = local_hello(c, role::join);
+  mine.listen_port = local_endpoint(ring_listener).port();
+  const hello master_hello = handshake_initiate(to_master, mine, c.secret, deadline, master);
+  if (master_hello.rank != 0) {
+    fail(errc::protocol_error, master_hello.rank, describe(master_hello) + " answered at the rendezvous address");
+  }
+
+  std::vector<std::byte> table_bytes(8);
+  recv_all(to_master, table_bytes, deadline, master);
+  const auto count = wire::load<std::uint32_t>(table_bytes.data() + 4, wire::byte_order::little);
+  if (count != n) {  // checked before the rest is allocated
+    fail(errc::config_mismatch, 0, "rank 0 sent a table of " + std::to_string(count) + " ranks to a world of " + std::to_string(n));
+  }
+  table_bytes.resize(8 + 20 * std::size_t{n} + 4);
+  recv_all(to_master, std::span(table_bytes).subspan(8), deadline, master);
+  const auto table = parse_table(table_bytes, n);
+  if (!table) fail(table.error(), 0, "rank 0 sent a malformed table: " + std::string(message(table.error())));
+
+  ring_links links;
+  const std::uint32_t next = (c.rank + 1) % n;
+  if (next == 0) {
+    links.next = std::move(to_master);
+    links.next_hello = master_hello;
+  } else {
+    const endpoint& at = (*table)[next].at;
+    if (at.family() == AF_UNSPEC) fail(errc::protocol_error, 0, "rank 0's table has no address for " + rank_name(next));
+    links.next = connect_to(at, deadline, rank_name(next));
+    links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(next));
+    if (links.next_hello.rank != next) {
+      fail(errc::protocol_error, links.next_hello.rank,
+           describe(links.next_hello) + " answered at " + rank_name(next) + "'s address");
+    }
+  }
+  std::string refused;
+  auto [prev, prev_hello] = accept_peer(ring_listener, c, role::ring, c.rank - 1, deadline, refused);
+  if (!prev.valid()) waited_in_vain(c, rank_name(c.rank - 1) + " to connect", refused);
+  links.prev = std::move(prev);
+  links.prev_hello = std::move(prev_hello);
+  return links;
+}
+
+}  // namespace
+
+listener::listener(const config& c) : socket_(listen_on(c.master_addr, c.master_port)) {}
+
+std::uint16_t listener::port() const { return local_endpoint(socket_).port(); }
+
+hello local_hello(const config& c, role r) {
+  hello h;
+  h.role = r;
+  h.rank = c.rank;
+  h.world_size = c.world_size;
+  h.chunk_bytes = c.chunk_bytes;
+  h.max_frame_bytes = c.max_frame_bytes;
+  h.arch = std::string(host_arch());
+  return h;
+}
+
+ring_links form_ring(const config& c, std::optional<listener> rank0) {
+  c.validate();
+  if (c.world_size == 1) return {};
+  const auto deadline = clock::now() + c.timeout;
+  ring_links links;
+  if (c.rank == 0) {
+    links = host(c, rank0 ? std::move(*rank0) : listener(c), deadline);
+  } else {
+    links = join(c, deadline);
+  }
+  tune_for_collectives(links.prev, c.timeout);
+  tune_for_collectives(links.next, c.timeout);
+  return links;
+}
+
+}  // namespace ferry::dist

@@ -1,0 +1,245 @@
+// Multi-process tests of the collectives on loopback: each test forks a
+// world of 2, 3 or 4 ranks (world.h).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ferry/codec/crc32c.h"
+#include "ferry/dist/communicator.h"
+#include "ferry/dist/frame.h"
+#include "world.h"
+
+namespace ferry::dist {
+namespace {
+
+using test::from_bytes;
+using test::run_world;
+using test::to_bytes;
+
+// Deterministic, rank-dependent inputs with a wide spread of magnitudes,
+// signed zeros and subnormals, so the summation order shows in the bits.
+std::vector<float> input(std::uint32_t rank, std::size_t count, std::uint32_t salt = 0) {
+  std::mt19937 rng(1234 + rank * 7919 + salt);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-30, 30);
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    v[i] = std::ldexp(mant(rng), expo(rng));
+    if (i % 97 == 5) v[i] = -0.0f;
+    if (i % 101 == 7) v[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(rank + 1);
+  }
+  return v;
+}
+
+// Integers small enough that every order of summation is exact.
+std::vector<float> integers(std::uint32_t rank, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(static_cast<int>((i * 31 + rank * 1009) % 2001) - 1000);
+  return v;
+}
+
+// The ring's summation order, independently: block k (of n, sizes differing
+// by at most one, larger first) is ((x_k + x_k+1) + x_k+2) + ...
+std::vector<float> ring_reference(const std::vector<std::vector<float>>& x, bool avg) {
+  const std::size_t n = x.size();
+  const std::size_t count = x[0].size();
+  std::vector<float> out(count);
+  const std::size_t base = count / n, rem = count % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t start = base * k + std::min(k, rem);
+    const std::size_t size = base + (k < rem ? 1 : 0);
+    for (std::size_t i = start; i < start + size; ++i) {
+      float s = x[k][i];
+      for (std::size_t j = 1; j < n; ++j) s = s + x[(k + j) % n][i];
+      out[i] = avg ? s / static_cast<float>(n) : s;
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+void expect_all_ok(const std::vector<test::outcome>& out) {
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
+  }
+}
+
+class Ring : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(Ring, SumIsExactAndBitIdenticalOnEveryRank) {
+  const std::uint32_t n = GetParam();
+  // Sizes: empty, fewer elements than ranks, one chunk, many chunks of a
+  // small chunk size, and a size that does not divide evenly.
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{70001}}) {
+    const auto out = run_world(
+        n,
+        [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+          communicator comm(c, std::move(l));
+          auto ints = integers(r, count);
+          comm.allreduce(ints);
+          auto v = input(r, count);
+          comm.allreduce(v);
+          auto all = ints;
+          all.insert(all.end(), v.begin(), v.end());
+          return to_bytes(all);
+        },
+        [](std::uint32_t, config& c) { c.chunk_bytes = 4096; });
+    expect_all_ok(out);
+    std::vector<std::vector<float>> ints(n), xs(n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      ints[r] = integers(r, count);
+      xs[r] = input(r, count);
+    }
+    auto expected = ring_reference(ints, false);
+    for (std::size_t i = 0; i < count; ++i) {
+      float exact = 0;
+      for (std::uint32_t r = 0; r < n; ++r) exact += ints[r][i];
+      ASSERT_EQ(expected[i], exact);
+    }
+    const auto ref = ring_reference(xs, false);
+    expected.insert(expected.end(), ref.begin(), ref.end());
+    for (std::uint32_t r = 0; r < n; ++r) {
+      EXPECT_EQ(bits(from_bytes<float>(out[r].bytes)), bits(expected)) << "rank " << r << ", count " << count;
+    }
+  }
+}
+
+TEST_P(Ring, AverageDividesTheRingSum) {
+  const std::uint32_t n = GetParam();
+  constexpr std::size_t count = 12345;
+  const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    auto v = input(r, count, 1);
+    comm.allreduce(v, {.op = reduce_op::avg});
+    return to_bytes(v);
+  });
+  expect_all_ok(out);
+  std::vector<std::vector<float>> xs(n);
+  for (std::uint32_t r = 0; r < n; ++r) xs[r] = input(r, count, 1);
+  const auto expected = ring_reference(xs, true);
+  for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(bits(from_bytes<float>(out[r].bytes)), bits(expected));
+}
+
+TEST_P(Ring, BroadcastAllgatherBarrierAndAsync) {
+  const std::uint32_t n = GetParam();
+  const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    std::vector<float> b(30000, 0.0f);
+    if (r == n - 1) b = input(99, b.size());
+    comm.broadcast(b, n - 1);
+    std::vector<std::byte> raw(1001, std::byte{0});
+    if (r == 0) {
+      for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = std::byte(i * 7);
+    }
+    comm.broadcast(raw, 0);
+    comm.barrier();
+    const auto ranks = comm.allgather(static_cast<std::uint64_t>(r) << 40);
+    const auto halves = comm.allgather(static_cast<double>(r) + 0.5);
+    // Three queued allreduces and a queued broadcast, overlapping "compute".
+    auto a = integers(r, 5000), b2 = integers(r + 10, 7000), d = input(r, 100);
+    std::vector<float> e(64, static_cast<float>(r));
+    auto w1 = comm.start_allreduce(a);
+    auto w2 = comm.start_allreduce(b2, {.op = reduce_op::avg});
+    auto w3 = comm.start_broadcast(e, 0);
+    auto w4 = comm.start_allreduce(d);
+    w4.wait();
+    w1.wait();
+    w2.wait();
+    w3.wait();
+    EXPECT_TRUE(w1.done());
+    std::vector<float> all = b;
+    for (std::byte x : raw) all.push_back(static_cast<float>(x));
+    for (auto x : ranks) all.push_back(static_cast<float>(x >> 40));
+    for (auto x : halves) all.push_back(static_cast<float>(x));
+    all.insert(all.end(), a.begin(), a.end());
+    all.insert(all.end(), b2.begin(), b2.end());
+    all.insert(all.end(), e.begin(), e.end());
+    all.insert(all.end(), d.begin(), d.end());
+    return to_bytes(all);
+  });
+  expect_all_ok(out);
+  std::vector<float> expected = input(99, 30000);
+  for (std::size_t i = 0; i < 1001; ++i) expected.push_back(static_cast<float>(static_cast<std::uint8_t>(i * 7)));
+  for (std::uint32_t r = 0; r < n; ++r) expected.push_back(static_cast<float>(r));
+  for (std::uint32_t r = 0; r < n; ++r) expected.push_back(static_cast<float>(r) + 0.5f);
+  std::vector<std::vector<float>> a(n), b(n), d(n);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    a[r] = integers(r, 5000);
+    b[r] = integers(r + 10, 7000);
+    d[r] = input(r, 100);
+  }
+  for (const auto& part : {ring_reference(a, false), ring_reference(b, true)}) {
+    expected.insert(expected.end(), part.begin(), part.end());
+  }
+  expected.insert(expected.end(), 64, 0.0f);
+  const auto dd = ring_reference(d, false);
+  expected.insert(expected.end(), dd.begin(), dd.end());
+  for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(bits(from_bytes<float>(out[r].bytes)), bits(expected)) << r;
+}
+
+// One call: every element within the rounding of each hop (n - 1 partial
+// sums and the final value, each off by at most half an ulp of 16 bits).
+// Many calls with error feedback: the mean of the results converges to the
+// exact sum, which plain rounding's bias prevents.
+TEST_P(Ring, CompressionBoundsAndErrorFeedbackConvergence) {
+  const std::uint32_t n = GetParam();
+  constexpr std::size_t count = 4099;
+  constexpr int calls = 64;
+  for (const compression comp : {compression::bf16, compression::f16}) {
+    const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+      communicator comm(c, std::move(l));
+      std::vector<float> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f + static_cast<float>((i * 13 + r * 5) % 1000) / 3000.0f;
+      std::vector<float> once = x;
+      comm.allreduce(once, {.comp = comp});
+      error_feedback ef(count);
+      std::vector<double> mean_fb(count, 0.0), mean_plain(count, 0.0);
+      for (int k = 0; k < calls; ++k) {
+        auto y = x;
+        comm.allreduce(y, {.comp = comp, .feedback = &ef});
+        auto z = x;
+        comm.allreduce(z, {.comp = comp});
+        for (std::size_t i = 0; i < count; ++i) {
+          mean_fb[i] += y[i] / calls;
+          mean_plain[i] += z[i] / calls;
+        }
+      }
+      std::vector<float> all = once;
+      for (double m : mean_fb) all.push_back(static_cast<float>(m));
+      for (double m : mean_plain) all.push_back(static_cast<float>(m));
+      return to_bytes(all);
+    });
+    expect_all_ok(out);
+    const double ulp = comp == compression::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    double err_fb = 0, err_plain = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      double exact = 0;
+      for (std::uint32_t r = 0; r < n; ++r) exact += 1.0 + static_cast<double>(static_cast<float>((i * 13 + r * 5) % 1000) / 3000.0f);
+      const auto v = from_bytes<float>(out[0].bytes);
+      // Each of n roundings is at most half an ulp of a value below 2n.
+      EXPECT_LE(std::abs(v[i] - exact), n * 0.5 * ulp * 2 * n) << i;
+      err_fb += std::abs(v[count + i] - exact);
+      err_plain += std::abs(v[2 * count + i] - exact);
+    }
+    err_fb /= count;
+    err_plain /= count;
+    EXPECT_LT(err_fb, err_plain / 4) << "feedback " << err_fb << " plain " << err_plain;
+    for (std::uint32_t r = 1; r < n; ++r) EXPECT_EQ(out[r].bytes, out[0].bytes) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Ring, ::testing::Values(2u, 3u, 4u), [](const auto& p) {
+  return std::to_string(p.param) + "ranks";
+});
+
+}  // namespace
+}  // namespace ferry::dist
