@@ -149,6 +149,7 @@ struct communicator::impl {
   std::array<std::byte, abort_size> up_head{};
   std::size_t up_got = 0;
   std::optional<abort_message> abort_seen;
+  std::optional<std::uint32_t> waiting_on;  // the neighbour the pump waits for
 
   std::deque<out_frame> sendq;
 
@@ -183,6 +184,13 @@ struct communicator::impl {
   }
 
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from) {
+    if (a.code == errc::timed_out && a.culprit == rank && waiting_on) {
+      // Blamed for a silence while itself waiting: pass the blame on.
+      abort_seen = abort_message{errc::timed_out, rank, waiting_on, a.sequence};
+      fail(errc::timed_out, waiting_on,
+           rank_name(a.reporter) + " timed out in collective #" + std::to_string(a.sequence) +
+               " waiting for this rank, which was itself waiting for " + rank_name(*waiting_on));
+    }
     abort_seen = a;
     std::string what = "collective #" + std::to_string(a.sequence) + " failed on " + rank_name(a.reporter) + " (" +
                        std::string(name(a.code)) + ": " + std::string(message(a.code)) + ")";
@@ -273,7 +281,10 @@ struct communicator::impl {
       if (sent < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
-        fail(errc::peer_lost, next, "connection to " + rank_name(next) + " lost while sending: " + std::strerror(errno));
+        const int err = errno;
+        // The next rank may have failed first and said why before closing.
+        (void)check_upstream(false);
+        fail(errc::peer_lost, next, "connection to " + rank_name(next) + " lost while sending: " + std::strerror(err));
       }
       progress = true;
       auto left = static_cast<std::size_t>(sent);
@@ -431,6 +442,7 @@ struct communicator::impl {
       }
       const bool receiving = received < p.expected;
       const bool sending_done = queued == p.sends && sendq.empty();
+      waiting_on = receiving ? prev : next;
       // A neighbour that is done with this collective may close; its end
       // of the link is ignored from then on.
       std::array<pollfd, 2> fds{};
@@ -459,6 +471,7 @@ struct communicator::impl {
     ++sequence;
     received = 0;
     queued = 0;
+    waiting_on.reset();
     if (n == 1) return;
     try {
       start();

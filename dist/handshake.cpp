@@ -163,7 +163,13 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   if (role < 1 || role > 3 || order > 1) return errc::bad_value;
   h.role = static_cast<dist::role>(role);
   h.order = order == 1 ? byte_order::big : byte_order::little;
-  if (h.version != protocol_version) return h;  // the prefix is enough to report it
+  const auto arch = b.subspan(28, arch_size);
+  if (!valid_arch(arch)) return errc::bad_value;
+  for (std::byte c : arch) {
+    if (c == std::byte{0}) break;
+    h.arch.push_back(static_cast<char>(c));
+  }
+  if (h.version != protocol_version) return h;  // enough to report it
   if (get<std::uint32_t>(b, 76) != codec::crc32c(b.first(76))) return errc::checksum_mismatch;
   if (h.word_size != 4 && h.word_size != 8) return errc::bad_value;
   h.world_size = get<std::uint32_t>(b, 12);
@@ -171,12 +177,6 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.max_frame_bytes = get<std::uint32_t>(b, 20);
   h.listen_port = get<std::uint16_t>(b, 24);
   if (get<std::uint16_t>(b, 26) != 0) return errc::bad_value;
-  const auto arch = b.subspan(28, arch_size);
-  if (!valid_arch(arch)) return errc::bad_value;
-  for (std::byte c : arch) {
-    if (c == std::byte{0}) break;
-    h.arch.push_back(static_cast<char>(c));
-  }
   std::copy(b.begin() + 44, b.begin() + 76, h.nonce.begin());
   if (h.world_size == 0 || h.rank >= h.world_size) return errc::config_mismatch;
   return h;

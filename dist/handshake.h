@@ -7,7 +7,8 @@
 // with a REJECT before it closes. All fields are little-endian, whatever
 // the hosts; frames (frame.h) are what travels in the sender's order.
 //
-// HELLO (80 bytes; offsets 0..11 keep their meaning in every version)
+// HELLO (80 bytes; offsets 0..11 and 28..43 keep their meaning in every
+// version, so a mismatch can be reported with both sides named)
 //   offset size field
 //   0      4    magic        "FDH1" (46 44 48 31)
 //   4      1    version      protocol version, 1
@@ -98,8 +99,8 @@ std::string describe(const hello& h);
 std::array<std::byte, hello_size> encode_hello(const hello& h);
 
 /// Parses a HELLO. A version other than protocol_version parses only the
-/// fixed prefix (version, role, order, word size, rank) so the caller can
-/// report the mismatch. Errors: bad_magic, checksum_mismatch, bad_value
+/// fields every version keeps (version, role, order, word size, rank,
+/// arch) so the caller can report the mismatch. Errors: bad_magic, checksum_mismatch, bad_value
 /// (role, byte order, word size, arch, reserved), config_mismatch (rank not
 /// below world size, world size 0).
 result<hello> parse_hello(std::span<const std::byte, hello_size> bytes) noexcept;

@@ -1,0 +1,372 @@
+// Multi-process failure tests: wrong secrets, mismatched worlds, hostile
+// frames from an authenticated peer, a rank killed mid-allreduce, a silent
+// rank, and handshake errors over a socket pair.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <thread>
+
+#include "ferry/codec/crc32c.h"
+#include "ferry/dist/communicator.h"
+#include "ferry/dist/frame.h"
+#include "ferry/dist/handshake.h"
+#include "world.h"
+
+namespace ferry::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using test::run_world;
+
+std::vector<std::byte> nothing() { return {}; }
+
+TEST(Auth, WrongSecretIsRefusedAndTheWorldStillForms) {
+  // An impostor (rank 1's number, another secret) knocks first; rank 0
+  // refuses it and keeps waiting for the real rank 1.
+  const auto out = run_world(3, [](std::uint32_t r, config& c, std::optional<listener>& l) {
+    if (r == 2) {
+      c.rank = 1;
+      c.world_size = 2;
+      c.secret = "not-the-secret";
+      c.timeout = 5s;
+      communicator impostor(c);  // must throw
+      return nothing();
+    }
+    c.world_size = 2;
+    if (r == 1) std::this_thread::sleep_for(500ms);
+    communicator comm(c, std::move(l));
+    std::vector<float> v{1.0f, 2.0f};
+    comm.allreduce(v);
+    return test::to_bytes(v);
+  });
+  ASSERT_TRUE(out[0].ok) << out[0].text;
+  ASSERT_TRUE(out[1].ok) << out[1].text;
+  EXPECT_EQ(test::from_bytes<float>(out[0].bytes), (std::vector<float>{2.0f, 4.0f}));
+  ASSERT_FALSE(out[2].ok);
+  EXPECT_EQ(out[2].code, errc::auth_failed) << out[2].text;
+  EXPECT_NE(out[2].text.find("shared secret"), std::string::npos) << out[2].text;
+}
+
+TEST(Auth, RankZeroNamesTheRefusedPeerWhenNobodyElseComes) {
+  const auto out = run_world(2, [](std::uint32_t, config& c, std::optional<listener>& l) {
+    c.timeout = 2s;
+    communicator comm(c, std::move(l));
+    return nothing();
+  }, [](std::uint32_t r, config& c) {
+    if (r == 1) c.secret = "wrong";
+  });
+  EXPECT_EQ(out[0].code, errc::timed_out) << out[0].text;
+  EXPECT_NE(out[0].text.find("ranks 1 to join"), std::string::npos) << out[0].text;
+  EXPECT_NE(out[0].text.find("shared secret"), std::string::npos) << out[0].text;
+  EXPECT_EQ(out[1].code, errc::auth_failed) << out[1].text;
+}
+
+TEST(Handshake, ConfigMismatchNamesBothSides) {
+  const auto out = run_world(2, [](std::uint32_t, config& c, std::optional<listener>& l) {
+    c.timeout = 5s;
+    communicator comm(c, std::move(l));
+    return nothing();
+  }, [](std::uint32_t r, config& c) {
+    if (r == 1) c.chunk_bytes = 8192;
+  });
+  for (const auto& o : out) {
+    EXPECT_EQ(o.code, errc::config_mismatch) << o.text;
+    EXPECT_NE(o.text.find("chunk bytes"), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find("rank 0 ("), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find("rank 1 ("), std::string::npos) << o.text;
+  }
+}
+
+// Rank 1 joins properly, then writes `bytes` on its link to rank 0 in place
+// of its allreduce frame; rank 0's allreduce must fail with `code` naming 1.
+void hostile_frame(const std::vector<std::byte>& bytes, errc code) {
+  const auto out = run_world(2, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.timeout = 5s;
+    if (r == 1) {
+      ring_links links = form_ring(c);
+      send_all(links.next, bytes, clock::now() + 5s, "rank 0");
+      std::this_thread::sleep_for(1s);  // keep the link open while rank 0 reads
+      return nothing();
+    }
+    communicator comm(c, std::move(l));
+    std::vector<float> v(1000, 1.0f);
+    comm.allreduce(v);
+    return nothing();
+  });
+  ASSERT_FALSE(out[0].ok);
+  EXPECT_EQ(out[0].code, code) << out[0].text;
+  EXPECT_EQ(out[0].culprit, 1u) << out[0].text;
+  EXPECT_NE(out[0].text.find("rank 1"), std::string::npos) << out[0].text;
+}
+
+std::vector<std::byte> frame_bytes(std::uint32_t count, std::uint64_t sequence, std::uint32_t chunk = 0) {
+  frame_header h;
+  h.sender = 1;
+  h.sequence = sequence;
+  h.chunk = chunk;
+  std::vector<float> v(count, 1.0f);
+  std::vector<std::byte> out;
+  EXPECT_TRUE(encode_f32(h, v, out));
+  return out;
+}
+
+TEST(HostileFrames, OversizedIsRefusedBeforeAllocation) {
+  // A header announcing 2^32-1 floats (16 GiB): refused from the header alone.
+  auto f = frame_bytes(500, 1);
+  wire::store<std::uint32_t>(0xFFFFFFFF, f.data() + 24, wire::host_order);
+  f.resize(frame_header_size);
+  hostile_frame(f, errc::limit_exceeded);
+}
+
+TEST(HostileFrames, CorruptedPayloadFailsTheCrcNamingThePeer) {
+  auto f = frame_bytes(500, 1);
+  f[frame_header_size + 17] ^= std::byte{0x01};
+  hostile_frame(f, errc::checksum_mismatch);
+}
+
+TEST(HostileFrames, WrongSequenceIsAnErrorNotMixedIn) {
+  hostile_frame(frame_bytes(500, 7), errc::sequence_mismatch);
+}
+
+TEST(HostileFrames, WrongSizeNamesThePeer) { hostile_frame(frame_bytes(499, 1), errc::size_mismatch); }
+
+// A rank killed with SIGKILL mid-allreduce: every other rank fails within
+// 5 s, naming it.
+void kill_one(std::uint32_t n, std::uint32_t victim) {
+  std::chrono::steady_clock::time_point killed;
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<float> v(1 << 20, 1.0f);
+        for (int i = 0; i < 100000; ++i) comm.allreduce(v);
+        return nothing();
+      },
+      [](std::uint32_t, config& c) { c.timeout = 60s; },
+      [&](const std::vector<pid_t>& pids) {
+        std::this_thread::sleep_for(1500ms);
+        killed = std::chrono::steady_clock::now();
+        ::kill(pids[victim], SIGKILL);
+      });
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (r == victim) {
+      EXPECT_TRUE(WIFSIGNALED(out[r].status));
+      continue;
+    }
+    ASSERT_FALSE(out[r].ok) << "rank " << r;
+    EXPECT_EQ(out[r].code, errc::peer_lost) << out[r].text;
+    EXPECT_EQ(out[r].culprit, victim) << out[r].text;
+    EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
+  }
+}
+
+TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast3) { kill_one(3, 1); }
+TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast4) { kill_one(4, 2); }
+
+TEST(DeadPeer, SilentRankTimesOutAndEveryoneExits) {
+  const auto out = run_world(3, [](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.timeout = 1500ms;
+    communicator comm(c, std::move(l));
+    if (r == 2) {
+      std::this_thread::sleep_for(4s);  // alive but never joins the collective
+      return nothing();
+    }
+    std::vector<float> v(100, 1.0f);
+    comm.allreduce(v);
+    return nothing();
+  });
+  // Both waiting ranks time out (within the timeout and a margin: the
+  // processes exited, so no rank hung). Rank 0, which waits on rank 2
+  // directly, names it; rank 1 names whoever it waited for.
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    ASSERT_FALSE(out[r].ok);
+    EXPECT_EQ(out[r].code, errc::timed_out) << out[r].text;
+  }
+  EXPECT_EQ(out[0].culprit, 2u) << out[0].text;
+}
+
+TEST(Communicator, BrokenCommunicatorRefusesLaterCalls) {
+  const auto out = run_world(2, [](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.timeout = 1s;
+    communicator comm(c, std::move(l));
+    if (r == 1) return nothing();  // leaves at once
+    std::vector<float> v(10, 1.0f);
+    try {
+      comm.allreduce(v);
+    } catch (const comm_error& e) {
+      EXPECT_EQ(e.code(), errc::peer_lost);
+    }
+    comm.allreduce(v);  // throws aborted
+    return nothing();
+  });
+  EXPECT_EQ(out[0].code, errc::aborted) << out[0].text;
+  EXPECT_NE(out[0].text.find("earlier failure"), std::string::npos) << out[0].text;
+}
+
+TEST(Rendezvous, Ipv6Loopback) {
+  // Skipped nowhere: a machine without ::1 fails here, loudly.
+  const auto out = run_world(
+      3,
+      [](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<float> v(1000, static_cast<float>(r));
+        comm.allreduce(v);
+        return test::to_bytes(v);
+      },
+      {}, {}, "::1");
+  for (const auto& o : out) {
+    ASSERT_TRUE(o.ok) << o.text;
+    EXPECT_EQ(test::from_bytes<float>(o.bytes), std::vector<float>(1000, 3.0f));
+  }
+}
+
+// --- the handshake over a socket pair ---------------------------------------
+
+std::pair<socket, socket> pair_of_sockets() {
+  int fds[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  return {socket(fds[0]), socket(fds[1])};
+}
+
+hello sample(std::uint32_t rank) {
+  config c;
+  c.rank = rank;
+  c.world_size = 4;
+  return local_hello(c, role::ring);
+}
+
+TEST(Handshake, VersionMismatchNamesBothSides) {
+  auto [a, b] = pair_of_sockets();
+  std::thread acceptor([&] {
+    try {
+      (void)handshake_accept(b, sample(1), "s", clock::now() + 5s);
+      ADD_FAILURE() << "accepted";
+    } catch (const comm_error& e) {
+      EXPECT_EQ(e.code(), errc::version_mismatch);
+    }
+  });
+  hello h = sample(0);
+  h.version = 2;
+  h.arch = "s390x";
+  h.order = wire::byte_order::big;
+  send_all(a, encode_hello(h), clock::now() + 5s, "acceptor");
+  std::array<std::byte, 8> head{};
+  recv_all(a, head, clock::now() + 5s, "acceptor");
+  EXPECT_EQ(std::memcmp(head.data(), "FDR1", 4), 0);
+  std::vector<std::byte> body(4 + wire::load<std::uint16_t>(head.data() + 6, wire::byte_order::little));
+  std::memcpy(body.data(), head.data() + 4, 4);
+  recv_all(a, std::span(body).subspan(4), clock::now() + 5s, "acceptor");
+  const auto r = parse_reject(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->code, errc::version_mismatch);
+  EXPECT_NE(r->text.find("rank 1 (" + std::string(host_arch())), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("rank 0 (s390x, big-endian, 64-bit) speaks version 2"), std::string::npos) << r->text;
+  acceptor.join();
+}
+
+TEST(Handshake, InitiatorSeesTheRejectText) {
+  auto [a, b] = pair_of_sockets();
+  std::thread acceptor([&] {
+    try {
+      (void)handshake_accept(b, sample(1), "right", clock::now() + 5s);
+    } catch (const comm_error&) {
+    }
+  });
+  try {
+    (void)handshake_initiate(a, sample(0), "wrong", clock::now() + 5s, "rank 1");
+    FAIL() << "authenticated with a wrong secret";
+  } catch (const comm_error& e) {
+    EXPECT_EQ(e.code(), errc::auth_failed);
+    EXPECT_NE(std::string(e.what()).find("rank 1 (" + std::string(host_arch())), std::string::npos) << e.what();
+  }
+  acceptor.join();
+}
+
+TEST(Handshake, HelloRoundTripAndHostileBytes) {
+  hello h = sample(3);
+  h.nonce[5] = std::byte{9};
+  h.listen_port = 4242;
+  const auto b = encode_hello(h);
+  const auto back = parse_hello(b);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, h);
+  auto bad = b;
+  bad[30] = std::byte{0x01};  // a control character in the arch name
+  EXPECT_EQ(parse_hello(bad).error(), errc::bad_value);
+  bad = b;
+  bad[50] ^= std::byte{0x01};  // a nonce bit
+  EXPECT_EQ(parse_hello(bad).error(), errc::checksum_mismatch);
+  bad = b;
+  bad[12] = std::byte{3};  // world size 3 with rank 3, CRC fixed
+  wire::store<std::uint32_t>(codec::crc32c(std::span<const std::byte>(bad).first(76)), bad.data() + 76,
+                             wire::byte_order::little);
+  EXPECT_EQ(parse_hello(bad).error(), errc::config_mismatch);
+  EXPECT_FALSE(compare_worlds(sample(0), sample(1)).size() > 0);
+  hello other = sample(1);
+  other.world_size = 3;
+  EXPECT_NE(compare_worlds(sample(0), other).find("world size 4 on rank 0"), std::string::npos);
+}
+
+TEST(Handshake, TableRoundTripAndLimits) {
+  std::vector<table_entry> t(3);
+  t[1].at.storage.ss_family = AF_INET;
+  t[1].at.length = sizeof(sockaddr_in);
+  t[1].at.set_port(1234);
+  const auto b = encode_table(t);
+  const auto back = parse_table(b, 3);
+  ASSERT_TRUE(back);
+  EXPECT_EQ((*back)[1].at.port(), 1234);
+  EXPECT_EQ((*back)[0].at.family(), AF_UNSPEC);
+  EXPECT_EQ(parse_table(b, 4).error(), errc::config_mismatch);
+  EXPECT_EQ(parse_table(std::span(b).first(b.size() - 1), 3).error(), errc::truncated);
+}
+
+TEST(Config, FromEnvironment) {
+  ::setenv("MASTER_ADDR", "::1", 1);
+  ::setenv("MASTER_PORT", "1234", 1);
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  ::setenv("SLURM_PROCID", "2", 1);
+  ::setenv("SLURM_NTASKS", "3", 1);
+  ::setenv("FERRY_SECRET", "s3", 1);
+  ::setenv("FERRY_TIMEOUT", "2.5", 1);
+  config c = config::from_env();
+  EXPECT_EQ(c.master_addr, "::1");
+  EXPECT_EQ(c.master_port, 1234);
+  EXPECT_EQ(c.rank, 2u);
+  EXPECT_EQ(c.world_size, 3u);
+  EXPECT_EQ(c.secret, "s3");
+  EXPECT_EQ(c.timeout, 2500ms);
+  ::setenv("RANK", "0", 1);  // torchrun's variables win over SLURM's
+  EXPECT_EQ(config::from_env().rank, 0u);
+  ::setenv("RANK", "3", 1);
+  try {
+    (void)config::from_env();
+    ADD_FAILURE();
+  } catch (const comm_error& e) {
+    EXPECT_EQ(e.code(), errc::bad_config);
+  }
+  ::setenv("RANK", "1x", 1);
+  EXPECT_THROW((void)config::from_env(), comm_error);
+  ::setenv("RANK", "1", 1);
+  ::unsetenv("FERRY_SECRET");
+  const std::string file = ::testing::TempDir() + "ferry-secret";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    std::fputs("from-a-file\n", f);
+    std::fclose(f);
+  }
+  ::setenv("FERRY_SECRET_FILE", file.c_str(), 1);
+  EXPECT_EQ(config::from_env().secret, "from-a-file");
+  ::unsetenv("FERRY_SECRET_FILE");
+  EXPECT_THROW((void)config::from_env(), comm_error);  // no secret at all
+  for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "SLURM_PROCID", "SLURM_NTASKS", "FERRY_TIMEOUT"}) {
+    ::unsetenv(v);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::dist
