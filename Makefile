@@ -11,7 +11,7 @@
 
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
-FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame
+FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake
 
 .PHONY: all deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
@@ -41,7 +41,11 @@ $(CROSS_ARCHES): deps
 	$(call build_preset,$@)
 	ctest --preset $@
 
+# The mixed ring (x86-64 + armhf + s390x ranks) runs from the native tree
+# with the nodes the cross trees built.
 cross: $(CROSS_ARCHES)
+	$(call build_preset,native)
+	ctest --preset mixed
 
 fuzz-build: deps
 	$(call build_preset,fuzz)

@@ -1,6 +1,7 @@
-// The gradient frame decoder on arbitrary bytes: a frame either decodes (and
+// The gradient frame and ABORT decoders on arbitrary bytes: a frame either decodes (and
 // then re-encodes to the same bytes and converts to floats) or fails with a
 // typed error; the header's size check bounds everything before allocation.
+#include <cstring>
 #include <vector>
 
 #include "ferry/dist/frame.h"
@@ -11,6 +12,16 @@ using namespace ferry;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto in = std::as_bytes(std::span(data, size));
   constexpr std::size_t max_frame = std::size_t{1} << 16;
+  // An ABORT may stand where a frame does.
+  if (size >= dist::abort_size) {
+    const auto a = dist::parse_abort(in.first<dist::abort_size>());
+    if (a && std::memcmp(data + 5, "\x00", 1) == 0) {
+      const auto again = dist::encode_abort(*a);  // host order: compare on little-endian hosts only
+      if (wire::host_order == wire::byte_order::little) {
+        FUZZ_CHECK(std::equal(again.begin(), again.end(), in.begin()));
+      }
+    }
+  }
   auto f = dist::decode_frame(in, max_frame);
   if (!f) {
     FUZZ_CHECK(f.error() != errc::ok);

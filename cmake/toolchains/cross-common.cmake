@@ -15,5 +15,3 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(CMAKE_CROSSCOMPILING_EMULATOR ${FERRY_QEMU};-L;/usr/${FERRY_TRIPLE})
 set(OPENSSL_ROOT_DIR /usr)
 set(OPENSSL_USE_STATIC_LIBS TRUE)
-# Debian keeps two per-architecture OpenSSL headers under usr/include/<triple>.
-set(CMAKE_CXX_FLAGS_INIT "-isystem ${_ferry_sysroot}/usr/include/${FERRY_TRIPLE}")

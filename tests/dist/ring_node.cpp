@@ -1,0 +1,121 @@
+// ferry_ring_node: one rank of the mixed-architecture ring test.
+//
+//   ferry_ring_node RANK WORLD PORT OUT      (FERRY_SECRET in the environment)
+//
+// Rank 0 with PORT 0 binds an ephemeral port on 127.0.0.1 and prints
+// "port N" first. Every rank runs the same collectives on inputs that are a
+// pure function of (rank, index), so they are the same on every
+// architecture, and writes everything it ends with to OUT (and its
+// error-feedback residual, which is per rank, to OUT.residual) in
+// little-endian byte order, so outputs from different hosts compare byte
+// for byte.
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ferry/dist/communicator.h"
+#include "ferry/wire/byte_order.h"
+
+namespace {
+
+using namespace ferry;
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Finite floats of many magnitudes, with signed zeros and subnormals.
+float value(std::uint32_t rank, std::size_t i, std::uint32_t salt) {
+  const std::uint64_t h = splitmix((std::uint64_t{rank} << 48) ^ (std::uint64_t{salt} << 40) ^ i);
+  if (i % 89 == 3) return -0.0f;
+  std::uint32_t bits = static_cast<std::uint32_t>(h) & 0x807FFFFFu;   // sign and mantissa
+  bits |= static_cast<std::uint32_t>(97 + (h >> 32) % 60) << 23;       // exponents 2^-30 .. 2^29
+  if (i % 101 == 7) bits &= 0x807FFFFFu;                                 // subnormal
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::vector<float> input(std::uint32_t rank, std::size_t count, std::uint32_t salt) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = value(rank, i, salt);
+  return v;
+}
+
+void append_le(std::vector<unsigned char>& out, const std::vector<float>& v) {
+  for (float f : v) {
+    unsigned char b[4];
+    wire::store<float>(f, reinterpret_cast<std::byte*>(b), wire::byte_order::little);
+    out.insert(out.end(), b, b + 4);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: ferry_ring_node RANK WORLD PORT OUT\n";
+    return 2;
+  }
+  try {
+    dist::config c;
+    c.rank = static_cast<std::uint32_t>(std::stoul(argv[1]));
+    c.world_size = static_cast<std::uint32_t>(std::stoul(argv[2]));
+    c.master_port = static_cast<std::uint16_t>(std::stoul(argv[3]));
+    c.master_addr = "127.0.0.1";
+    c.secret = std::getenv("FERRY_SECRET") ? std::getenv("FERRY_SECRET") : "";
+    c.chunk_bytes = 16 * 1024;  // many chunks per block
+    c.timeout = std::chrono::seconds(120);
+    std::optional<dist::listener> l;
+    if (c.rank == 0) {
+      l.emplace(c);
+      std::cout << "port " << l->port() << std::endl;
+    }
+    dist::communicator comm(c, std::move(l));
+    std::vector<unsigned char> out;
+    const std::size_t count = 50'003;
+    auto sum = input(c.rank, count, 1);
+    comm.allreduce(sum);
+    append_le(out, sum);
+    auto avg = input(c.rank, count, 2);
+    comm.allreduce(avg, {.op = dist::reduce_op::avg});
+    append_le(out, avg);
+    dist::error_feedback ef(count);
+    for (int k = 0; k < 3; ++k) {
+      auto q = input(c.rank, count, 3);
+      comm.allreduce(q, {.comp = dist::compression::bf16, .feedback = &ef});
+      append_le(out, q);
+    }
+    std::vector<unsigned char> residual;
+    append_le(residual, std::vector<float>(ef.residual().begin(), ef.residual().end()));
+    auto h = input(c.rank, count, 4);
+    comm.allreduce(h, {.op = dist::reduce_op::avg, .comp = dist::compression::f16});
+    append_le(out, h);
+    auto b = input(c.rank, 3000, 5);
+    comm.broadcast(b, c.world_size - 1);
+    append_le(out, b);
+    const auto ranks = comm.allgather(static_cast<double>(c.rank) * 1.25);
+    append_le(out, std::vector<float>(ranks.begin(), ranks.end()));
+    comm.barrier();
+    // The residual differs per rank by design; everything else must not.
+    auto save = [](const std::string& path, const std::vector<unsigned char>& bytes) {
+      std::ofstream(path, std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    };
+    save(argv[4], out);
+    save(std::string(argv[4]) + ".residual", residual);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << argv[1] << ": " << e.what() << "\n";
+    return 1;
+  }
+}
