@@ -585,7 +585,13 @@ void quantize(compression comp, std::span<const float> in, std::span<float> resi
     const std::size_t len = std::min(step, in.size() - i);
     const auto s = std::span(sum).first(len);
     const auto w = std::span(wide).first(len);
-    for (std::size_t j = 0; j < len; ++j) s[j] = in[i + j] + (residual.empty() ? 0.0f : residual[i + j]);
+    // Without a residual the values go as they are (adding 0 would turn
+    // -0 into +0 and change forwarded bits).
+    if (residual.empty()) {
+      std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(i), len, s.begin());
+    } else {
+      for (std::size_t j = 0; j < len; ++j) s[j] = in[i + j] + residual[i + j];
+    }
     const auto o = out.subspan(i, len);
     if (comp == compression::bf16) {
       const auto h = std::span(reinterpret_cast<bf16*>(o.data()), len);
