@@ -152,6 +152,10 @@ struct communicator::impl {
   std::optional<std::uint32_t> waiting_on;  // the neighbour the pump waits for
 
   std::deque<out_frame> sendq;
+  // Staging reused across collectives (grown, never shrunk), so a call
+  // does not fault fresh pages in.
+  std::vector<float> rx_values, decoded_values;
+  std::vector<std::uint16_t> tx_scatter_values, tx_gather_values;
 
   // Worker.
   std::mutex queue_m;
@@ -575,40 +579,64 @@ std::span<std::byte> bytes_of(float* p, std::size_t n) { return std::as_writable
 
 // Rounds `in + residual` to 16 bits into `out`; keeps what the rounding
 // lost in `residual` (if any) and the rounded values, widened, in `back`
-// (if any). Non-finite residuals are dropped, not carried.
+// (if any). Non-finite residuals are dropped, not carried. The loops use
+// vector extensions: lane-wise IEEE operations, the same bits everywhere.
 void quantize(compression comp, std::span<const float> in, std::span<float> residual, std::span<std::uint16_t> out,
               std::span<float> back) {
-  constexpr std::size_t step = 1024;
-  std::array<float, step> sum{};
-  std::array<float, step> wide{};
+  using v4f = float __attribute__((vector_size(16)));
+  using v4i = std::int32_t __attribute__((vector_size(16)));
+  constexpr std::size_t step = 2048;
+  std::array<float, step> sum;
+  std::array<float, step> wide;
   for (std::size_t i = 0; i < in.size(); i += step) {
     const std::size_t len = std::min(step, in.size() - i);
-    const auto s = std::span(sum).first(len);
-    const auto w = std::span(wide).first(len);
-    // Without a residual the values go as they are (adding 0 would turn
-    // -0 into +0 and change forwarded bits).
-    if (residual.empty()) {
-      std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(i), len, s.begin());
-    } else {
-      for (std::size_t j = 0; j < len; ++j) s[j] = in[i + j] + residual[i + j];
+    std::span<const float> s = in.subspan(i, len);
+    if (!residual.empty()) {
+      // Without a residual the values go as they are (adding 0 would turn
+      // -0 into +0 and change forwarded bits).
+      const float* a = in.data() + i;
+      const float* r = residual.data() + i;
+      std::size_t j = 0;
+      for (; j + 4 <= len; j += 4) {
+        v4f x, y;
+        std::memcpy(&x, a + j, 16);
+        std::memcpy(&y, r + j, 16);
+        x += y;
+        std::memcpy(sum.data() + j, &x, 16);
+      }
+      for (; j < len; ++j) sum[j] = a[j] + r[j];
+      s = std::span<const float>(sum).first(len);
     }
     const auto o = out.subspan(i, len);
     if (comp == compression::bf16) {
-      const auto h = std::span(reinterpret_cast<bf16*>(o.data()), len);
-      (void)codec::to_bf16(s, h);
-      (void)codec::to_float(std::span<const bf16>(h), w);
+      (void)codec::to_bf16(s, std::span(reinterpret_cast<bf16*>(o.data()), len));
     } else {
-      const auto h = std::span(reinterpret_cast<f16*>(o.data()), len);
-      (void)codec::to_f16(s, h);
-      (void)codec::to_float(std::span<const f16>(h), w);
+      (void)codec::to_f16(s, std::span(reinterpret_cast<f16*>(o.data()), len));
     }
-    if (!residual.empty()) {
-      for (std::size_t j = 0; j < len; ++j) {
-        const float r = s[j] - w[j];
-        residual[i + j] = std::isfinite(r) ? r : 0.0f;
-      }
+    if (residual.empty() && back.empty()) continue;
+    const auto w = back.empty() ? std::span(wide).first(len) : back.subspan(i, len);
+    if (comp == compression::bf16) {
+      (void)codec::to_float(std::span(reinterpret_cast<const bf16*>(o.data()), len), w);
+    } else {
+      (void)codec::to_float(std::span(reinterpret_cast<const f16*>(o.data()), len), w);
     }
-    if (!back.empty()) std::copy(w.begin(), w.end(), back.begin() + static_cast<std::ptrdiff_t>(i));
+    if (residual.empty()) continue;
+    float* r = residual.data() + i;
+    std::size_t j = 0;
+    for (; j + 4 <= len; j += 4) {
+      v4f x, y;
+      std::memcpy(&x, s.data() + j, 16);
+      std::memcpy(&y, w.data() + j, 16);
+      const v4f d = x - y;
+      v4i bits;
+      std::memcpy(&bits, &d, 16);
+      bits &= ((d - d) == 0);  // inf - inf and NaN - NaN are NaN: keep finite lanes only
+      std::memcpy(r + j, &bits, 16);
+    }
+    for (; j < len; ++j) {
+      const float d = s[j] - w[j];
+      r[j] = std::isfinite(d) ? d : 0.0f;
+    }
   }
 }
 
@@ -640,23 +668,29 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
     encoding enc;
     chunking ch;
     std::size_t stages;
-    std::vector<float> rx;       // a received chunk
-    std::vector<float> decoded;  // the same, in host floats
-    std::vector<std::uint16_t> tx_scatter, tx_gather;
+    std::vector<float>& rx;       // a received chunk
+    std::vector<float>& decoded;  // the same, in host floats
+    std::vector<std::uint16_t>& tx_scatter;
+    std::vector<std::uint16_t>& tx_gather;
 
     ring_plan(impl& c_, std::span<float> d, const allreduce_options& o_)
         : c(c_), data(d), o(o_), enc(encoding_of(o_.comp)),
           ch(d.size(), c_.n, c_.cfg.chunk_bytes / (o_.comp == compression::none ? 4 : 2)),
-          stages(2 * (std::size_t{c_.n} - 1)) {
+          stages(2 * (std::size_t{c_.n} - 1)),
+          rx(c_.rx_values),
+          decoded(c_.decoded_values),
+          tx_scatter(c_.tx_scatter_values),
+          tx_gather(c_.tx_gather_values) {
       name = "allreduce";
       check_frame_count(c, stages * ch.m);
       expected = static_cast<std::uint32_t>(stages * ch.m);
       sends = expected;
-      rx.resize(std::min(ch.grain, ch.base + 1));
+      const std::size_t chunk = std::min(ch.grain, ch.base + 1);
+      if (rx.size() < chunk) rx.resize(chunk);
       if (enc != encoding::raw) {
-        decoded.resize(rx.size());
-        tx_scatter.resize(d.size());
-        tx_gather.resize(d.size());
+        if (decoded.size() < chunk) decoded.resize(chunk);
+        if (tx_scatter.size() < d.size()) tx_scatter.resize(d.size());
+        if (tx_gather.size() < d.size()) tx_gather.resize(d.size());
       }
     }
     [[nodiscard]] std::size_t mod(std::int64_t k) const {

@@ -1,0 +1,196 @@
+// Allreduce on loopback: ferry's ring against Gloo through LibTorch's c10d
+// ProcessGroupGloo, same sizes, same process layout, same run.
+//
+// Each benchmark is rank 0 of a world whose other ranks are this binary
+// re-executed as helpers (fresh processes: no fork after LibTorch started
+// threads). Every rank runs two warm-up allreduces and then exactly the
+// benchmark's iteration count; rank 0 times each allreduce. Reported: time
+// per allreduce and bus bandwidth 2(n-1)/n * bytes / time, for f32 (both),
+// and ferry with bf16 compression and error feedback (Gloo has no bf16).
+#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ferry/dist/communicator.h"
+#include "gloo_peer.h"
+#include "ratio_table.h"
+
+namespace {
+
+using namespace ferry;
+
+constexpr int warmup = 2;
+const char* const secret = "dist-bench-secret";
+
+struct size_case {
+  const char* label;
+  std::size_t count;  // f32 elements
+  int iterations;
+};
+constexpr size_case sizes[] = {
+    {"68KB", 17'000, 300},      // the reference model's gradients
+    {"1MB", 262'144, 60},
+    {"16MB", 4'194'304, 8},
+    {"64MB", 16'777'216, 3},
+};
+constexpr int rank_counts[] = {2, 4};
+enum class peer { ferry, ferry_bf16, gloo };
+const char* peer_name(peer p) { return p == peer::ferry ? "ferry" : p == peer::ferry_bf16 ? "ferry_bf16" : "gloo"; }
+
+// One rank's allreduce loop object.
+struct rank_runner {
+  std::optional<dist::communicator> comm;
+  std::optional<bench::gloo_group> gloo;
+  dist::allreduce_options opts;
+  std::optional<dist::error_feedback> ef;
+  std::vector<float> data;
+
+  rank_runner(peer p, int rank, int n, const std::string& where, std::size_t count,
+              std::optional<dist::listener> l = std::nullopt)
+      : data(count, 0.0f) {
+    if (p == peer::gloo) {
+      gloo.emplace(where, rank, n);
+      return;
+    }
+    dist::config c;
+    c.rank = static_cast<std::uint32_t>(rank);
+    c.world_size = static_cast<std::uint32_t>(n);
+    c.master_port = static_cast<std::uint16_t>(std::stoi(where));
+    c.secret = secret;
+    if (const char* chunk = std::getenv("FERRY_CHUNK_BYTES")) c.chunk_bytes = static_cast<std::uint32_t>(std::stoul(chunk));
+    comm.emplace(c, std::move(l));
+    if (p == peer::ferry_bf16) {
+      ef.emplace(count);
+      opts.comp = dist::compression::bf16;
+      opts.feedback = &*ef;
+    }
+  }
+  void step() {
+    if (gloo) {
+      gloo->allreduce(data.data(), data.size());
+    } else {
+      comm->allreduce(data, opts);
+    }
+  }
+};
+
+int helper_main(char** argv) {
+  const auto p = static_cast<peer>(std::stoi(argv[2]));
+  rank_runner r(p, std::stoi(argv[3]), std::stoi(argv[4]), argv[5], std::stoul(argv[6]));
+  const int steps = std::stoi(argv[7]);
+  for (int i = 0; i < steps; ++i) r.step();
+  return 0;
+}
+
+void run_case(benchmark::State& state, peer p, int n, size_case s) {
+  static int serial = 0;
+  std::string where;
+  std::optional<dist::listener> l;
+  if (p == peer::gloo) {
+    where = "/tmp/ferry-dist-bench-gloo-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+    std::remove(where.c_str());
+  } else {
+    dist::config c;
+    c.master_port = 0;
+    l.emplace(c);
+    where = std::to_string(l->port());
+  }
+  std::vector<pid_t> helpers;
+  for (int rank = 1; rank < n; ++rank) {
+    const std::vector<std::string> args = {
+        "/proc/self/exe", "--helper", std::to_string(static_cast<int>(p)), std::to_string(rank), std::to_string(n),
+        where, std::to_string(s.count), std::to_string(warmup + s.iterations)};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::vector<char*> c;
+      for (const auto& a : args) c.push_back(const_cast<char*>(a.c_str()));
+      c.push_back(nullptr);
+      ::execv("/proc/self/exe", c.data());
+      ::_exit(127);
+    }
+    helpers.push_back(pid);
+  }
+  {
+    rank_runner r(p, 0, n, where, s.count, std::move(l));
+    for (int i = 0; i < warmup; ++i) r.step();
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      r.step();
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  for (pid_t pid : helpers) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) state.SkipWithError("a helper rank failed");
+  }
+  if (p == peer::gloo) std::remove(where.c_str());
+  const double bytes = static_cast<double>(s.count) * 4;
+  state.counters["bytes"] = bytes;
+  state.counters["busbw"] = benchmark::Counter(2.0 * (n - 1) / n * bytes * static_cast<double>(state.iterations()),
+                                               benchmark::Counter::kIsRate);
+}
+
+void print_table(const bench::results& r) {
+  auto get = [&](peer p, int n, const size_case& s) -> const bench::measurement* {
+    const auto it = r.find(std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label);
+    return it == r.end() ? nullptr : &it->second;
+  };
+  std::printf("\nallreduce on loopback, ferry vs Gloo (ProcessGroupGloo), median of 3\n\n");
+  std::printf("| ranks | size | ferry | Gloo | ferry bf16 | ferry busbw | Gloo busbw | ferry bf16 busbw |"
+              " Gloo/ferry | Gloo/ferry bf16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int n : rank_counts) {
+    for (const auto& s : sizes) {
+      const auto* f = get(peer::ferry, n, s);
+      const auto* g = get(peer::gloo, n, s);
+      const auto* b = get(peer::ferry_bf16, n, s);
+      if (f == nullptr || g == nullptr || b == nullptr) continue;
+      auto t = [](const bench::measurement* m) { return m->ns / 1e3; };
+      auto bw = [](const bench::measurement* m) { return m->counter("busbw") / 1e9; };
+      std::printf("| %d | %s | %.0f us | %.0f us | %.0f us | %.2f GB/s | %.2f GB/s | %.2f GB/s | %.2fx | %.2fx |\n", n,
+                  s.label, t(f), t(g), t(b), bw(f), bw(g), bw(b), g->ns / f->ns, g->ns / b->ns);
+    }
+  }
+  std::printf("\n| goal | ranks | measured f32 | measured bf16 | target |\n|---|---|---|---|---|\n");
+  for (int n : rank_counts) {
+    for (const auto& s : sizes) {
+      const double target = std::string(s.label) == "68KB" ? 1.5 : std::string(s.label) == "1MB" ? 0.0 : 1.2;
+      if (target == 0.0) continue;
+      const auto* f = get(peer::ferry, n, s);
+      const auto* g = get(peer::gloo, n, s);
+      const auto* b = get(peer::ferry_bf16, n, s);
+      if (f == nullptr || g == nullptr || b == nullptr) continue;
+      const double rf = g->ns / f->ns, rb = g->ns / b->ns;
+      std::printf("| %s: Gloo time / ferry time | %d | %.2fx %s | %.2fx %s | >= %.1fx |\n", s.label, n, rf,
+                  rf >= target ? "met" : "MISSED", rb, rb >= target ? "met" : "MISSED", target);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 8 && std::strcmp(argv[1], "--helper") == 0) return helper_main(argv);
+  for (int n : rank_counts) {
+    for (const auto& s : sizes) {
+      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16}) {
+        const std::string name = std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label;
+        benchmark::RegisterBenchmark(name.c_str(), [p, n, s](benchmark::State& st) { run_case(st, p, n, s); })
+            ->Iterations(s.iterations)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  const auto results = bench::run_benchmarks(argc, argv, "dist");
+  if (!results) return 1;
+  print_table(*results);
+  return 0;
+}
