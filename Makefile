@@ -72,6 +72,8 @@ bench: deps
 	@mkdir -p bench-results
 	build/bench/bench/wire_codec_bench --benchmark_out=bench-results/wire_codec.json
 	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
+	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
+	build/bench/bench/dist_bench --benchmark_out=bench-results/dist.json
 
 clean:
 	rm -rf build
