@@ -6,7 +6,8 @@
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
 #                qemu-user, and the fuzz corpora under libFuzzer
 #   make cross   only the cross-architecture tests
-#   make bench   benchmarks; JSON in bench-results/, ratio table at the end
+#   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
+#                (the message benchmark a second time for s390x under qemu)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 
 FUZZ_SECONDS ?= 60
@@ -74,6 +75,9 @@ bench: deps
 	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
 	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
 	build/bench/bench/dist_bench --benchmark_out=bench-results/dist.json
+	scripts/cross-sysroot --bench s390x
+	$(call build_preset,bench-s390x)
+	scripts/run-s390x-bench
 
 clean:
 	rm -rf build
