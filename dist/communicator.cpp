@@ -858,7 +858,7 @@ void communicator::impl::allgather(codec::dtype type, const std::byte* mine, std
       if (t + 2 < c.n) send(t + 1, index % ch.m);
     }
   };
-  std::memcpy(out + std::size_t{rank} * count * codec::size_of(type), mine, count * codec::size_of(type));
+  if (count != 0) std::memcpy(out + std::size_t{rank} * count * codec::size_of(type), mine, count * codec::size_of(type));
   gather_plan p(*this, type, count, out);
   execute(p, [&] {
     for (std::size_t chunk = 0; chunk < p.ch.m; ++chunk) p.send(0, chunk);

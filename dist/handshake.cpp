@@ -223,7 +223,7 @@ std::vector<std::byte> encode_reject(errc code, std::string_view text) {
   std::copy(reject_magic.begin(), reject_magic.end(), b.begin());
   put<std::uint16_t>(b, 4, static_cast<std::uint16_t>(code));
   put<std::uint16_t>(b, 6, static_cast<std::uint16_t>(text.size()));
-  std::memcpy(b.data() + 8, text.data(), text.size());
+  if (!text.empty()) std::memcpy(b.data() + 8, text.data(), text.size());
   return b;
 }
 

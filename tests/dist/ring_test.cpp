@@ -63,7 +63,7 @@ std::vector<float> ring_reference(const std::vector<std::vector<float>>& x, bool
 
 std::vector<std::uint32_t> bits(const std::vector<float>& v) {
   std::vector<std::uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * 4);
   return b;
 }
 

@@ -136,7 +136,7 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
     }
     std::size_t at = 0;
     auto take = [&](void* p, std::size_t len) {
-      std::memcpy(p, all.data() + at, len);
+      if (len != 0) std::memcpy(p, all.data() + at, len);
       at += len;
     };
     std::uint8_t ok = 0;
@@ -165,14 +165,14 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
 template <class T>
 std::vector<std::byte> to_bytes(const std::vector<T>& v) {
   std::vector<std::byte> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;
 }
 
 template <class T>
 std::vector<T> from_bytes(const std::vector<std::byte>& b) {
   std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), b.size());
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
   return v;
 }
 
