@@ -550,15 +550,19 @@ namespace {
 
 using impl_t = communicator::impl;
 
+const char* encoding_name(encoding e) {
+  return e == encoding::bf16 ? "bf16" : e == encoding::f16 ? "f16" : "raw";
+}
+
 // Shared checks of an incoming header against what the plan expects.
 void expect_header(const impl_t& c, const frame_header& h, codec::dtype type, encoding enc, std::size_t count,
                    const char* what) {
   if (h.type != type || h.enc != enc) {
     throw comm_error(errc::config_mismatch, c.prev,
                      rank_name(c.rank) + ": " + rank_name(c.prev) + " sent " + std::string(codec::name(h.type)) +
-                         " encoded as " + std::to_string(static_cast<int>(h.enc)) + " in the " + what +
-                         " where this rank expects " + std::string(codec::name(type)) + " encoded as " +
-                         std::to_string(static_cast<int>(enc)) + ": do all ranks pass the same options?");
+                         " as " + encoding_name(h.enc) + " in the " + what + " where this rank expects " +
+                         std::string(codec::name(type)) + " as " + encoding_name(enc) +
+                         ": do all ranks pass the same options?");
   }
   if (h.count != count) {
     throw comm_error(errc::size_mismatch, c.prev,

@@ -206,6 +206,21 @@ TEST(Communicator, BrokenCommunicatorRefusesLaterCalls) {
   EXPECT_NE(out[0].text.find("earlier failure"), std::string::npos) << out[0].text;
 }
 
+TEST(Communicator, RanksDisagreeingOnCompressionFail) {
+  const auto out = run_world(3, [](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.timeout = 5s;
+    communicator comm(c, std::move(l));
+    std::vector<float> v(100, 1.0f);
+    comm.allreduce(v, {.comp = r == 1 ? compression::bf16 : compression::none});
+    return nothing();
+  });
+  for (const auto& o : out) {
+    ASSERT_FALSE(o.ok);
+    EXPECT_EQ(o.code, errc::config_mismatch) << o.text;
+  }
+  EXPECT_NE(out[2].text.find("rank 1 sent F32 as bf16"), std::string::npos) << out[2].text;
+}
+
 TEST(Rendezvous, Ipv6Loopback) {
   // Skipped nowhere: a machine without ::1 fails here, loudly.
   const auto out = run_world(
