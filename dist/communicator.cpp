@@ -698,8 +698,8 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
       }
     }
     [[nodiscard]] std::size_t mod(std::int64_t k) const {
-      const auto n = static_cast<std::int64_t>(c.n);
-      return static_cast<std::size_t>(((k % n) + n) % n);
+      const auto ranks = static_cast<std::int64_t>(c.n);
+      return static_cast<std::size_t>(((k % ranks) + ranks) % ranks);
     }
     [[nodiscard]] std::size_t send_block(std::size_t t) const {
       const auto r = static_cast<std::int64_t>(c.rank);
