@@ -55,6 +55,9 @@ struct path {
 path choose() noexcept {
   [[maybe_unused]] const auto f = wire::enabled_cpu_features();
 #if defined(__x86_64__)
+  if (has(f, cpu_feature::vpclmulqdq) && has(f, cpu_feature::sse4_2)) {
+    return {&detail::crc32c_vpclmul, "avx512-vpclmulqdq"};
+  }
   if (has(f, cpu_feature::sse4_2)) return {&detail::crc32c_sse42, "sse4.2"};
 #elif defined(__aarch64__)
   if (has(f, cpu_feature::arm_crc32)) return {&detail::crc32c_armv8, "armv8-crc"};

@@ -23,6 +23,7 @@ cpu_feature_set detect() noexcept {
   if (__builtin_cpu_supports("avx2")) s = s | cpu_feature::avx2;
   // libgcc also checks XCR0 for opmask and ZMM state here.
   if (__builtin_cpu_supports("avx512bw")) s = s | cpu_feature::avx512bw;
+  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq")) s = s | cpu_feature::vpclmulqdq;
   // ferry's F16C path uses 256-bit AVX registers, so it needs AVX state too.
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) {
@@ -58,7 +59,8 @@ std::string describe_cpu_features(cpu_feature_set set) {
   static constexpr std::pair<cpu_feature, const char*> names[] = {
       {cpu_feature::sse2, "sse2"}, {cpu_feature::ssse3, "ssse3"},
       {cpu_feature::sse4_2, "sse4.2"}, {cpu_feature::avx2, "avx2"},
-      {cpu_feature::f16c, "f16c"}, {cpu_feature::avx512bw, "avx512bw"}, {cpu_feature::neon, "neon"},
+      {cpu_feature::f16c, "f16c"}, {cpu_feature::avx512bw, "avx512bw"}, {cpu_feature::vpclmulqdq, "vpclmulqdq"},
+      {cpu_feature::neon, "neon"},
       {cpu_feature::arm_crc32, "crc32"},
   };
   std::string out;

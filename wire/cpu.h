@@ -21,6 +21,7 @@ enum class cpu_feature : std::uint32_t {
   avx2 = 1u << 3,    ///< 256-bit integer shuffles
   f16c = 1u << 4,    ///< vcvtps2ph / vcvtph2ps
   avx512bw = 1u << 5,  ///< 512-bit byte shuffles (with the OS saving ZMM state)
+  vpclmulqdq = 1u << 6,  ///< 512-bit carry-less multiply (with avx512bw: the OS saves ZMM)
   // ARM
   neon = 1u << 8,       ///< Advanced SIMD (baseline on aarch64)
   arm_crc32 = 1u << 9,  ///< ARMv8 CRC32C instructions

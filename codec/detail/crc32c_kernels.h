@@ -94,8 +94,16 @@ inline std::uint32_t crc32c_three_streams(std::uint32_t reg, const std::byte* p,
   return reg;
 }
 
+/// x^n mod P in the register form of gf2_multiply.
+constexpr std::uint32_t x_pow(std::uint64_t n) noexcept {
+  return gf2_multiply(x_pow_8n(n / 8), 0x8000'0000u >> (n % 8));
+}
+
 #if defined(__x86_64__)
 std::uint32_t crc32c_sse42(std::uint32_t reg, const std::byte* p, std::size_t n) noexcept;
+/// Folding with 512-bit carry-less multiplies (AVX-512 VPCLMULQDQ); short
+/// inputs and the final bytes go through crc32c_sse42.
+std::uint32_t crc32c_vpclmul(std::uint32_t reg, const std::byte* p, std::size_t n) noexcept;
 #elif defined(__aarch64__)
 std::uint32_t crc32c_armv8(std::uint32_t reg, const std::byte* p, std::size_t n) noexcept;
 #endif

@@ -49,6 +49,8 @@ TEST(Crc32c, Rfc3720Vectors) {
   for (cpu_feature_set f : {cpu_feature_set{0}, wire::all_cpu_features}) {
     wire::limit_cpu_features(f);
     SCOPED_TRACE(std::string(crc32c_kernel_name()));
+    std::vector<std::byte> long_zeros(4096, std::byte{0});  // long enough for the folding path
+    EXPECT_EQ(crc32c(long_zeros), crc32c_bitwise(long_zeros));
     EXPECT_EQ(crc32c(zeros), 0x8A9136AAu);
     EXPECT_EQ(crc32c(ones), 0x62A8AB43u);
     EXPECT_EQ(crc32c(up), 0x46DD794Eu);
@@ -64,7 +66,9 @@ TEST(Crc32c, AllPathsAgreeOnRandomLengthsAndAlignments) {
   for (auto& b : buf) b = std::byte{static_cast<std::uint8_t>(rng())};
   std::vector<std::size_t> lengths;
   for (std::size_t n = 0; n <= 1100; ++n) lengths.push_back(n);
-  for (std::size_t n : {3 * 256 - 1, 3 * 256, 3 * 256 + 1, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 7, 2 * 3 * 8192 + 3 * 256 + 9}) {
+  for (std::size_t n : {3 * 256 - 1, 3 * 256, 3 * 256 + 1, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 7, 2 * 3 * 8192 + 3 * 256 + 9,
+                        // the folding path: its minimum, whole rounds of 256, and tails
+                        1023, 1024, 1025, 1279, 1280, 1281, 4096, 4096 + 255, 40000}) {
     lengths.push_back(n);
   }
   for (int i = 0; i < 200; ++i) lengths.push_back(rng() % (buf.size() - 64));
@@ -72,7 +76,8 @@ TEST(Crc32c, AllPathsAgreeOnRandomLengthsAndAlignments) {
     const std::size_t align = rng() % 64;
     const auto piece = std::span<const std::byte>(buf).subspan(align, n);
     const std::uint32_t expected = crc32c_bitwise(piece);
-    for (cpu_feature_set f : {cpu_feature_set{0}, wire::all_cpu_features}) {
+    for (cpu_feature_set f : {cpu_feature_set{0}, wire::cpu_feature::sse4_2 | wire::cpu_feature::arm_crc32,
+                              wire::all_cpu_features}) {
       wire::limit_cpu_features(f);
       ASSERT_EQ(crc32c(piece), expected) << crc32c_kernel_name() << " length " << n << " align " << align;
     }
@@ -96,7 +101,10 @@ TEST(Crc32c, ExtendAndCombine) {
 TEST(Crc32c, KernelName) {
   const auto name = crc32c_kernel_name();
 #if defined(__x86_64__)
-  EXPECT_EQ(name, wire::has(wire::detected_cpu_features(), wire::cpu_feature::sse4_2) ? "sse4.2" : "table");
+  const auto f = wire::detected_cpu_features();
+  EXPECT_EQ(name, wire::has(f, wire::cpu_feature::vpclmulqdq) ? "avx512-vpclmulqdq"
+                  : wire::has(f, wire::cpu_feature::sse4_2) ? "sse4.2"
+                                                             : "table");
 #elif defined(__aarch64__)
   EXPECT_EQ(name, wire::has(wire::detected_cpu_features(), wire::cpu_feature::arm_crc32) ? "armv8-crc" : "table");
 #else
