@@ -14,12 +14,17 @@ FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake
 
-.PHONY: all deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
+.PHONY: all deps bench-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
 all: test
 
+# LibTorch and the message formats are only for the benchmarks: make test
+# does not install them.
 deps:
-	@scripts/install-deps
+	@scripts/install-deps build test cross fuzz
+
+bench-deps:
+	@scripts/install-deps build cross bench
 
 define build_preset
 	cmake --preset $(1) >/dev/null
@@ -68,7 +73,7 @@ fuzz: fuzz-build
 	    build/fuzz/new-corpus/$$f fuzz/corpus/$$f; \
 	done
 
-bench: deps
+bench: bench-deps
 	$(call build_preset,bench)
 	@mkdir -p bench-results
 	build/bench/bench/wire_codec_bench --benchmark_out=bench-results/wire_codec.json
