@@ -68,6 +68,21 @@ void add_into(float* __restrict dst, const float* __restrict src, std::size_t n)
   for (; i < n; ++i) dst[i] += src[i];
 }
 
+// out[i] = a[i] + b[i], the same way.
+void add(float* __restrict out, const float* __restrict a, const float* __restrict b, std::size_t n) noexcept {
+  using v4 = float __attribute__((vector_size(16)));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    v4 x[4];
+    v4 y[4];
+    std::memcpy(x, a + i, sizeof x);
+    std::memcpy(y, b + i, sizeof y);
+    for (int k = 0; k < 4; ++k) x[k] += y[k];
+    std::memcpy(out + i, x, sizeof x);
+  }
+  for (; i < n; ++i) out[i] = a[i] + b[i];
+}
+
 // The chunks of a ring collective: `total` elements cut into n blocks
 // (sizes differing by at most one, the larger first), each cut into m
 // chunks of at most `grain` elements; m is the same for every block, so
@@ -101,6 +116,7 @@ struct out_frame {
   std::size_t size = 0;
   std::array<std::byte, frame_trailer_size> crc{};
   std::size_t sent = 0;
+  int slot = -1;  // the scratch buffer holding the payload, freed once sent
   [[nodiscard]] std::size_t total() const { return frame_header_size + size + frame_trailer_size; }
 };
 
@@ -156,6 +172,21 @@ struct communicator::impl {
   // does not fault fresh pages in.
   std::vector<float> rx_values, decoded_values;
   std::vector<std::uint16_t> tx_scatter_values, tx_gather_values;
+  // Chunk-sized scratch buffers for partial sums in flight: a frame that
+  // only passes a partial sum on never writes it to the (cache-cold) user
+  // buffer. All are free again when a collective ends (its queue is empty).
+  std::vector<std::vector<float>> scratch;
+  std::vector<int> scratch_free;
+
+  int scratch_acquire() {
+    if (scratch_free.empty()) {
+      scratch.emplace_back(cfg.chunk_bytes / 2);  // the largest chunk: 16-bit elements
+      return static_cast<int>(scratch.size() - 1);
+    }
+    const int slot = scratch_free.back();
+    scratch_free.pop_back();
+    return slot;
+  }
 
   // Worker.
   std::mutex queue_m;
@@ -243,8 +274,9 @@ struct communicator::impl {
 
   // -- sending --------------------------------------------------------------
 
-  void queue_frame(frame_header h, std::span<const std::byte> payload) {
+  void queue_frame(frame_header h, std::span<const std::byte> payload, int slot = -1) {
     out_frame f;
+    f.slot = slot;
     h.order = wire::host_order;
     h.sender = rank;
     h.sequence = sequence;
@@ -297,7 +329,10 @@ struct communicator::impl {
         const std::size_t take = std::min(left, f.total() - f.sent);
         f.sent += take;
         left -= take;
-        if (f.sent == f.total()) sendq.pop_front();
+        if (f.sent == f.total()) {
+          if (f.slot >= 0) scratch_free.push_back(f.slot);
+          sendq.pop_front();
+        }
       }
     }
     return progress;
@@ -475,6 +510,8 @@ struct communicator::impl {
     ++sequence;
     received = 0;
     queued = 0;
+    scratch_free.clear();
+    for (int i = static_cast<int>(scratch.size()) - 1; i >= 0; --i) scratch_free.push_back(i);
     waiting_on.reset();
     if (n == 1) return;
     try {
@@ -712,18 +749,22 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
       return t + 1 < c.n ? mod(r - st - 1) : mod(r - (st - (c.n - 1)));
     }
 
-    void send(std::size_t t, std::size_t chunk) {
+    // Sends chunk `chunk` of stage t: the values in the user's buffer, or
+    // (a partial sum in flight) those in scratch buffer `slot`.
+    void send(std::size_t t, std::size_t chunk, int slot = -1) {
       const auto [off, len] = ch.chunk(send_block(t), chunk);
       frame_header h;
       h.type = codec::dtype::f32;
       h.enc = enc;
       h.chunk = static_cast<std::uint32_t>(t * ch.m + chunk);
       h.count = static_cast<std::uint32_t>(len);
-      const auto values = data.subspan(off, len);
+      const auto values =
+          slot < 0 ? data.subspan(off, len) : std::span(c.scratch[static_cast<std::size_t>(slot)]).first(len);
       if (enc == encoding::raw) {
-        c.queue_frame(h, std::as_bytes(values));
+        c.queue_frame(h, std::as_bytes(values), slot);
         return;
       }
+      if (slot >= 0) c.scratch_free.push_back(slot);  // rounded into tx below, before anything reuses it
       const bool scatter = t + 1 < c.n;
       const bool owner = t + 1 == c.n;  // the first all-gather stage: this rank's reduced block
       auto& tx = scatter ? tx_scatter : tx_gather;
@@ -759,8 +800,14 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
         } else if (!direct) {
           (void)wire::convert_in_place(payload, 4, h.order, wire::host_order);
         }
-        add_into(region.data(), src, len);
-        if (t + 2 == c.n && o.op == reduce_op::avg) {  // the block is complete here
+        if (t + 2 < c.n) {  // a partial sum, only passed on
+          const int slot = c.scratch_acquire();
+          add(c.scratch[static_cast<std::size_t>(slot)].data(), region.data(), src, len);
+          send(t + 1, chunk, slot);
+          return;
+        }
+        add_into(region.data(), src, len);  // the block is complete here
+        if (o.op == reduce_op::avg) {
           const auto div = static_cast<float>(c.n);
           for (float& v : region) v /= div;
         }
