@@ -51,25 +51,11 @@ using wire::byte_order;
 
 std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
-// dst[i] += src[i]. Lane-wise IEEE additions, so the same bits as the
+// out[i] = a[i] + b[i]; `out` may be `a` (each 64-byte block is loaded
+// before it is stored). Lane-wise IEEE additions, so the same bits as the
 // scalar loop on every architecture; written with vector extensions so -O2
 // uses the SIMD unit where there is one.
-void add_into(float* __restrict dst, const float* __restrict src, std::size_t n) noexcept {
-  using v4 = float __attribute__((vector_size(16)));
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    v4 a[4];
-    v4 b[4];
-    std::memcpy(a, dst + i, sizeof a);
-    std::memcpy(b, src + i, sizeof b);
-    for (int k = 0; k < 4; ++k) a[k] += b[k];
-    std::memcpy(dst + i, a, sizeof a);
-  }
-  for (; i < n; ++i) dst[i] += src[i];
-}
-
-// out[i] = a[i] + b[i], the same way.
-void add(float* __restrict out, const float* __restrict a, const float* __restrict b, std::size_t n) noexcept {
+void add(float* out, const float* a, const float* __restrict b, std::size_t n) noexcept {
   using v4 = float __attribute__((vector_size(16)));
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -806,7 +792,7 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
           send(t + 1, chunk, slot);
           return;
         }
-        add_into(region.data(), src, len);  // the block is complete here
+        add(region.data(), region.data(), src, len);  // the block is complete here
         if (o.op == reduce_op::avg) {
           const auto div = static_cast<float>(c.n);
           for (float& v : region) v /= div;
