@@ -621,17 +621,7 @@ void quantize(compression comp, std::span<const float> in, std::span<float> resi
     if (!residual.empty()) {
       // Without a residual the values go as they are (adding 0 would turn
       // -0 into +0 and change forwarded bits).
-      const float* a = in.data() + i;
-      const float* r = residual.data() + i;
-      std::size_t j = 0;
-      for (; j + 4 <= len; j += 4) {
-        v4f x, y;
-        std::memcpy(&x, a + j, 16);
-        std::memcpy(&y, r + j, 16);
-        x += y;
-        std::memcpy(sum.data() + j, &x, 16);
-      }
-      for (; j < len; ++j) sum[j] = a[j] + r[j];
+      add(sum.data(), in.data() + i, residual.data() + i, len);
       s = std::span<const float>(sum).first(len);
     }
     const auto o = out.subspan(i, len);
