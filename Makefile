@@ -79,7 +79,7 @@ bench: bench-deps
 	build/bench/bench/wire_codec_bench --benchmark_out=bench-results/wire_codec.json
 	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
 	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
-	build/bench/bench/dist_bench --benchmark_out=bench-results/dist.json
+	build/bench/bench/comm_bench --benchmark_out=bench-results/comm.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)
 	scripts/run-s390x-bench

@@ -1,4 +1,4 @@
-// The Gloo side of dist_bench: LibTorch's c10d ProcessGroupGloo (the engine
+// The Gloo side of comm_bench: LibTorch's c10d ProcessGroupGloo (the engine
 // PyTorch DDP uses on CPU), behind a plain interface so that only
 // gloo_peer.cpp includes LibTorch's slow headers.
 #pragma once

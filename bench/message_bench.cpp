@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ferry/codec/crc32c.h"
-#include "ferry/dist/frame.h"
+#include "ferry/comm/frame.h"
 #include "ferry/wire/bulk.h"
 #include "gradient.capnp.h"
 #include "gradient.pb.h"
@@ -63,20 +63,20 @@ void ferry_frame(benchmark::State& state, bool other_order) {
   const auto& g = gradient();
   std::vector<std::byte> foreign;
   {
-    dist::frame_header h;
+    comm::frame_header h;
     h.order = wire::host_order == wire::byte_order::little ? wire::byte_order::big : wire::byte_order::little;
     h.count = static_cast<std::uint32_t>(count);
     std::vector<std::byte> payload(count * 4);
     (void)wire::store_array<float>(g, payload, h.order);
-    (void)dist::encode_raw(h, payload, foreign);
+    (void)comm::encode_raw(h, payload, foreign);
   }
   std::vector<std::byte> wire;
   std::vector<float> out(count);
   for (auto _ : state) {
     wire.clear();
-    if (!dist::encode_f32(dist::frame_header{}, g, wire)) state.SkipWithError("encode");
-    auto f = dist::decode_frame(other_order ? foreign : wire, wire.size());
-    if (!f || !dist::payload_to_f32(*f, out)) state.SkipWithError("decode");
+    if (!comm::encode_f32(comm::frame_header{}, g, wire)) state.SkipWithError("encode");
+    auto f = comm::decode_frame(other_order ? foreign : wire, wire.size());
+    if (!f || !comm::payload_to_f32(*f, out)) state.SkipWithError("decode");
     benchmark::DoNotOptimize(out.data());
   }
   finish(state, wire.size(), out);

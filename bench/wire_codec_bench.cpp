@@ -13,7 +13,7 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 #include "ratio_table.h"
 
 namespace {

@@ -2,7 +2,7 @@
 
 #include "ferry/codec/detail/crc32c_kernels.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace ferry::codec {
 namespace detail {
@@ -14,7 +14,7 @@ constinit const shift_table<crc_short_block> crc_shift_short{};
 
 namespace {
 
-using wire::cpu_feature;
+using base::cpu_feature;
 
 // Slicing-by-8 tables: slice[0] is the classic byte table; slice[k][b] is
 // the register after b and then k zero bytes.
@@ -53,7 +53,7 @@ struct path {
 };
 
 path choose() noexcept {
-  [[maybe_unused]] const auto f = wire::enabled_cpu_features();
+  [[maybe_unused]] const auto f = base::enabled_cpu_features();
 #if defined(__x86_64__)
   if (has(f, cpu_feature::vpclmulqdq) && has(f, cpu_feature::sse4_2)) {
     return {&detail::crc32c_vpclmul, "avx512-vpclmulqdq"};

@@ -33,7 +33,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::codec {
 

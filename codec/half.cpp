@@ -1,12 +1,12 @@
 #include "ferry/codec/half.h"
 
 #include "ferry/codec/detail/half_kernels.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace ferry::codec {
 namespace {
 
-using wire::cpu_feature;
+using base::cpu_feature;
 
 template <class In, class Out>
 using kernel = void (*)(const In*, Out*, std::size_t) noexcept;
@@ -32,7 +32,7 @@ constexpr simd_kernels simd = {cpu_feature::neon, &detail::to_bf16_neon, &detail
 constexpr simd_kernels simd = {cpu_feature::neon, nullptr, nullptr, cpu_feature::neon, nullptr, nullptr};
 #endif
 
-bool use(cpu_feature f) noexcept { return has(wire::enabled_cpu_features(), f); }
+bool use(cpu_feature f) noexcept { return has(base::enabled_cpu_features(), f); }
 
 template <class In, class Out, class Scalar>
 result<void> convert(std::span<const In> in, std::span<Out> out, kernel<In, Out> fast, cpu_feature needs,

@@ -35,7 +35,7 @@
 #include <string_view>
 
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::codec {
 

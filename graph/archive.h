@@ -88,7 +88,7 @@
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::graph {
 

@@ -23,7 +23,7 @@
 #include <span>
 
 #include "ferry/graph/options.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::graph {
 

@@ -78,7 +78,7 @@
 
 #include "ferry/wire/byte_order.h"
 #include "ferry/wire/cursor.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::schema {
 

@@ -11,7 +11,7 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ double best_gbps(std::size_t bytes, int reps, Fn fn) {
 }  // namespace
 
 int main() {
-  std::printf("ferry demo\n\nCPU features: %s\n", wire::describe_cpu_features(wire::detected_cpu_features()).c_str());
+  std::printf("ferry demo\n\nCPU features: %s\n", base::describe_cpu_features(base::detected_cpu_features()).c_str());
   std::printf("kernels: bulk=%.*s crc32c=%.*s half=%.*s\n\n",
               static_cast<int>(wire::bulk_kernel_name().size()), wire::bulk_kernel_name().data(),
               static_cast<int>(codec::crc32c_kernel_name().size()), codec::crc32c_kernel_name().data(),

@@ -2,7 +2,7 @@
 
 #include <cassert>
 
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 #include "ferry/wire/detail/bulk_kernels.h"
 
 namespace ferry::wire {
@@ -25,15 +25,18 @@ const reverse_kernels scalar_kernels = {&reverse_portable<2>, &reverse_portable<
 
 namespace {
 
+using base::cpu_feature;
+using base::cpu_feature_set;
+
 const detail::reverse_kernels& kernels() noexcept {
-  [[maybe_unused]] const cpu_feature_set f = enabled_cpu_features();
+  [[maybe_unused]] const cpu_feature_set f = base::enabled_cpu_features();
 #if defined(__x86_64__)
-  if (has(f, cpu_feature::avx512bw)) return detail::avx512_kernels;
-  if (has(f, cpu_feature::avx2)) return detail::avx2_kernels;
-  if (has(f, cpu_feature::ssse3)) return detail::ssse3_kernels;
-  if (has(f, cpu_feature::sse2)) return detail::sse2_kernels;
+  if (base::has(f, cpu_feature::avx512bw)) return detail::avx512_kernels;
+  if (base::has(f, cpu_feature::avx2)) return detail::avx2_kernels;
+  if (base::has(f, cpu_feature::ssse3)) return detail::ssse3_kernels;
+  if (base::has(f, cpu_feature::sse2)) return detail::sse2_kernels;
 #elif defined(__aarch64__)
-  if (has(f, cpu_feature::neon)) return detail::neon_kernels;
+  if (base::has(f, cpu_feature::neon)) return detail::neon_kernels;
 #endif
   return detail::scalar_kernels;
 }

@@ -10,7 +10,7 @@
 // time (x86-64: SSE2 baseline, SSSE3, AVX2 or AVX-512BW; aarch64: NEON;
 // elsewhere a portable loop), so a default -O2 build with no -march is fast.
 // Copying conversions of 8 MiB or more on x86 use non-temporal stores. All kernels give
-// identical bytes; limit_cpu_features() (wire/cpu.h) narrows the choice.
+// identical bytes; limit_cpu_features() (base/cpu.h) narrows the choice.
 //
 // Floating-point elements are moved as integers: NaN payloads, -0.0,
 // subnormals and infinities are preserved bit for bit.
@@ -21,7 +21,7 @@
 #include <string_view>
 
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::wire {
 

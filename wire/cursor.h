@@ -24,7 +24,7 @@
 
 #include "ferry/wire/bulk.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 #include "ferry/wire/varint.h"
 
 namespace ferry::wire {

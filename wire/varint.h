@@ -35,7 +35,7 @@
 #include <span>
 #include <type_traits>
 
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry::wire {
 

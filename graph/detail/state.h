@@ -19,7 +19,7 @@
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
 #include "ferry/wire/cursor.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 
 namespace ferry::graph::detail {

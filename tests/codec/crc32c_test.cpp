@@ -6,12 +6,12 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace ferry::codec {
 namespace {
 
-using wire::cpu_feature_set;
+using base::cpu_feature_set;
 
 std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s)); }
 
@@ -26,7 +26,7 @@ std::uint32_t crc32c_bitwise(std::span<const std::byte> data) {
 }
 
 struct restore_features {
-  ~restore_features() { wire::limit_cpu_features(wire::all_cpu_features); }
+  ~restore_features() { base::limit_cpu_features(base::all_cpu_features); }
 };
 
 TEST(Crc32c, CheckValue) {
@@ -46,8 +46,8 @@ TEST(Crc32c, Rfc3720Vectors) {
                                 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
                                 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
   restore_features restore;
-  for (cpu_feature_set f : {cpu_feature_set{0}, wire::all_cpu_features}) {
-    wire::limit_cpu_features(f);
+  for (cpu_feature_set f : {cpu_feature_set{0}, base::all_cpu_features}) {
+    base::limit_cpu_features(f);
     SCOPED_TRACE(std::string(crc32c_kernel_name()));
     std::vector<std::byte> long_zeros(4096, std::byte{0});  // long enough for the folding path
     EXPECT_EQ(crc32c(long_zeros), crc32c_bitwise(long_zeros));
@@ -76,9 +76,9 @@ TEST(Crc32c, AllPathsAgreeOnRandomLengthsAndAlignments) {
     const std::size_t align = rng() % 64;
     const auto piece = std::span<const std::byte>(buf).subspan(align, n);
     const std::uint32_t expected = crc32c_bitwise(piece);
-    for (cpu_feature_set f : {cpu_feature_set{0}, wire::cpu_feature::sse4_2 | wire::cpu_feature::arm_crc32,
-                              wire::all_cpu_features}) {
-      wire::limit_cpu_features(f);
+    for (cpu_feature_set f : {cpu_feature_set{0}, base::cpu_feature::sse4_2 | base::cpu_feature::arm_crc32,
+                              base::all_cpu_features}) {
+      base::limit_cpu_features(f);
       ASSERT_EQ(crc32c(piece), expected) << crc32c_kernel_name() << " length " << n << " align " << align;
     }
   }
@@ -101,12 +101,12 @@ TEST(Crc32c, ExtendAndCombine) {
 TEST(Crc32c, KernelName) {
   const auto name = crc32c_kernel_name();
 #if defined(__x86_64__)
-  const auto f = wire::detected_cpu_features();
-  EXPECT_EQ(name, wire::has(f, wire::cpu_feature::vpclmulqdq) ? "avx512-vpclmulqdq"
-                  : wire::has(f, wire::cpu_feature::sse4_2) ? "sse4.2"
+  const auto f = base::detected_cpu_features();
+  EXPECT_EQ(name, base::has(f, base::cpu_feature::vpclmulqdq) ? "avx512-vpclmulqdq"
+                  : base::has(f, base::cpu_feature::sse4_2) ? "sse4.2"
                                                              : "table");
 #elif defined(__aarch64__)
-  EXPECT_EQ(name, wire::has(wire::detected_cpu_features(), wire::cpu_feature::arm_crc32) ? "armv8-crc" : "table");
+  EXPECT_EQ(name, base::has(base::detected_cpu_features(), base::cpu_feature::arm_crc32) ? "armv8-crc" : "table");
 #else
   EXPECT_EQ(name, "table");
 #endif

@@ -7,7 +7,7 @@
 
 #include "../exhaustive_parallel.h"
 #include "ferry/codec/half.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 #include "half_reference.h"
 
 namespace ferry::codec {

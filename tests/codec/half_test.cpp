@@ -7,19 +7,19 @@
 #include <random>
 #include <vector>
 
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 #include "half_reference.h"
 
 namespace ferry::codec {
 namespace {
 
-using wire::cpu_feature_set;
+using base::cpu_feature_set;
 
 float f(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
 
 struct restore_features {
-  ~restore_features() { wire::limit_cpu_features(wire::all_cpu_features); }
+  ~restore_features() { base::limit_cpu_features(base::all_cpu_features); }
 };
 
 TEST(ToF16, KnownVectors) {
@@ -155,8 +155,8 @@ TEST(Bulk, EveryPathMatchesScalar) {
   h16[0] = f16{0x7C01};
   hb[0] = bf16{0x7F81};
 
-  for (cpu_feature_set features : {cpu_feature_set{0}, wire::all_cpu_features}) {
-    wire::limit_cpu_features(features);
+  for (cpu_feature_set features : {cpu_feature_set{0}, base::all_cpu_features}) {
+    base::limit_cpu_features(features);
     SCOPED_TRACE(std::string(half_kernel_name()));
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{15},
                           std::size_t{16}, std::size_t{17}, in.size()}) {

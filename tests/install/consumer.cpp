@@ -1,5 +1,5 @@
 #include <ferry/codec/crc32c.h>
-#include <ferry/dist/communicator.h>
+#include <ferry/comm/communicator.h>
 #include <ferry/graph/archive.h>
 #include <ferry/wire/byte_order.h>
 
@@ -26,9 +26,9 @@ int main() {
   a->next = std::make_shared<item>();
   auto bytes = ferry::graph::write(a);
   auto back = bytes ? ferry::graph::read<std::shared_ptr<item>>(*bytes) : ferry::result<std::shared_ptr<item>>(bytes.error());
-  ferry::dist::communicator comm{ferry::dist::config{}};  // a world of one
+  ferry::comm::communicator comm{ferry::comm::config{}};  // a world of one
   std::vector<float> grads{1.0f, 2.0f};
-  comm.allreduce(grads, {.op = ferry::dist::reduce_op::avg});
+  comm.allreduce(grads, {.op = ferry::comm::reduce_op::avg});
   const bool ok = grads[1] == 2.0f && net[0] == std::byte{0x38} && ferry::codec::crc32c(std::as_bytes(std::span(check))) == 0xE3069283u &&
                   back && (*back)->value == 42 && (*back)->next;
   std::puts(ok ? "consumer ok" : "consumer FAILED");

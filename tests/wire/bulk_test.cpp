@@ -11,10 +11,12 @@
 #include <random>
 #include <vector>
 
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace ferry::wire {
 namespace {
+
+using namespace ferry::base;  // the cpu feature controls
 
 #ifdef FERRY_TEST_FORCE_PORTABLE
 const bool forced = (limit_cpu_features(0), true);

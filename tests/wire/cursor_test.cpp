@@ -192,7 +192,7 @@ TEST(Errors, EveryValueHasANameAndMessage) {
     ++named;
     EXPECT_NE(message(e), "unknown error") << code;
   }
-  EXPECT_EQ(named, 1 + 7 + 1 + 20 + 11);  // ok, wire, codec, graph, dist
+  EXPECT_EQ(named, 1 + 7 + 1 + 20 + 11);  // ok, wire, codec, graph, comm
   EXPECT_EQ(name(errc::varint_overlong), "varint_overlong");
   // The numbers are part of the interface.
   EXPECT_EQ(static_cast<int>(errc::truncated), 1);

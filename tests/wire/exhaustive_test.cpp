@@ -9,10 +9,12 @@
 
 #include "../exhaustive_parallel.h"
 #include "ferry/wire/bulk.h"
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 namespace ferry::wire {
 namespace {
+
+using namespace ferry::base;  // the cpu feature controls
 
 // The plain reference: byte i of the pattern in the given order, by shifts.
 std::uint8_t reference_byte(std::uint32_t pattern, std::size_t i, byte_order order) {

@@ -1,4 +1,4 @@
-// ferry/dist/rendezvous.h: from a config to a ring of authenticated links.
+// ferry/comm/rendezvous.h: from a config to a ring of authenticated links.
 //
 // Rank 0 hosts the rendezvous on MASTER_ADDR:MASTER_PORT. Every other rank
 // opens a ring listener (on the local address it reaches rank 0 from, any
@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <optional>
 
-#include "ferry/dist/config.h"
-#include "ferry/dist/handshake.h"
-#include "ferry/dist/socket.h"
+#include "ferry/comm/config.h"
+#include "ferry/comm/handshake.h"
+#include "ferry/comm/socket.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 /// Rank 0's rendezvous socket, bound before the others join. Binding it
 /// first lets a launcher (or a test) learn the port when MASTER_PORT is 0.
@@ -50,4 +50,4 @@ ring_links form_ring(const config& c, std::optional<listener> rank0 = std::nullo
 /// The HELLO this rank sends (nonce left zero; the handshake fills it).
 hello local_hello(const config& c, role r);
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

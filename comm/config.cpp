@@ -1,4 +1,4 @@
-#include "ferry/dist/config.h"
+#include "ferry/comm/config.h"
 
 #include <charconv>
 #include <cstdlib>
@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string_view>
 
-#include "ferry/dist/error.h"
+#include "ferry/comm/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw comm_error(errc::bad_config, std::nullopt, what); }
@@ -100,4 +100,4 @@ void config::validate() const {
   if (world_size > 1 && master_addr.empty()) bad("MASTER_ADDR is empty");
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

@@ -1,4 +1,4 @@
-// ferry/dist/handshake.h: what two ranks say when a connection opens.
+// ferry/comm/handshake.h: what two ranks say when a connection opens.
 //
 // Every connection between ranks starts with this exchange, before any
 // frame: HELLO both ways, then each side proves it holds the shared secret
@@ -61,11 +61,11 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/dist/socket.h"
+#include "ferry/comm/socket.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 inline constexpr std::uint8_t protocol_version = 1;
 inline constexpr std::size_t hello_size = 80;
@@ -77,7 +77,7 @@ enum class role : std::uint8_t { join = 1, ring = 2, reply = 3 };
 /// What one side says about itself in a HELLO.
 struct hello {
   std::uint8_t version = protocol_version;
-  dist::role role = role::reply;
+  comm::role role = role::reply;
   wire::byte_order order = wire::host_order;
   std::uint8_t word_size = sizeof(void*);
   std::uint32_t rank = 0;
@@ -141,4 +141,4 @@ hello handshake_initiate(const socket& s, hello mine, std::string_view secret, c
 /// Acceptor side: returns the initiator's HELLO. `mine.role` is set to reply.
 hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline);
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

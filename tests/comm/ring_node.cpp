@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/dist/communicator.h"
+#include "ferry/comm/communicator.h"
 #include "ferry/wire/byte_order.h"
 
 namespace {
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    dist::config c;
+    comm::config c;
     c.rank = static_cast<std::uint32_t>(std::stoul(argv[1]));
     c.world_size = static_cast<std::uint32_t>(std::stoul(argv[2]));
     c.master_port = static_cast<std::uint16_t>(std::stoul(argv[3]));
@@ -75,30 +75,30 @@ int main(int argc, char** argv) {
     c.secret = std::getenv("FERRY_SECRET") ? std::getenv("FERRY_SECRET") : "";
     c.chunk_bytes = 16 * 1024;  // many chunks per block
     c.timeout = std::chrono::seconds(120);
-    std::optional<dist::listener> l;
+    std::optional<comm::listener> l;
     if (c.rank == 0) {
       l.emplace(c);
       std::cout << "port " << l->port() << std::endl;
     }
-    dist::communicator comm(c, std::move(l));
+    comm::communicator comm(c, std::move(l));
     std::vector<unsigned char> out;
     const std::size_t count = 50'003;
     auto sum = input(c.rank, count, 1);
     comm.allreduce(sum);
     append_le(out, sum);
     auto avg = input(c.rank, count, 2);
-    comm.allreduce(avg, {.op = dist::reduce_op::avg});
+    comm.allreduce(avg, {.op = comm::reduce_op::avg});
     append_le(out, avg);
-    dist::error_feedback ef(count);
+    comm::error_feedback ef(count);
     for (int k = 0; k < 3; ++k) {
       auto q = input(c.rank, count, 3);
-      comm.allreduce(q, {.comp = dist::compression::bf16, .feedback = &ef});
+      comm.allreduce(q, {.comp = comm::compression::bf16, .feedback = &ef});
       append_le(out, q);
     }
     std::vector<unsigned char> residual;
     append_le(residual, std::vector<float>(ef.residual().begin(), ef.residual().end()));
     auto h = input(c.rank, count, 4);
-    comm.allreduce(h, {.op = dist::reduce_op::avg, .comp = dist::compression::f16});
+    comm.allreduce(h, {.op = comm::reduce_op::avg, .comp = comm::compression::f16});
     append_le(out, h);
     auto b = input(c.rank, 3000, 5);
     comm.broadcast(b, c.world_size - 1);

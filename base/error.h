@@ -1,4 +1,4 @@
-// ferry/wire/error.h: the library's one error enum and its result type.
+// ferry/base/error.h: the library's one error enum and its result type.
 //
 // Every decoder in ferry reports input errors as values of `ferry::errc`,
 // never by throwing. The numeric values are part of ferry's stable interface:
@@ -58,7 +58,7 @@ enum class errc : std::uint16_t {
   io_error = 218,             ///< Reading or writing a file or stream failed.
   pointer_into_root = 219,    ///< read(): a raw pointer targets the returned root itself (use read_into).
 
-  // 300..399: the gradient wire protocol (dist/).
+  // 300..399: the gradient wire protocol (comm/).
   checksum_mismatch = 300,    ///< A frame's CRC32C does not match its bytes.
   auth_failed = 301,          ///< A peer could not prove it holds the shared secret.
   version_mismatch = 302,     ///< A peer speaks another protocol version.

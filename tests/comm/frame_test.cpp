@@ -1,4 +1,4 @@
-#include "ferry/dist/frame.h"
+#include "ferry/comm/frame.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 using wire::byte_order;
@@ -214,4 +214,4 @@ TEST(Frame, EverySingleBitFlipIsCaught) {
 }
 
 }  // namespace
-}  // namespace ferry::dist
+}  // namespace ferry::comm

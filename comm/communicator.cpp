@@ -1,4 +1,4 @@
-#include "ferry/dist/communicator.h"
+#include "ferry/comm/communicator.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,10 +17,10 @@
 
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
-#include "ferry/dist/frame.h"
+#include "ferry/comm/frame.h"
 #include "ferry/wire/bulk.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 // ---------------------------------------------------------------------------
 // work
@@ -112,7 +112,7 @@ struct out_frame {
 // impl: the links, the engine that moves frames, the worker thread
 
 struct communicator::impl {
-  dist::config cfg;
+  comm::config cfg;
   ring_links links;
   std::uint32_t rank = 0;
   std::uint32_t n = 1;
@@ -183,7 +183,7 @@ struct communicator::impl {
   std::thread worker;
   std::mutex run_m;
 
-  impl(const dist::config& c, std::optional<listener> l)
+  impl(const comm::config& c, std::optional<listener> l)
       : cfg(c), links(form_ring(c, std::move(l))), rank(c.rank), n(c.world_size) {
     prev = (rank + n - 1) % n;
     next = (rank + 1) % n;
@@ -895,7 +895,7 @@ void communicator::impl::allgather(codec::dtype type, const std::byte* mine, std
 // ---------------------------------------------------------------------------
 // communicator
 
-communicator::communicator(const dist::config& c, std::optional<listener> rank0)
+communicator::communicator(const comm::config& c, std::optional<listener> rank0)
     : impl_(std::make_unique<impl>(c, std::move(rank0))) {}
 
 communicator communicator::from_env() { return communicator(config::from_env()); }
@@ -949,4 +949,4 @@ void communicator::allgather_elements(codec::dtype type, const void* mine, std::
   });
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

@@ -1,4 +1,4 @@
-// ferry/dist/frame.h: the frame of ferry's gradient wire protocol.
+// ferry/comm/frame.h: the frame of ferry's gradient wire protocol.
 //
 // A frame carries one chunk of one collective from one rank. Every field has
 // a fixed width (no size_t, no long, no struct dumps), so ranks that disagree
@@ -40,9 +40,9 @@
 
 #include "ferry/codec/dtype.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 /// How a payload's elements travel.
 enum class encoding : std::uint8_t {
@@ -140,4 +140,4 @@ inline constexpr std::size_t abort_size = 32;
 /// code 0), checksum_mismatch.
 result<abort_message> parse_abort(std::span<const std::byte, abort_size> bytes) noexcept;
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

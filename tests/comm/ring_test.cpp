@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "ferry/codec/crc32c.h"
-#include "ferry/dist/communicator.h"
-#include "ferry/dist/frame.h"
+#include "ferry/comm/communicator.h"
+#include "ferry/comm/frame.h"
 #include "world.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 using test::from_bytes;
@@ -242,4 +242,4 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Ring, ::testing::Values(2u, 3u, 4u), [](const au
 });
 
 }  // namespace
-}  // namespace ferry::dist
+}  // namespace ferry::comm

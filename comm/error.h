@@ -1,6 +1,6 @@
-// ferry/dist/error.h: the exception dist/'s connections and collectives throw.
+// ferry/comm/error.h: the exception comm/'s connections and collectives throw.
 //
-// The pure decoders of dist/ (frame.h, handshake.h) return result<T> like
+// The pure decoders of comm/ (frame.h, handshake.h) return result<T> like
 // every decoder in ferry. What talks to the network throws comm_error: a
 // collective that fails leaves nothing to return, and the error must carry
 // a sentence naming the ranks involved, which an errc alone cannot.
@@ -11,9 +11,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 class comm_error : public std::runtime_error {
  public:
@@ -29,4 +29,4 @@ class comm_error : public std::runtime_error {
   std::optional<std::uint32_t> peer_;
 };
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

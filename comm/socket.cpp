@@ -1,4 +1,4 @@
-#include "ferry/dist/socket.h"
+#include "ferry/comm/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,9 +13,9 @@
 #include <cstring>
 #include <thread>
 
-#include "ferry/dist/error.h"
+#include "ferry/comm/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 [[noreturn]] void fail(errc code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
@@ -292,4 +292,4 @@ int poll_timeout(clock::time_point deadline) noexcept {
   return static_cast<int>(std::min<std::int64_t>(ms, INT_MAX));
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

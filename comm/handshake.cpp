@@ -1,4 +1,4 @@
-#include "ferry/dist/handshake.h"
+#include "ferry/comm/handshake.h"
 
 #include <netinet/in.h>
 #include <openssl/crypto.h>
@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "ferry/codec/crc32c.h"
-#include "ferry/dist/error.h"
+#include "ferry/comm/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 using wire::byte_order;
@@ -161,7 +161,7 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.word_size = get<std::uint8_t>(b, 7);
   h.rank = get<std::uint32_t>(b, 8);
   if (role < 1 || role > 3 || order > 1) return errc::bad_value;
-  h.role = static_cast<dist::role>(role);
+  h.role = static_cast<comm::role>(role);
   h.order = order == 1 ? byte_order::big : byte_order::little;
   const auto arch = b.subspan(28, arch_size);
   if (!valid_arch(arch)) return errc::bad_value;
@@ -387,4 +387,4 @@ hello handshake_accept(const socket& s, hello mine, std::string_view secret, clo
   return *theirs;
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

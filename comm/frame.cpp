@@ -1,4 +1,4 @@
-#include "ferry/dist/frame.h"
+#include "ferry/comm/frame.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 #include "ferry/wire/bulk.h"
 #include "ferry/wire/cursor.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 using wire::byte_order;
@@ -223,4 +223,4 @@ result<abort_message> parse_abort(std::span<const std::byte, abort_size> b) noex
   return m;
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

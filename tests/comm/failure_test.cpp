@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "ferry/codec/crc32c.h"
-#include "ferry/dist/communicator.h"
-#include "ferry/dist/frame.h"
-#include "ferry/dist/handshake.h"
+#include "ferry/comm/communicator.h"
+#include "ferry/comm/frame.h"
+#include "ferry/comm/handshake.h"
 #include "world.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 using namespace std::chrono_literals;
@@ -384,4 +384,4 @@ TEST(Config, FromEnvironment) {
 }
 
 }  // namespace
-}  // namespace ferry::dist
+}  // namespace ferry::comm

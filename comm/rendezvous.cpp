@@ -1,13 +1,13 @@
-#include "ferry/dist/rendezvous.h"
+#include "ferry/comm/rendezvous.h"
 
 #include <netinet/in.h>
 
 #include <string>
 #include <vector>
 
-#include "ferry/dist/error.h"
+#include "ferry/comm/error.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 namespace {
 
 [[noreturn]] void fail(errc code, std::optional<std::uint32_t> peer, const std::string& what) {
@@ -175,4 +175,4 @@ ring_links form_ring(const config& c, std::optional<listener> rank0) {
   return links;
 }
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

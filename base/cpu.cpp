@@ -1,4 +1,4 @@
-#include "ferry/wire/cpu.h"
+#include "ferry/base/cpu.h"
 
 #include <atomic>
 #include <utility>
@@ -9,7 +9,7 @@
 #include <sys/auxv.h>
 #endif
 
-namespace ferry::wire {
+namespace ferry::base {
 namespace {
 
 cpu_feature_set detect() noexcept {
@@ -72,4 +72,4 @@ std::string describe_cpu_features(cpu_feature_set set) {
   return out.empty() ? "none (portable paths)" : out;
 }
 
-}  // namespace ferry::wire
+}  // namespace ferry::base

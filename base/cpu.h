@@ -1,4 +1,4 @@
-// ferry/wire/cpu.h: run-time CPU feature detection for ferry's dispatchers.
+// ferry/base/cpu.h: run-time CPU feature detection for ferry's dispatchers.
 //
 // Every SIMD or hardware-accelerated path in ferry (bulk byte swaps, CRC32C,
 // f16/bf16 conversion) is chosen at run time from enabled_cpu_features(), so
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ferry::wire {
+namespace ferry::base {
 
 enum class cpu_feature : std::uint32_t {
   // x86-64
@@ -60,4 +60,4 @@ void limit_cpu_features(cpu_feature_set allowed) noexcept;
 /// Names of the enabled features, space-separated, e.g. "sse2 ssse3 avx2".
 [[nodiscard]] std::string describe_cpu_features(cpu_feature_set set);
 
-}  // namespace ferry::wire
+}  // namespace ferry::base

@@ -1,4 +1,4 @@
-// tests/dist/world.h: runs a world of ranks as forked processes on loopback.
+// tests/comm/world.h: runs a world of ranks as forked processes on loopback.
 //
 // The parent binds rank 0's listener on an ephemeral port before forking,
 // so no port is guessed; each child runs `body` and reports either the
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "ferry/dist/communicator.h"
+#include "ferry/comm/communicator.h"
 
-namespace ferry::dist::test {
+namespace ferry::comm::test {
 
 struct outcome {
   bool ok = false;
@@ -176,4 +176,4 @@ std::vector<T> from_bytes(const std::vector<std::byte>& b) {
   return v;
 }
 
-}  // namespace ferry::dist::test
+}  // namespace ferry::comm::test

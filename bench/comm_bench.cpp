@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/dist/communicator.h"
+#include "ferry/comm/communicator.h"
 #include "gloo_peer.h"
 #include "ratio_table.h"
 
@@ -27,7 +27,7 @@ namespace {
 using namespace ferry;
 
 constexpr int warmup = 2;
-const char* const secret = "dist-bench-secret";
+const char* const secret = "comm-bench-secret";
 
 struct size_case {
   const char* label;
@@ -46,20 +46,20 @@ const char* peer_name(peer p) { return p == peer::ferry ? "ferry" : p == peer::f
 
 // One rank's allreduce loop object.
 struct rank_runner {
-  std::optional<dist::communicator> comm;
+  std::optional<comm::communicator> comm;
   std::optional<bench::gloo_group> gloo;
-  dist::allreduce_options opts;
-  std::optional<dist::error_feedback> ef;
+  comm::allreduce_options opts;
+  std::optional<comm::error_feedback> ef;
   std::vector<float> data;
 
   rank_runner(peer p, int rank, int n, const std::string& where, std::size_t count,
-              std::optional<dist::listener> l = std::nullopt)
+              std::optional<comm::listener> l = std::nullopt)
       : data(count, 0.0f) {
     if (p == peer::gloo) {
       gloo.emplace(where, rank, n);
       return;
     }
-    dist::config c;
+    comm::config c;
     c.rank = static_cast<std::uint32_t>(rank);
     c.world_size = static_cast<std::uint32_t>(n);
     c.master_port = static_cast<std::uint16_t>(std::stoi(where));
@@ -68,7 +68,7 @@ struct rank_runner {
     comm.emplace(c, std::move(l));
     if (p == peer::ferry_bf16) {
       ef.emplace(count);
-      opts.comp = dist::compression::bf16;
+      opts.comp = comm::compression::bf16;
       opts.feedback = &*ef;
     }
   }
@@ -92,12 +92,12 @@ int helper_main(char** argv) {
 void run_case(benchmark::State& state, peer p, int n, size_case s) {
   static int serial = 0;
   std::string where;
-  std::optional<dist::listener> l;
+  std::optional<comm::listener> l;
   if (p == peer::gloo) {
-    where = "/tmp/ferry-dist-bench-gloo-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+    where = "/tmp/ferry-comm-bench-gloo-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
     std::remove(where.c_str());
   } else {
-    dist::config c;
+    comm::config c;
     c.master_port = 0;
     l.emplace(c);
     where = std::to_string(l->port());
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const auto results = bench::run_benchmarks(argc, argv, "dist");
+  const auto results = bench::run_benchmarks(argc, argv, "comm");
   if (!results) return 1;
   print_table(*results);
   return 0;

@@ -1,4 +1,4 @@
-#include "ferry/wire/error.h"
+#include "ferry/base/error.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-// ferry/dist/config.h: how a rank finds its world.
+// ferry/comm/config.h: how a rank finds its world.
 //
 // Environment variables (config::from_env), the torchrun conventions first:
 //   MASTER_ADDR    rank 0's host name or address, IPv4 or IPv6 (default 127.0.0.1)
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 struct config {
   std::uint32_t rank = 0;
@@ -38,4 +38,4 @@ struct config {
   void validate() const;
 };
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm

@@ -1,6 +1,6 @@
-// ferry/dist/communicator.h: collectives over a ring of TCP links.
+// ferry/comm/communicator.h: collectives over a ring of TCP links.
 //
-//   auto comm = ferry::dist::communicator(ferry::dist::config::from_env());
+//   auto comm = ferry::comm::communicator(ferry::comm::config::from_env());
 //   comm.allreduce(grads, {.op = reduce_op::avg});          // every rank
 //   auto w = comm.start_allreduce(bucket, {.comp = compression::bf16, .feedback = &ef});
 //   ... compute ...
@@ -37,11 +37,11 @@
 #include <vector>
 
 #include "ferry/codec/dtype.h"
-#include "ferry/dist/config.h"
-#include "ferry/dist/error.h"
-#include "ferry/dist/rendezvous.h"
+#include "ferry/comm/config.h"
+#include "ferry/comm/error.h"
+#include "ferry/comm/rendezvous.h"
 
-namespace ferry::dist {
+namespace ferry::comm {
 
 enum class reduce_op : std::uint8_t { sum, avg };
 
@@ -89,7 +89,7 @@ class work {
 class communicator {
  public:
   /// Forms the ring (rendezvous.h); rank 0 may pass its pre-bound listener.
-  explicit communicator(const dist::config& c, std::optional<listener> rank0 = std::nullopt);
+  explicit communicator(const comm::config& c, std::optional<listener> rank0 = std::nullopt);
   /// config::from_env(), then the above.
   static communicator from_env();
   communicator(communicator&&) noexcept;
@@ -99,7 +99,7 @@ class communicator {
 
   [[nodiscard]] std::uint32_t rank() const noexcept;
   [[nodiscard]] std::uint32_t world_size() const noexcept;
-  [[nodiscard]] const dist::config& config() const noexcept;
+  [[nodiscard]] const comm::config& config() const noexcept;
   /// What the neighbours said about themselves at the handshake.
   [[nodiscard]] const hello& prev_peer() const noexcept;
   [[nodiscard]] const hello& next_peer() const noexcept;
@@ -136,4 +136,4 @@ class communicator {
   std::unique_ptr<impl> impl_;
 };
 
-}  // namespace ferry::dist
+}  // namespace ferry::comm
