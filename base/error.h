@@ -1,151 +1,320 @@
-// ferry/base/error.h: the library's one error enum and its result type.
+// ferry/base/error.h: how ferry reports errors.
 //
-// Every decoder in ferry reports input errors as values of `ferry::errc`,
-// never by throwing. The numeric values are part of ferry's stable interface:
-// they are never renumbered or reused, new failures get new values at the end
-// of their block, so a value logged today means the same thing next year.
-// Bugs (broken preconditions of the caller) are assertions, not errors.
+// ERROR CODES
 //
-// `result<T>` carries either a T or an errc; it has the shape of C++23
-// std::expected<T, errc> (has_value, operator*, value, error), written out
-// here because clang 14, which builds ferry's fuzzers, cannot see libstdc++'s
-// <expected>.
+// An error code is a stable number. The numbers are part of ferry's
+// interface: never renumbered or reused, so a value logged (or sent in an
+// ABORT message) today means the same thing next year. Each module declares
+// its own codes beside its code, in blocks:
+//
+//   1..99     base and wire/      ferry::errc (this header)
+//   100..199  codec/              ferry::codec_errc (codec/error.h)
+//   200..299  schema/, graph/     ferry::schema_errc, ferry::graph_errc
+//   300..399  comm/               ferry::comm_errc (comm/error.h)
+//
+// Failures every format shares (bad magic, a checksum, trailing bytes, I/O)
+// are base codes, ferry::errc, whichever block their number first appeared
+// in. Module enums live in namespace ferry under distinct names, so code in
+// any namespace writes `errc::truncated` and `graph_errc::type_mismatch`
+// without one hiding the other. A module makes its enum an error enum with
+// FERRY_ERROR_ENUM and registers its names and messages with a table.
+//
+// `error_code` holds any of them (two bytes); name() and message() find the
+// text of every registered code.
+//
+// RESULTS AND CONTEXT
+//
+// Decoders return `result<T>`: a T or an error_code, the shape of C++23
+// std::expected<T, error_code> (written out because clang 14, which builds
+// ferry's fuzzers, cannot see libstdc++'s <expected>). They never throw.
+// Where a person needs to know *what and where* (a file and what the OS
+// said, a tensor, a rank), functions return `result<T, error>`: the code
+// plus a short context, and the OS's errno where there is one. Application
+// layers that prefer exceptions throw `ferry::exception`, which carries the
+// same `error`.
+//
+// Bugs (broken preconditions of the caller, such as mismatched buffer sizes)
+// are assertions, not errors.
 #pragma once
 
 #include <cassert>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 namespace ferry {
 
+/// Marks an enum as a ferry error enum (convertible to error_code).
+template <class E>
+struct is_error_enum : std::false_type {};
+template <class E>
+concept error_enum = is_error_enum<E>::value;
+
+#define FERRY_ERROR_ENUM(E) \
+  template <>               \
+  struct is_error_enum<E> : std::true_type {}
+
+/// The base codes: byte-level decoding, and failures every format shares.
 enum class errc : std::uint16_t {
   ok = 0,
-
-  // 1..99: byte-level decoding (wire/).
   truncated = 1,        ///< The input ends before the value it announces.
   no_space = 2,         ///< A fixed-size output buffer is too small.
   varint_overlong = 3,  ///< A varint has a redundant trailing 0x00 byte.
   varint_overflow = 4,  ///< A varint's value does not fit the requested type.
   out_of_range = 5,     ///< A position or length lies outside the buffer.
   limit_exceeded = 6,   ///< A length exceeds a documented decoder limit.
-  size_mismatch = 7,    ///< Buffer sizes do not match the element count.
+  size_mismatch = 7,    ///< Sizes that must agree do not (a peer's count, a field's length).
 
-  // 100..199: numeric codecs (codec/).
-  unknown_dtype = 100,  ///< A dtype code or name ferry does not know.
-
-  // 200..299: graph archives and their schemas (graph/, schema/).
+  // Shared by every format; numbered in the block where they first appeared.
   bad_magic = 200,            ///< The input does not start with the expected magic bytes.
-  unsupported_version = 201,  ///< The archive's format version is not one this reader knows.
-  bad_byte_order = 202,       ///< The byte-order field is neither little (0) nor big (1).
-  bad_descriptor = 203,       ///< A type descriptor has an unknown kind or a malformed body.
-  bad_type_index = 204,       ///< A descriptor names a schema type that does not exist.
-  unknown_type = 205,         ///< A polymorphic type name no registered C++ type has.
-  bad_reference = 206,        ///< An object reference outside the archive's object table.
-  type_mismatch = 207,        ///< A reference or value whose type differs from what the reader expects.
+  unsupported_version = 201,  ///< The format version is not one this reader knows.
+  bad_byte_order = 202,       ///< A byte-order field is neither little (0) nor big (1).
   depth_exceeded = 208,       ///< Nesting deeper than the configured limit.
-  field_type_mismatch = 209,  ///< A field with the reader's tag and name but another type.
-  field_renamed = 210,        ///< A field whose tag and name pair up differently than in the reader.
-  bad_value = 211,            ///< A bool, optional flag or variant index out of its range.
-  duplicate_key = 212,        ///< A map or set holds the same key twice.
-  ownership_conflict = 213,   ///< An object owned twice, or owned by the wrong kind of pointer.
-  untracked_pointer = 214,    ///< Writing: a raw or weak pointer to an object the archive does not hold.
-  unregistered_type = 215,    ///< Writing: a polymorphic object whose dynamic type is not registered.
-  trailing_bytes = 216,       ///< Bytes remain after the archive's last object.
-  duplicate_field = 217,      ///< A schema type lists the same tag or field name twice.
-  io_error = 218,             ///< Reading or writing a file or stream failed.
-  pointer_into_root = 219,    ///< read(): a raw pointer targets the returned root itself (use read_into).
+  bad_value = 211,            ///< A flag, tag or enumerated field out of its range.
+  duplicate_key = 212,        ///< A key (map key, name) appears twice.
+  trailing_bytes = 216,       ///< Bytes remain after the end of the encoded value.
+  io_error = 218,             ///< Reading or writing a file, socket or stream failed.
+  checksum_mismatch = 300,    ///< A CRC32C does not match the bytes it covers.
+};
+FERRY_ERROR_ENUM(errc);
 
-  // 300..399: the gradient wire protocol (comm/).
-  checksum_mismatch = 300,    ///< A frame's CRC32C does not match its bytes.
-  auth_failed = 301,          ///< A peer could not prove it holds the shared secret.
-  version_mismatch = 302,     ///< A peer speaks another protocol version.
-  config_mismatch = 303,      ///< A peer's world configuration differs from this rank's.
-  peer_lost = 304,            ///< A peer's connection closed or reset.
-  timed_out = 305,            ///< A blocking operation made no progress within its timeout.
-  sequence_mismatch = 306,    ///< A frame from another collective, chunk or sender than expected.
-  connect_failed = 307,       ///< An address could not be resolved, bound or reached.
-  bad_config = 308,           ///< Invalid settings (environment variables, secret, sizes).
-  aborted = 309,              ///< The communicator failed earlier; no further collective can run.
-  protocol_error = 310,       ///< A peer sent a message the protocol does not allow at that point.
+/// The name and text of one code, as a module registers them.
+struct error_info {
+  std::uint16_t value;
+  std::string_view name;     ///< the enumerator ("truncated")
+  std::string_view message;  ///< a short English description
 };
 
-/// A short, stable English description of `e`, for logs and error messages.
-std::string_view message(errc e) noexcept;
+/// Makes a module's codes known to name() and message(). Each module's
+/// error header calls it through an inline variable, so every program that
+/// can see a code can print it. Returns true. A value registered twice is
+/// a bug (two modules claiming one number): asserted.
+bool register_errors(std::span<const error_info> table) noexcept;
 
-/// The enumerator's name ("truncated", ...), for tests and tools.
-std::string_view name(errc e) noexcept;
+/// Any ferry error code: a stable number, 0 for "no error".
+class error_code {
+ public:
+  constexpr error_code() noexcept = default;
+  template <error_enum E>
+  constexpr error_code(E e) noexcept : value_(static_cast<std::uint16_t>(e)) {}  // NOLINT: implicit by design
+  /// The code with this number (for numbers read from a wire or a log).
+  [[nodiscard]] static constexpr error_code from_value(std::uint16_t v) noexcept {
+    error_code c;
+    c.value_ = v;
+    return c;
+  }
+  [[nodiscard]] constexpr std::uint16_t value() const noexcept { return value_; }
+  /// True for an error, false for errc::ok (as std::error_code).
+  constexpr explicit operator bool() const noexcept { return value_ != 0; }
+  friend constexpr bool operator==(error_code, error_code) = default;
 
-/// Either a T or an errc other than errc::ok. [[nodiscard]] because an
-/// ignored result is an ignored error.
-template <class T>
+ private:
+  std::uint16_t value_ = 0;
+};
+
+/// A short, stable English description of `e`, for logs and error messages
+/// ("unknown error" for a number no module registered).
+std::string_view message(error_code e) noexcept;
+
+/// The enumerator's name ("truncated", ...), for tests and tools, or
+/// "unknown".
+std::string_view name(error_code e) noexcept;
+
+/// Prints the name, so test failures say which code they saw.
+std::ostream& operator<<(std::ostream& os, error_code e);
+
+/// An error code with the context a person needs: what failed and where
+/// (a file name, a tensor, a field, a rank), and the operating system's
+/// errno when the OS said why.
+class error {
+ public:
+  error() = default;
+  error(error_code code, std::string context = {}, int sys_errno = 0)  // NOLINT: implicit by design
+      : code_(code), sys_errno_(sys_errno), context_(std::move(context)) {}
+  template <error_enum E>
+  error(E code, std::string context = {}, int sys_errno = 0)  // NOLINT: implicit by design
+      : error(error_code(code), std::move(context), sys_errno) {}
+
+  /// io_error with the OS's reason: "path: No such file or directory".
+  [[nodiscard]] static error from_errno(int sys_errno, std::string context) {
+    return error(errc::io_error, std::move(context), sys_errno);
+  }
+
+  [[nodiscard]] error_code code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& context() const noexcept { return context_; }
+  /// The errno the OS reported, or 0.
+  [[nodiscard]] int sys_errno() const noexcept { return sys_errno_; }
+  /// One line for people: "context: reason", where the reason is the OS's
+  /// (strerror) when there is an errno and the code's message otherwise.
+  [[nodiscard]] std::string what() const;
+  /// The same error with more context in front: "outer: inner context".
+  [[nodiscard]] error wrap(std::string_view outer) const&;
+
+  friend bool operator==(const error& a, error_code b) noexcept { return a.code_ == b; }
+
+ private:
+  error_code code_;
+  int sys_errno_ = 0;
+  std::string context_;
+};
+
+std::ostream& operator<<(std::ostream& os, const error& e);
+
+/// The exception of ferry's throwing layers (result::value() on an error,
+/// the communicator, tools): what() is error().what().
+class exception : public std::runtime_error {
+ public:
+  explicit exception(ferry::error e) : std::runtime_error(e.what()), error_(std::move(e)) {}
+  [[nodiscard]] const ferry::error& error() const noexcept { return error_; }
+  [[nodiscard]] error_code code() const noexcept { return error_.code(); }
+
+ private:
+  ferry::error error_;
+};
+
+namespace detail {
+[[noreturn]] void throw_error(const error& e);
+[[noreturn]] void throw_error(error_code e);
+}  // namespace detail
+
+/// Either a T or an error E (error_code, or error with context) that is
+/// not "ok". [[nodiscard]] because an ignored result is an ignored error.
+template <class T, class E = error_code>
 class [[nodiscard]] result {
  public:
   using value_type = T;
+  using error_type = E;
 
-  // Requires: e != errc::ok.
-  constexpr result(errc e) noexcept : error_(e) { assert(e != errc::ok); }  // NOLINT: implicit by design
-  constexpr result(const T& v) : error_(errc::ok) { std::construct_at(&value_, v); }  // NOLINT
-  constexpr result(T&& v) : error_(errc::ok) { std::construct_at(&value_, std::move(v)); }  // NOLINT
+  // Requires: e is an error, not errc::ok.
+  constexpr result(const E& e) : error_(e) { assert(static_cast<bool>(error_code_of(e))); }  // NOLINT
+  constexpr result(E&& e) noexcept : error_(std::move(e)) { assert(static_cast<bool>(error_code_of(error_))); }  // NOLINT
+  template <class X>
+    requires(!std::is_same_v<std::remove_cvref_t<X>, E> && !std::is_same_v<std::remove_cvref_t<X>, result> &&
+             !std::is_convertible_v<X, T> && std::is_convertible_v<X, E>)
+  constexpr result(X&& e) : result(E(std::forward<X>(e))) {}  // NOLINT: implicit by design
+  constexpr result(const T& v) : has_(true) { std::construct_at(&value_, v); }  // NOLINT
+  constexpr result(T&& v) : has_(true) { std::construct_at(&value_, std::move(v)); }  // NOLINT
 
-  constexpr result(const result& o) : error_(o.error_) {
-    if (o.has_value()) std::construct_at(&value_, o.value_);
+  constexpr result(const result& o) : error_(o.error_), has_(o.has_) {
+    if (o.has_) std::construct_at(&value_, o.value_);
   }
-  constexpr result(result&& o) noexcept(std::is_nothrow_move_constructible_v<T>) : error_(o.error_) {
-    if (o.has_value()) std::construct_at(&value_, std::move(o.value_));
+  constexpr result(result&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : error_(std::move(o.error_)), has_(o.has_) {
+    if (o.has_) std::construct_at(&value_, std::move(o.value_));
   }
   constexpr result& operator=(result o) noexcept(std::is_nothrow_move_constructible_v<T>) {
     destroy();
-    error_ = o.error_;
-    if (o.has_value()) std::construct_at(&value_, std::move(o.value_));
+    error_ = std::move(o.error_);
+    has_ = o.has_;
+    if (o.has_) std::construct_at(&value_, std::move(o.value_));
     return *this;
   }
   constexpr ~result() { destroy(); }
 
-  [[nodiscard]] constexpr bool has_value() const noexcept { return error_ == errc::ok; }
-  constexpr explicit operator bool() const noexcept { return has_value(); }
+  [[nodiscard]] constexpr bool has_value() const noexcept { return has_; }
+  constexpr explicit operator bool() const noexcept { return has_; }
 
   // Requires: has_value().
-  constexpr T& operator*() & noexcept { assert(has_value()); return value_; }
-  constexpr const T& operator*() const& noexcept { assert(has_value()); return value_; }
-  constexpr T&& operator*() && noexcept { assert(has_value()); return std::move(value_); }
-  constexpr T* operator->() noexcept { assert(has_value()); return &value_; }
-  constexpr const T* operator->() const noexcept { assert(has_value()); return &value_; }
-  constexpr T& value() & noexcept { return **this; }
-  constexpr const T& value() const& noexcept { return **this; }
-  constexpr T&& value() && noexcept { return std::move(**this); }
-  constexpr T value_or(T fallback) const { return has_value() ? value_ : fallback; }
+  constexpr T& operator*() & noexcept { assert(has_); return value_; }
+  constexpr const T& operator*() const& noexcept { assert(has_); return value_; }
+  constexpr T&& operator*() && noexcept { assert(has_); return std::move(value_); }
+  constexpr T* operator->() noexcept { assert(has_); return &value_; }
+  constexpr const T* operator->() const noexcept { assert(has_); return &value_; }
 
-  /// errc::ok when a value is held.
-  [[nodiscard]] constexpr errc error() const noexcept { return error_; }
+  /// The value; throws ferry::exception carrying the error if there is
+  /// none (as std::expected::value() throws bad_expected_access).
+  constexpr T& value() & { check(); return value_; }
+  constexpr const T& value() const& { check(); return value_; }
+  constexpr T&& value() && { check(); return std::move(value_); }
+  constexpr T value_or(T fallback) const { return has_ ? value_ : fallback; }
+
+  /// The error; a default E (errc::ok) when a value is held.
+  [[nodiscard]] constexpr const E& error() const& noexcept { return error_; }
+  [[nodiscard]] constexpr E&& error() && noexcept { return std::move(error_); }
 
  private:
+  static constexpr error_code error_code_of(const E& e) noexcept {
+    if constexpr (std::is_same_v<E, error_code>) {
+      return e;
+    } else {
+      return e.code();
+    }
+  }
+  constexpr void check() const {
+    if (!has_) detail::throw_error(error_);
+  }
   constexpr void destroy() noexcept {
     if constexpr (!std::is_trivially_destructible_v<T>) {
-      if (has_value()) std::destroy_at(&value_);
+      if (has_) std::destroy_at(&value_);
     }
   }
 
   union {
     T value_;
   };
-  errc error_;
+  E error_{};
+  bool has_ = false;
 };
 
 /// result<void>: success or an error, nothing else.
-template <>
-class [[nodiscard]] result<void> {
+template <class E>
+class [[nodiscard]] result<void, E> {
  public:
+  using value_type = void;
+  using error_type = E;
+
   constexpr result() noexcept = default;
-  constexpr result(errc e) noexcept : error_(e) {}  // NOLINT: implicit by design
-  [[nodiscard]] constexpr bool has_value() const noexcept { return error_ == errc::ok; }
-  constexpr explicit operator bool() const noexcept { return has_value(); }
-  [[nodiscard]] constexpr errc error() const noexcept { return error_; }
+  constexpr result(const E& e) : error_(e) {}  // NOLINT: implicit by design
+  constexpr result(E&& e) noexcept : error_(std::move(e)) {}  // NOLINT
+  template <class X>
+    requires(!std::is_same_v<std::remove_cvref_t<X>, E> && !std::is_same_v<std::remove_cvref_t<X>, result> &&
+             std::is_convertible_v<X, E>)
+  constexpr result(X&& e) : error_(E(std::forward<X>(e))) {}  // NOLINT: implicit by design
+
+  [[nodiscard]] constexpr bool has_value() const noexcept { return !failed(); }
+  constexpr explicit operator bool() const noexcept { return !failed(); }
+  /// Throws ferry::exception if this holds an error.
+  constexpr void value() const {
+    if (failed()) detail::throw_error(error_);
+  }
+  [[nodiscard]] constexpr const E& error() const& noexcept { return error_; }
+  [[nodiscard]] constexpr E&& error() && noexcept { return std::move(error_); }
 
  private:
-  errc error_ = errc::ok;
+  [[nodiscard]] constexpr bool failed() const noexcept {
+    if constexpr (std::is_same_v<E, error_code>) {
+      return static_cast<bool>(error_);
+    } else {
+      return static_cast<bool>(error_.code());
+    }
+  }
+  E error_{};
 };
+
+/// FERRY_TRY(expr): evaluates a result; if it holds an error, returns that
+/// error from the enclosing function (whose result type must accept it).
+#define FERRY_TRY(...)                                                      \
+  if (auto ferry_try_result_ = (__VA_ARGS__); !ferry_try_result_) {         \
+    return std::move(ferry_try_result_).error();                            \
+  } else                                                                    \
+    (void)0
+
+/// FERRY_TRY_ASSIGN(lhs, expr): evaluates a result; on error returns it
+/// from the enclosing function, else moves the value into `lhs`, which may
+/// be a declaration: FERRY_TRY_ASSIGN(auto n, in.read_varint());
+#define FERRY_TRY_ASSIGN(lhs, ...) \
+  FERRY_TRY_ASSIGN_IMPL_(FERRY_TRY_CONCAT_(ferry_try_value_, __LINE__), lhs, __VA_ARGS__)
+#define FERRY_TRY_CONCAT_(a, b) FERRY_TRY_CONCAT2_(a, b)
+#define FERRY_TRY_CONCAT2_(a, b) a##b
+#define FERRY_TRY_ASSIGN_IMPL_(tmp, lhs, ...)  \
+  auto tmp = (__VA_ARGS__);                    \
+  if (!tmp) return std::move(tmp).error();     \
+  lhs = std::move(*tmp)
 
 }  // namespace ferry

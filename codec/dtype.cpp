@@ -50,11 +50,11 @@ result<dtype> dtype_from_name(std::string_view n) noexcept {
   for (const auto& i : table) {
     if (i.name == n) return i.type;
   }
-  return errc::unknown_dtype;
+  return codec_errc::unknown_dtype;
 }
 
 result<dtype> dtype_from_code(std::uint8_t c) noexcept {
-  if (c == 0 || c > std::size(table)) return errc::unknown_dtype;
+  if (c == 0 || c > std::size(table)) return codec_errc::unknown_dtype;
   return static_cast<dtype>(c);
 }
 

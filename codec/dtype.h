@@ -33,7 +33,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "ferry/base/error.h"
+#include "ferry/codec/error.h"
 
 namespace ferry::codec {
 

@@ -200,15 +200,15 @@ struct communicator::impl {
 
   // -- errors ---------------------------------------------------------------
 
-  [[noreturn]] void fail(errc code, std::optional<std::uint32_t> culprit, const std::string& what) const {
+  [[noreturn]] void fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const {
     throw comm_error(code, culprit, rank_name(rank) + ": " + what);
   }
 
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from) {
-    if (a.code == errc::timed_out && a.culprit == rank && waiting_on) {
+    if (a.code == comm_errc::timed_out && a.culprit == rank && waiting_on) {
       // Blamed for a silence while itself waiting: pass the blame on.
-      abort_seen = abort_message{errc::timed_out, rank, waiting_on, a.sequence};
-      fail(errc::timed_out, waiting_on,
+      abort_seen = abort_message{comm_errc::timed_out, rank, waiting_on, a.sequence};
+      fail(comm_errc::timed_out, waiting_on,
            rank_name(a.reporter) + " timed out in collective #" + std::to_string(a.sequence) +
                " waiting for this rank, which was itself waiting for " + rank_name(*waiting_on));
     }
@@ -306,7 +306,7 @@ struct communicator::impl {
         const int err = errno;
         // The next rank may have failed first and said why before closing.
         (void)check_upstream(false);
-        fail(errc::peer_lost, next, "connection to " + rank_name(next) + " lost while sending: " + std::strerror(err));
+        fail(comm_errc::peer_lost, next, "connection to " + rank_name(next) + " lost while sending: " + std::strerror(err));
       }
       progress = true;
       auto left = static_cast<std::size_t>(sent);
@@ -344,7 +344,7 @@ struct communicator::impl {
       fail(h.error(), prev, "malformed frame header from " + rank_name(prev) + ": " + std::string(message(h.error())));
     }
     if (h->sender != prev || h->sequence != sequence || h->chunk != received) {
-      fail(errc::sequence_mismatch, prev,
+      fail(comm_errc::sequence_mismatch, prev,
            "expected chunk " + std::to_string(received) + " of collective #" + std::to_string(sequence) + " (" + p.name +
                ") from " + rank_name(prev) + ", got chunk " + std::to_string(h->chunk) + " of collective #" +
                std::to_string(h->sequence) + " from sender " + std::to_string(h->sender) +
@@ -391,11 +391,11 @@ struct communicator::impl {
           break;
       }
       const ssize_t got = ::readv(links.prev.fd(), iov.data(), static_cast<int>(k));
-      if (got == 0) fail(errc::peer_lost, prev, "connection from " + rank_name(prev) + " closed (did it die?)");
+      if (got == 0) fail(comm_errc::peer_lost, prev, "connection from " + rank_name(prev) + " closed (did it die?)");
       if (got < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
-        fail(errc::peer_lost, prev, "connection from " + rank_name(prev) + " lost: " + std::strerror(errno));
+        fail(comm_errc::peer_lost, prev, "connection from " + rank_name(prev) + " lost: " + std::strerror(errno));
       }
       progress = true;
       auto left = static_cast<std::size_t>(got);
@@ -436,16 +436,16 @@ struct communicator::impl {
     for (;;) {
       const ssize_t got = ::recv(links.next.fd(), up_head.data() + up_got, abort_size - up_got, 0);
       if (got == 0 && sending_done && up_got == 0) return false;
-      if (got == 0) fail(errc::peer_lost, next, "connection to " + rank_name(next) + " closed (did it die?)");
+      if (got == 0) fail(comm_errc::peer_lost, next, "connection to " + rank_name(next) + " closed (did it die?)");
       if (got < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         if (sending_done && up_got == 0) return false;
-        fail(errc::peer_lost, next, "connection to " + rank_name(next) + " lost: " + std::strerror(errno));
+        fail(comm_errc::peer_lost, next, "connection to " + rank_name(next) + " lost: " + std::strerror(errno));
       }
       up_got += static_cast<std::size_t>(got);
       if (up_got >= 4 && !is_abort(up_head)) {
-        fail(errc::protocol_error, next, rank_name(next) + " sent data against the ring's direction");
+        fail(comm_errc::protocol_error, next, rank_name(next) + " sent data against the ring's direction");
       }
       if (up_got == abort_size) {
         const auto a = parse_abort(up_head);
@@ -474,10 +474,10 @@ struct communicator::impl {
       fds[0] = {receiving ? links.prev.fd() : -1, POLLIN, 0};
       fds[1] = {watch_next ? links.next.fd() : -1, static_cast<short>(POLLIN | (sendq.empty() ? 0 : POLLOUT)), 0};
       const int rc = ::poll(fds.data(), fds.size(), poll_timeout(last + cfg.timeout));
-      if (rc < 0 && errno != EINTR) fail(errc::peer_lost, std::nullopt, std::string("poll: ") + std::strerror(errno));
+      if (rc < 0 && errno != EINTR) fail(comm_errc::peer_lost, std::nullopt, std::string("poll: ") + std::strerror(errno));
       if (rc == 0) {
         const std::uint32_t silent = receiving ? prev : next;
-        fail(errc::timed_out, silent,
+        fail(comm_errc::timed_out, silent,
              "no progress for " + std::to_string(cfg.timeout.count()) + " ms in collective #" +
                  std::to_string(sequence) + " (" + p.name + ") " + (receiving ? "waiting for " : "sending to ") +
                  rank_name(silent));
@@ -490,7 +490,7 @@ struct communicator::impl {
   template <class Plan, class Start>
   void execute(Plan& p, Start&& start) {
     if (broken) {
-      throw comm_error(errc::aborted, broken->peer(),
+      throw comm_error(comm_errc::aborted, broken->peer(),
                        rank_name(rank) + ": communicator unusable after an earlier failure: " + broken->what());
     }
     ++sequence;
@@ -581,7 +581,7 @@ const char* encoding_name(encoding e) {
 void expect_header(const impl_t& c, const frame_header& h, codec::dtype type, encoding enc, std::size_t count,
                    const char* what) {
   if (h.type != type || h.enc != enc) {
-    throw comm_error(errc::config_mismatch, c.prev,
+    throw comm_error(comm_errc::config_mismatch, c.prev,
                      rank_name(c.rank) + ": " + rank_name(c.prev) + " sent " + std::string(codec::name(h.type)) +
                          " as " + encoding_name(h.enc) + " in the " + what + " where this rank expects " +
                          std::string(codec::name(type)) + " as " + encoding_name(enc) +
@@ -804,7 +804,7 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
 // Pipelined along the ring from the root: each rank but the root receives
 // every chunk and forwards it unless its successor is the root.
 void communicator::impl::broadcast(std::span<std::byte> data, codec::dtype type, std::uint32_t root) {
-  if (root >= n) fail(errc::bad_config, std::nullopt, "broadcast root " + std::to_string(root) + " is not a rank");
+  if (root >= n) fail(comm_errc::bad_config, std::nullopt, "broadcast root " + std::to_string(root) + " is not a rank");
   struct bcast_plan final : plan {
     impl& c;
     std::span<std::byte> data;
@@ -937,7 +937,7 @@ void communicator::barrier() {
   const auto all = allgather(me);
   for (std::uint32_t r = 0; r < all.size(); ++r) {
     if (all[r] != r) {
-      throw comm_error(errc::protocol_error, r, rank_name(me) + ": barrier saw rank " + std::to_string(r) +
+      throw comm_error(comm_errc::protocol_error, r, rank_name(me) + ": barrier saw rank " + std::to_string(r) +
                                                     " report itself as " + std::to_string(all[r]));
     }
   }

@@ -11,7 +11,7 @@
 namespace ferry::comm {
 namespace {
 
-[[noreturn]] void bad(const std::string& what) { throw comm_error(errc::bad_config, std::nullopt, what); }
+[[noreturn]] void bad(const std::string& what) { throw comm_error(comm_errc::bad_config, std::nullopt, what); }
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);

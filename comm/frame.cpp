@@ -196,7 +196,7 @@ std::array<std::byte, abort_size> encode_abort(const abort_message& m) noexcept 
   std::copy(std::begin(abort_magic), std::end(abort_magic), b.begin());
   b[4] = std::byte{version};
   b[5] = std::byte{o == byte_order::big ? order_bit : std::uint8_t{0}};
-  wire::store<std::uint16_t>(static_cast<std::uint16_t>(m.code), b.data() + 6, o);
+  wire::store<std::uint16_t>(m.code.value(), b.data() + 6, o);
   wire::store<std::uint32_t>(m.reporter, b.data() + 8, o);
   wire::store<std::uint32_t>(m.culprit.value_or(no_culprit), b.data() + 12, o);
   wire::store<std::uint64_t>(m.sequence, b.data() + 16, o);
@@ -215,7 +215,7 @@ result<abort_message> parse_abort(std::span<const std::byte, abort_size> b) noex
   abort_message m;
   const auto code = wire::load<std::uint16_t>(b.data() + 6, o);
   if (code == 0) return errc::bad_value;
-  m.code = static_cast<errc>(code);
+  m.code = error_code::from_value(code);
   m.reporter = wire::load<std::uint32_t>(b.data() + 8, o);
   const auto culprit = wire::load<std::uint32_t>(b.data() + 12, o);
   if (culprit != no_culprit) m.culprit = culprit;

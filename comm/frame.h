@@ -40,7 +40,7 @@
 
 #include "ferry/codec/dtype.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/base/error.h"
+#include "ferry/comm/error.h"
 
 namespace ferry::comm {
 
@@ -117,14 +117,14 @@ result<void> payload_to_f32(const frame_view& f, std::span<float> out) noexcept;
 ///   0      4    magic      "FDX1" (46 44 58 31)
 ///   4      1    version    1
 ///   5      1    flags      bit 0: byte order of the fields below; bits 1-7: 0
-///   6      2    code       u16 ferry::errc of the failure
+///   6      2    code       u16 ferry error code of the failure (base/error.h)
 ///   8      4    reporter   u32, the rank that detected it
 ///   12     4    culprit    u32, the rank at fault, 0xFFFFFFFF if unknown
 ///   16     8    sequence   u64, the collective that failed
 ///   24     4    reserved   0
 ///   28     4    crc        u32 CRC32C of bytes [0, 28)
 struct abort_message {
-  errc code = errc::aborted;
+  error_code code = comm_errc::aborted;
   std::uint32_t reporter = 0;
   std::optional<std::uint32_t> culprit;
   std::uint64_t sequence = 0;

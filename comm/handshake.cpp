@@ -53,7 +53,7 @@ bool valid_arch(std::span<const std::byte> a) {
   return std::all_of(a.begin() + static_cast<std::ptrdiff_t>(i), a.end(), [](std::byte c) { return c == std::byte{0}; });
 }
 
-[[noreturn]] void fail(errc code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
+[[noreturn]] void fail(error_code code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
 
 // Reads one message's magic; a REJECT is turned into the error it carries.
 magic_t read_magic(const socket& s, clock::time_point deadline, const std::string& who) {
@@ -63,16 +63,16 @@ magic_t read_magic(const socket& s, clock::time_point deadline, const std::strin
   std::array<std::byte, 4> head{};
   recv_all(s, head, deadline, who);
   const std::uint16_t len = get<std::uint16_t>(head, 2);
-  if (len > max_reject_text) fail(errc::protocol_error, who + " sent a malformed REJECT");
+  if (len > max_reject_text) fail(comm_errc::protocol_error, who + " sent a malformed REJECT");
   std::vector<std::byte> body(4 + std::size_t{len});
   std::copy(head.begin(), head.end(), body.begin());
   recv_all(s, std::span(body).subspan(4), deadline, who);
   const auto r = parse_reject(body);
-  if (!r) fail(errc::protocol_error, who + " sent a malformed REJECT");
+  if (!r) fail(comm_errc::protocol_error, who + " sent a malformed REJECT");
   throw comm_error(r->code, std::nullopt, who + " refused the connection: " + r->text);
 }
 
-void send_reject(const socket& s, errc code, const std::string& text, clock::time_point deadline) {
+void send_reject(const socket& s, error_code code, const std::string& text, clock::time_point deadline) {
   try {
     send_all(s, encode_reject(code, text), std::min(deadline, clock::now() + std::chrono::seconds(1)), "peer");
   } catch (const comm_error&) {
@@ -83,7 +83,7 @@ void send_reject(const socket& s, errc code, const std::string& text, clock::tim
 std::array<std::byte, hello_size> read_hello_bytes(const socket& s, clock::time_point deadline, const std::string& who) {
   std::array<std::byte, hello_size> b{};
   const magic_t m = read_magic(s, deadline, who);
-  if (m != hello_magic) fail(errc::protocol_error, who + " did not open with a ferry HELLO (is it a ferry rank?)");
+  if (m != hello_magic) fail(comm_errc::protocol_error, who + " did not open with a ferry HELLO (is it a ferry rank?)");
   std::copy(m.begin(), m.end(), b.begin());
   recv_all(s, std::span(b).subspan(4), deadline, who);
   return b;
@@ -92,7 +92,7 @@ std::array<std::byte, hello_size> read_hello_bytes(const socket& s, clock::time_
 std::array<std::byte, 32> random_nonce() {
   std::array<std::byte, 32> n{};
   if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
-    fail(errc::auth_failed, "OpenSSL could not produce random bytes for the challenge");
+    fail(comm_errc::auth_failed, "OpenSSL could not produce random bytes for the challenge");
   }
   return n;
 }
@@ -178,7 +178,7 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.listen_port = get<std::uint16_t>(b, 24);
   if (get<std::uint16_t>(b, 26) != 0) return errc::bad_value;
   std::copy(b.begin() + 44, b.begin() + 76, h.nonce.begin());
-  if (h.world_size == 0 || h.rank >= h.world_size) return errc::config_mismatch;
+  if (h.world_size == 0 || h.rank >= h.world_size) return comm_errc::config_mismatch;
   return h;
 }
 
@@ -212,16 +212,16 @@ std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
   if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(),
            reinterpret_cast<unsigned char*>(mac.data()), &len) == nullptr ||
       len != mac.size()) {
-    fail(errc::auth_failed, "OpenSSL HMAC-SHA256 failed");
+    fail(comm_errc::auth_failed, "OpenSSL HMAC-SHA256 failed");
   }
   return mac;
 }
 
-std::vector<std::byte> encode_reject(errc code, std::string_view text) {
+std::vector<std::byte> encode_reject(error_code code, std::string_view text) {
   text = text.substr(0, max_reject_text);
   std::vector<std::byte> b(8 + text.size());
   std::copy(reject_magic.begin(), reject_magic.end(), b.begin());
-  put<std::uint16_t>(b, 4, static_cast<std::uint16_t>(code));
+  put<std::uint16_t>(b, 4, code.value());
   put<std::uint16_t>(b, 6, static_cast<std::uint16_t>(text.size()));
   if (!text.empty()) std::memcpy(b.data() + 8, text.data(), text.size());
   return b;
@@ -235,12 +235,12 @@ result<reject> parse_reject(std::span<const std::byte> body) noexcept {
   if (body.size() < 4 + std::size_t{len}) return errc::truncated;
   if (body.size() > 4 + std::size_t{len}) return errc::trailing_bytes;
   reject r;
-  switch (static_cast<errc>(code)) {
-    case errc::auth_failed:
-    case errc::version_mismatch:
-    case errc::config_mismatch:
-    case errc::protocol_error: r.code = static_cast<errc>(code); break;
-    default: r.code = errc::protocol_error; break;
+  switch (static_cast<comm_errc>(code)) {
+    case comm_errc::auth_failed:
+    case comm_errc::version_mismatch:
+    case comm_errc::config_mismatch:
+    case comm_errc::protocol_error: r.code = error_code::from_value(code); break;
+    default: r.code = comm_errc::protocol_error; break;
   }
   try {
     r.text.assign(reinterpret_cast<const char*>(body.data() + 4), len);
@@ -276,7 +276,7 @@ result<std::vector<table_entry>> parse_table(std::span<const std::byte> b, std::
   if (b.size() < 8) return errc::truncated;
   if (!has_magic(b, table_magic)) return errc::bad_magic;
   const std::uint32_t count = get<std::uint32_t>(b, 4);
-  if (count != world_size) return errc::config_mismatch;
+  if (count != world_size) return comm_errc::config_mismatch;
   const std::size_t body = 8 + entry_size * std::size_t{count};
   if (b.size() < body + 4) return errc::truncated;
   if (b.size() > body + 4) return errc::trailing_bytes;
@@ -327,14 +327,14 @@ void finish(const socket& s, bool initiator, const hello& mine, const hello& the
   auto check_auth = [&] {
     std::array<std::byte, auth_size> m{};
     const magic_t magic = read_magic(s, deadline, who);
-    if (magic != auth_magic) fail(errc::protocol_error, who + " sent something other than AUTH");
+    if (magic != auth_magic) fail(comm_errc::protocol_error, who + " sent something other than AUTH");
     recv_all(s, std::span(m).subspan(4), deadline, who);
     const auto expected = auth_proof(secret, !initiator, i_bytes, a_bytes);
     if (CRYPTO_memcmp(expected.data(), m.data() + 4, expected.size()) != 0) {
       const std::string text = describe(mine) + " rejected " + describe(theirs) +
                                ": it did not prove the shared secret (wrong FERRY_SECRET?)";
-      send_reject(s, errc::auth_failed, text, deadline);
-      fail(errc::auth_failed, text);
+      send_reject(s, comm_errc::auth_failed, text, deadline);
+      fail(comm_errc::auth_failed, text);
     }
   };
   if (initiator) {
@@ -344,7 +344,7 @@ void finish(const socket& s, bool initiator, const hello& mine, const hello& the
     check_auth();
     send_auth();
   }
-  if (const std::string diff = compare_worlds(mine, theirs); !diff.empty()) fail(errc::config_mismatch, diff);
+  if (const std::string diff = compare_worlds(mine, theirs); !diff.empty()) fail(comm_errc::config_mismatch, diff);
 }
 
 }  // namespace
@@ -357,8 +357,8 @@ hello handshake_initiate(const socket& s, hello mine, std::string_view secret, c
   const auto theirs_bytes = read_hello_bytes(s, deadline, who);
   const auto theirs = parse_hello(theirs_bytes);
   if (!theirs) fail(theirs.error(), who + " sent a malformed HELLO: " + std::string(message(theirs.error())));
-  if (theirs->version != protocol_version) fail(errc::version_mismatch, version_error(mine, *theirs));
-  if (theirs->role != role::reply) fail(errc::protocol_error, who + " answered with a HELLO that is not a reply");
+  if (theirs->version != protocol_version) fail(comm_errc::version_mismatch, version_error(mine, *theirs));
+  if (theirs->role != role::reply) fail(comm_errc::protocol_error, who + " answered with a HELLO that is not a reply");
   finish(s, true, mine, *theirs, mine_bytes, theirs_bytes, secret, deadline, who);
   return *theirs;
 }
@@ -372,15 +372,15 @@ hello handshake_accept(const socket& s, hello mine, std::string_view secret, clo
   const auto theirs = parse_hello(theirs_bytes);
   if (!theirs) {
     const std::string text = "malformed HELLO: " + std::string(message(theirs.error()));
-    send_reject(s, errc::protocol_error, describe(mine) + " refused a " + text, deadline);
+    send_reject(s, comm_errc::protocol_error, describe(mine) + " refused a " + text, deadline);
     fail(theirs.error(), who + " sent a " + text);
   }
   if (theirs->version != protocol_version) {
     const std::string text = version_error(mine, *theirs);
-    send_reject(s, errc::version_mismatch, text, deadline);
-    fail(errc::version_mismatch, text);
+    send_reject(s, comm_errc::version_mismatch, text, deadline);
+    fail(comm_errc::version_mismatch, text);
   }
-  if (theirs->role == role::reply) fail(errc::protocol_error, who + " opened with a reply HELLO");
+  if (theirs->role == role::reply) fail(comm_errc::protocol_error, who + " opened with a reply HELLO");
   const auto mine_bytes = encode_hello(mine);
   send_all(s, mine_bytes, deadline, who);
   finish(s, false, mine, *theirs, theirs_bytes, mine_bytes, secret, deadline, describe(*theirs));

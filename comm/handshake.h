@@ -63,7 +63,7 @@
 
 #include "ferry/comm/socket.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/base/error.h"
+#include "ferry/comm/error.h"
 
 namespace ferry::comm {
 
@@ -114,11 +114,11 @@ std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
                                      std::span<const std::byte, hello_size> initiator_hello,
                                      std::span<const std::byte, hello_size> acceptor_hello);
 
-std::vector<std::byte> encode_reject(errc code, std::string_view text);
+std::vector<std::byte> encode_reject(error_code code, std::string_view text);
 /// Parses a REJECT body (the bytes after its 4-byte magic: code, length,
 /// text). Errors: truncated, bad_value (length over max_reject_text).
 struct reject {
-  errc code = errc::protocol_error;
+  error_code code = comm_errc::protocol_error;
   std::string text;
 };
 result<reject> parse_reject(std::span<const std::byte> body) noexcept;

@@ -10,7 +10,7 @@
 namespace ferry::comm {
 namespace {
 
-[[noreturn]] void fail(errc code, std::optional<std::uint32_t> peer, const std::string& what) {
+[[noreturn]] void fail(error_code code, std::optional<std::uint32_t> peer, const std::string& what) {
   throw comm_error(code, peer, what);
 }
 
@@ -18,10 +18,10 @@ std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
 // A failure caused by an unauthenticated peer, which must not stop a rank
 // that is waiting for the real one.
-bool stranger_failure(errc e) {
-  return e == errc::auth_failed || e == errc::protocol_error || e == errc::version_mismatch ||
-         e == errc::bad_magic || e == errc::bad_value || e == errc::checksum_mismatch || e == errc::peer_lost ||
-         e == errc::timed_out;
+bool stranger_failure(error_code e) {
+  return e == comm_errc::auth_failed || e == comm_errc::protocol_error || e == comm_errc::version_mismatch ||
+         e == errc::bad_magic || e == errc::bad_value || e == errc::checksum_mismatch || e == comm_errc::peer_lost ||
+         e == comm_errc::timed_out;
 }
 
 // Accepts until the handshake of one peer with role `r` and rank `expect`
@@ -36,7 +36,7 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
       const auto until = std::min(deadline, clock::now() + std::chrono::seconds(10));
       hello theirs = handshake_accept(s, local_hello(c, role::reply), c.secret, until);
       if (theirs.role != r || (expect && theirs.rank != *expect)) {
-        fail(errc::protocol_error, theirs.rank,
+        fail(comm_errc::protocol_error, theirs.rank,
              describe(theirs) + " connected to " + rank_name(c.rank) + " as " +
                  (theirs.role == role::join ? "a joiner" : "a ring neighbour") + ", which the ring does not expect");
       }
@@ -52,7 +52,7 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
   std::string what = rank_name(c.rank) + " timed out after " + std::to_string(c.timeout.count()) +
                      " ms waiting for " + for_whom;
   if (!refused.empty()) what += "; it refused a connection meanwhile: " + refused;
-  fail(errc::timed_out, std::nullopt, what);
+  fail(comm_errc::timed_out, std::nullopt, what);
 }
 
 ring_links host(const config& c, listener l, clock::time_point deadline) {
@@ -69,7 +69,7 @@ ring_links host(const config& c, listener l, clock::time_point deadline) {
       waited_in_vain(c, "ranks " + missing + " to join", refused);
     }
     if (joined[theirs.rank]) {
-      fail(errc::config_mismatch, theirs.rank,
+      fail(comm_errc::config_mismatch, theirs.rank,
            "two processes joined as " + rank_name(theirs.rank) + ": " + describe(joined[theirs.rank]->second) +
                " and " + describe(theirs));
     }
@@ -88,7 +88,7 @@ ring_links host(const config& c, listener l, clock::time_point deadline) {
   links.next = connect_to(table[1].at, deadline, rank_name(1));
   links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(1));
   if (links.next_hello.rank != 1) {
-    fail(errc::protocol_error, links.next_hello.rank, describe(links.next_hello) + " answered at rank 1's address");
+    fail(comm_errc::protocol_error, links.next_hello.rank, describe(links.next_hello) + " answered at rank 1's address");
   }
   links.prev = std::move(joined[n - 1]->first);
   links.prev_hello = joined[n - 1]->second;
@@ -106,14 +106,14 @@ ring_links join(const config& c, clock::time_point deadline) {
   mine.listen_port = local_endpoint(ring_listener).port();
   const hello master_hello = handshake_initiate(to_master, mine, c.secret, deadline, master);
   if (master_hello.rank != 0) {
-    fail(errc::protocol_error, master_hello.rank, describe(master_hello) + " answered at the rendezvous address");
+    fail(comm_errc::protocol_error, master_hello.rank, describe(master_hello) + " answered at the rendezvous address");
   }
 
   std::vector<std::byte> table_bytes(8);
   recv_all(to_master, table_bytes, deadline, master);
   const auto count = wire::load<std::uint32_t>(table_bytes.data() + 4, wire::byte_order::little);
   if (count != n) {  // checked before the rest is allocated
-    fail(errc::config_mismatch, 0, "rank 0 sent a table of " + std::to_string(count) + " ranks to a world of " + std::to_string(n));
+    fail(comm_errc::config_mismatch, 0, "rank 0 sent a table of " + std::to_string(count) + " ranks to a world of " + std::to_string(n));
   }
   table_bytes.resize(8 + 20 * std::size_t{n} + 4);
   recv_all(to_master, std::span(table_bytes).subspan(8), deadline, master);
@@ -127,11 +127,11 @@ ring_links join(const config& c, clock::time_point deadline) {
     links.next_hello = master_hello;
   } else {
     const endpoint& at = (*table)[next].at;
-    if (at.family() == AF_UNSPEC) fail(errc::protocol_error, 0, "rank 0's table has no address for " + rank_name(next));
+    if (at.family() == AF_UNSPEC) fail(comm_errc::protocol_error, 0, "rank 0's table has no address for " + rank_name(next));
     links.next = connect_to(at, deadline, rank_name(next));
     links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(next));
     if (links.next_hello.rank != next) {
-      fail(errc::protocol_error, links.next_hello.rank,
+      fail(comm_errc::protocol_error, links.next_hello.rank,
            describe(links.next_hello) + " answered at " + rank_name(next) + "'s address");
     }
   }

@@ -18,13 +18,13 @@
 namespace ferry::comm {
 namespace {
 
-[[noreturn]] void fail(errc code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
+[[noreturn]] void fail(error_code code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
 
 std::string os_error(int err) { return std::strerror(err); }
 
 void set_nonblocking(int fd) {
   const int flags = ::fcntl(fd, F_GETFL, 0);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) fail(errc::connect_failed, "fcntl: " + os_error(errno));
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) fail(comm_errc::connect_failed, "fcntl: " + os_error(errno));
 }
 
 void set_int_option(int fd, int level, int name, int value) {
@@ -48,7 +48,7 @@ addrinfo_list resolve(const std::string& host, std::uint16_t port, bool passive)
   addrinfo_list list;
   const std::string service = std::to_string(port);
   const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list.head);
-  if (rc != 0) fail(errc::connect_failed, "cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  if (rc != 0) fail(comm_errc::connect_failed, "cannot resolve '" + host + "': " + ::gai_strerror(rc));
   return list;
 }
 
@@ -66,7 +66,7 @@ bool wait_for(int fd, short events, clock::time_point deadline) {
     const int rc = ::poll(&p, 1, poll_timeout(deadline));
     if (rc > 0) return true;
     if (rc == 0) return false;
-    if (errno != EINTR) fail(errc::connect_failed, "poll: " + os_error(errno));
+    if (errno != EINTR) fail(comm_errc::connect_failed, "poll: " + os_error(errno));
   }
 }
 
@@ -118,7 +118,7 @@ endpoint local_endpoint(const socket& s) {
   endpoint e;
   e.length = sizeof e.storage;
   if (::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&e.storage), &e.length) != 0) {
-    fail(errc::connect_failed, "getsockname: " + os_error(errno));
+    fail(comm_errc::connect_failed, "getsockname: " + os_error(errno));
   }
   return e;
 }
@@ -127,21 +127,21 @@ endpoint remote_endpoint(const socket& s) {
   endpoint e;
   e.length = sizeof e.storage;
   if (::getpeername(s.fd(), reinterpret_cast<sockaddr*>(&e.storage), &e.length) != 0) {
-    fail(errc::peer_lost, "getpeername: " + os_error(errno));
+    fail(comm_errc::peer_lost, "getpeername: " + os_error(errno));
   }
   return e;
 }
 
 socket listen_on(const endpoint& at) {
   socket s(::socket(at.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) fail(errc::connect_failed, "socket: " + os_error(errno));
+  if (!s.valid()) fail(comm_errc::connect_failed, "socket: " + os_error(errno));
   set_int_option(s.fd(), SOL_SOCKET, SO_REUSEADDR, 1);
   // A wildcard IPv6 listener also takes IPv4 clients.
   if (at.family() == AF_INET6) set_int_option(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, 0);
   if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&at.storage), at.length) != 0) {
-    fail(errc::connect_failed, "cannot bind " + at.to_string() + ": " + os_error(errno));
+    fail(comm_errc::connect_failed, "cannot bind " + at.to_string() + ": " + os_error(errno));
   }
-  if (::listen(s.fd(), 128) != 0) fail(errc::connect_failed, "listen on " + at.to_string() + ": " + os_error(errno));
+  if (::listen(s.fd(), 128) != 0) fail(comm_errc::connect_failed, "listen on " + at.to_string() + ": " + os_error(errno));
   set_nonblocking(s.fd());
   return s;
 }
@@ -163,7 +163,7 @@ socket listen_on(const std::string& host, std::uint16_t port) {
       last = e.what();
     }
   }
-  fail(errc::connect_failed, "cannot listen on '" + host + "' port " + std::to_string(port) + ": " + last);
+  fail(comm_errc::connect_failed, "cannot listen on '" + host + "' port " + std::to_string(port) + ": " + last);
 }
 
 socket accept_until(const socket& listener, clock::time_point deadline) {
@@ -171,7 +171,7 @@ socket accept_until(const socket& listener, clock::time_point deadline) {
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) return socket(fd);
     if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) fail(errc::connect_failed, "accept: " + os_error(errno));
+    if (errno != EAGAIN && errno != EWOULDBLOCK) fail(comm_errc::connect_failed, "accept: " + os_error(errno));
     if (!wait_for(listener.fd(), POLLIN, deadline)) return socket();
   }
 }
@@ -182,7 +182,7 @@ namespace {
 // invalid socket and says why in `error`.
 socket try_connect(const endpoint& to, clock::time_point deadline, std::string& error) {
   socket s(::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!s.valid()) fail(errc::connect_failed, "socket: " + os_error(errno));
+  if (!s.valid()) fail(comm_errc::connect_failed, "socket: " + os_error(errno));
   int err = 0;
   if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&to.storage), to.length) != 0) {
     err = errno;
@@ -214,7 +214,7 @@ socket connect_to(const endpoint& to, clock::time_point deadline, const std::str
     if (s.valid()) return s;
     // Refused or unreachable: the listener may not be up yet.
     if (clock::now() + retry_pause >= deadline) {
-      fail(errc::connect_failed, "cannot connect to " + who + " at " + to.to_string() + ": " + error);
+      fail(comm_errc::connect_failed, "cannot connect to " + who + " at " + to.to_string() + ": " + error);
     }
     std::this_thread::sleep_for(retry_pause);
   }
@@ -232,7 +232,7 @@ socket connect_to(const std::string& host, std::uint16_t port, clock::time_point
       error = to_endpoint(ai).to_string() + ": " + error;
     }
     if (clock::now() + retry_pause >= deadline) {
-      fail(errc::connect_failed,
+      fail(comm_errc::connect_failed,
            "cannot reach the rendezvous at " + host + " port " + std::to_string(port) + " (" + error + ")");
     }
     std::this_thread::sleep_for(retry_pause);
@@ -248,10 +248,10 @@ void send_all(const socket& s, std::span<const std::byte> bytes, clock::time_poi
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(s.fd(), POLLOUT, deadline)) fail(errc::timed_out, "timed out sending to " + who);
+      if (!wait_for(s.fd(), POLLOUT, deadline)) fail(comm_errc::timed_out, "timed out sending to " + who);
       continue;
     }
-    fail(errc::peer_lost, "connection to " + who + " lost while sending: " + os_error(errno));
+    fail(comm_errc::peer_lost, "connection to " + who + " lost while sending: " + os_error(errno));
   }
 }
 
@@ -262,13 +262,13 @@ void recv_all(const socket& s, std::span<std::byte> bytes, clock::time_point dea
       bytes = bytes.subspan(static_cast<std::size_t>(n));
       continue;
     }
-    if (n == 0) fail(errc::peer_lost, "connection to " + who + " closed");
+    if (n == 0) fail(comm_errc::peer_lost, "connection to " + who + " closed");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(s.fd(), POLLIN, deadline)) fail(errc::timed_out, "timed out waiting for " + who);
+      if (!wait_for(s.fd(), POLLIN, deadline)) fail(comm_errc::timed_out, "timed out waiting for " + who);
       continue;
     }
-    fail(errc::peer_lost, "connection to " + who + " lost: " + os_error(errno));
+    fail(comm_errc::peer_lost, "connection to " + who + " lost: " + os_error(errno));
   }
 }
 

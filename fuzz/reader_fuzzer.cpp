@@ -12,17 +12,17 @@ namespace {
 using namespace ferry;
 using namespace ferry::wire;
 
-bool is_varint_error(errc e) {
+bool is_varint_error(error_code e) {
   return e == errc::truncated || e == errc::varint_overlong || e == errc::varint_overflow;
 }
 
 template <class R>
-void expect(const R& r, bool (*allowed)(errc)) {
+void expect(const R& r, bool (*allowed)(error_code)) {
   if (!r) FUZZ_CHECK(allowed(r.error()));
 }
 
-bool truncated_only(errc e) { return e == errc::truncated; }
-bool count_errors(errc e) { return is_varint_error(e) || e == errc::limit_exceeded; }
+bool truncated_only(error_code e) { return e == errc::truncated; }
+bool count_errors(error_code e) { return is_varint_error(e) || e == errc::limit_exceeded; }
 
 }  // namespace
 

@@ -91,7 +91,7 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
   if (const auto it = object_ids_.find(key); it != object_ids_.end()) {
     // An object is owned either by shared_ptrs (and maybe watched by
     // weak_ptrs) or by exactly one unique_ptr.
-    if (k == kind::unique || objects_[it->second - 1].ownership == owned_unique) fail(errc::ownership_conflict);
+    if (k == kind::unique || objects_[it->second - 1].ownership == owned_unique) fail(graph_errc::ownership_conflict);
     return it->second;
   }
   if (objects_.size() >= opt_.max_objects) {
@@ -141,7 +141,7 @@ result<std::vector<std::byte>> writer_state::finish() {
         } else if (const auto jt = by_value.find(key); jt != by_value.end()) {
           ref = jt->second;
         } else {
-          return errc::untracked_pointer;
+          return graph_errc::untracked_pointer;
         }
       }
       wire::store<std::uint32_t>(ref, body_bytes_.data() + slot.offset, order_);
@@ -260,7 +260,7 @@ result<void> reader_state::skip(std::span<const std::byte> desc) {
 }
 
 result<read_object*> reader_state::object(std::uint64_t id) noexcept {
-  if (id == 0 || id > objects_.size()) return errc::bad_reference;
+  if (id == 0 || id > objects_.size()) return graph_errc::bad_reference;
   return &objects_[static_cast<std::size_t>(id - 1)];
 }
 
@@ -277,9 +277,9 @@ result<const reader_state::field_plan*> reader_state::plan_for(const type_key& k
   if (it == plans_.end()) {
     auto make = [&]() -> result<field_plan> {
       const std::ptrdiff_t index = schema_.find(key.name);
-      if (index < 0 || key.abstract) return errc::type_mismatch;
+      if (index < 0 || key.abstract) return graph_errc::type_mismatch;
       const schema::type_def& archived = schema_.types[static_cast<std::size_t>(index)];
-      if (archived.abstract) return errc::type_mismatch;
+      if (archived.abstract) return graph_errc::type_mismatch;
       std::vector<schema::field_def> ours;
       key.collect_fields(*this, ours);
       field_plan p;
@@ -290,11 +290,11 @@ result<const reader_state::field_plan*> reader_state::plan_for(const type_key& k
         std::ptrdiff_t target = -1;
         for (std::size_t j = 0; j < ours.size(); ++j) {
           if (ours[j].tag == a.tag) {
-            if (ours[j].name != a.name) return errc::field_renamed;
-            if (ours[j].type != a.type) return errc::field_type_mismatch;
+            if (ours[j].name != a.name) return graph_errc::field_renamed;
+            if (ours[j].type != a.type) return graph_errc::field_type_mismatch;
             target = static_cast<std::ptrdiff_t>(j);
           } else if (ours[j].name == a.name) {
-            return errc::field_renamed;  // same name under another tag
+            return graph_errc::field_renamed;  // same name under another tag
           }
         }
         p.identical = p.identical && target == static_cast<std::ptrdiff_t>(i);
@@ -315,12 +315,12 @@ result<void> reader_state::finish_read() {
   // malformed: its first reference precedes its payload.
   for (std::size_t i = 0; i < objects_.size(); ++i) {
     read_object& o = objects_[i];
-    if (o.address == nullptr) return errc::bad_reference;
+    if (o.address == nullptr) return graph_errc::bad_reference;
     if (auto e = o.read(*this, o.address); !e) return e;
   }
   if (auto e = resolve_raws(); !e) return e;
   for (const read_object& o : objects_) {
-    if (o.ownership == owned_unique && !o.claimed) return errc::ownership_conflict;
+    if (o.ownership == owned_unique && !o.claimed) return graph_errc::ownership_conflict;
   }
   if (!in_.at_end()) return errc::trailing_bytes;
   return {};
@@ -336,15 +336,15 @@ result<void> reader_state::resolve_raws() {
       target = view_as(o.address, o.type, o.poly, f.type);
     } else {
       const std::size_t k = f.ref - n - 1;
-      if (!track_ || k >= tracked_.size()) return errc::bad_reference;
+      if (!track_ || k >= tracked_.size()) return graph_errc::bad_reference;
       const auto& [address, type] = tracked_[k];
       const auto* at = static_cast<const std::byte*>(address);
       if (root_ != nullptr && !std::less<>{}(at, root_) && std::less<>{}(at, root_ + root_size_)) {
-        return errc::pointer_into_root;
+        return graph_errc::pointer_into_root;
       }
       target = view_as(address, type, find_registered(type), f.type);
     }
-    if (target == nullptr) return errc::type_mismatch;
+    if (target == nullptr) return graph_errc::type_mismatch;
     f.assign(f.slot, target);
   }
   return {};

@@ -68,7 +68,7 @@
 // READING HOSTILE INPUT
 //
 // read() treats its input as hostile. Every failure is an errc value (see
-// wire/error.h); nothing partially built is handed back, and everything
+// base/error.h, graph/error.h); nothing partially built is handed back, and everything
 // built before the error is freed, cycles included (each object read so far
 // is reset to a default-constructed value before release). A reference to
 // an object of another type than the pointer's is type_mismatch: a
@@ -88,7 +88,7 @@
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
 #include "ferry/wire/byte_order.h"
-#include "ferry/base/error.h"
+#include "ferry/graph/error.h"
 
 namespace ferry::graph {
 
@@ -105,7 +105,7 @@ result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {
 
 /// Reads a graph into `root` in place, so raw pointers into root's own
 /// members stay valid. On error `root` is left default-valued.
-/// Errors: see the graph block of errc in wire/error.h.
+/// Errors: the codes of graph/error.h and schema/error.h, and base codes.
 template <class T>
 result<void> read_into(std::span<const std::byte> archive, T& root, const options& opt = {}) {
   detail::reader_state r(archive, opt);

@@ -42,7 +42,7 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
     case kind::tuple: {
       auto n = in.read_varint();
       if (!n) return n.error();
-      if (*n == 0 && static_cast<kind>(*k) == kind::variant) return errc::bad_descriptor;
+      if (*n == 0 && static_cast<kind>(*k) == kind::variant) return schema_errc::bad_descriptor;
       // Each element takes at least one byte, so the input bounds the loop.
       if (*n > in.remaining()) return errc::truncated;
       for (std::uint64_t i = 0; i < *n; ++i) {
@@ -53,11 +53,11 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
     case kind::structure: {
       auto index = in.read_varint();
       if (!index) return index.error();
-      if (*index >= type_count) return errc::bad_type_index;
+      if (*index >= type_count) return schema_errc::bad_type_index;
       return {};
     }
     default:
-      return errc::bad_descriptor;
+      return schema_errc::bad_descriptor;
   }
 }
 
@@ -101,7 +101,7 @@ struct walker {
     if (depth >= lim.max_depth) return errc::depth_exceeded;
     if (auto r = count_value(); !r) return r;
     auto kb = desc.read<std::uint8_t>(desc_order);
-    if (!kb) return errc::bad_descriptor;
+    if (!kb) return schema_errc::bad_descriptor;
     const auto k = static_cast<kind>(*kb);
     if (const std::size_t size = scalar_size(k); size != 0) {
       auto bytes = in.read_bytes(size);
@@ -132,7 +132,7 @@ struct walker {
       }
       case kind::array: {
         auto n = desc.read_varint();
-        if (!n) return errc::bad_descriptor;
+        if (!n) return schema_errc::bad_descriptor;
         if (*n > lim.max_count) return errc::limit_exceeded;
         return elements(in, desc, k, *n, 1, depth);
       }
@@ -146,7 +146,7 @@ struct walker {
       }
       case kind::variant: {
         auto n = desc.read_varint();
-        if (!n) return errc::bad_descriptor;
+        if (!n) return schema_errc::bad_descriptor;
         auto index = in.read_varint();
         if (!index) return index.error();
         if (*index >= *n) return errc::bad_value;
@@ -163,7 +163,7 @@ struct walker {
       }
       case kind::tuple: {
         auto n = desc.read_varint();
-        if (!n) return errc::bad_descriptor;
+        if (!n) return schema_errc::bad_descriptor;
         if (v.begin) v.begin(k, *n);
         for (std::uint64_t i = 0; i < *n; ++i) {
           if (auto r = walk(in, desc, depth + 1); !r) return r;
@@ -173,7 +173,7 @@ struct walker {
       }
       case kind::structure: {
         auto index = desc.read_varint();
-        if (!index || *index >= s.types.size()) return errc::bad_type_index;
+        if (!index || *index >= s.types.size()) return schema_errc::bad_type_index;
         const type_def& t = s.types[static_cast<std::size_t>(*index)];
         if (v.begin) v.begin(k, *index);
         for (const field_def& f : t.fields) {
@@ -199,7 +199,7 @@ struct walker {
         return skip_descriptor(desc);
       }
       default:
-        return errc::bad_descriptor;
+        return schema_errc::bad_descriptor;
     }
   }
 
@@ -228,7 +228,7 @@ struct walker {
   // Descriptors were validated when the schema was read, so skipping one
   // cannot fail for depth; errors here mean a descriptor outside a schema.
   result<void> skip_descriptor(reader& desc) {
-    if (auto r = check_descriptor(desc, s.types.size(), lim.max_depth); !r) return errc::bad_descriptor;
+    if (auto r = check_descriptor(desc, s.types.size(), lim.max_depth); !r) return schema_errc::bad_descriptor;
     return {};
   }
 };
@@ -368,7 +368,7 @@ result<schema> decode(reader& in, const limits& lim) {
       auto fname = read_name(in, lim);
       if (!fname) return fname.error();
       f.name = std::move(*fname);
-      if (!tags.insert(f.tag).second || !names.insert(f.name).second) return errc::duplicate_field;
+      if (!tags.insert(f.tag).second || !names.insert(f.name).second) return schema_errc::duplicate_field;
       auto d = read_descriptor(in, s.types.size(), lim.max_depth);
       if (!d) return d.error();
       f.type.assign(d->begin(), d->end());

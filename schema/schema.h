@@ -78,7 +78,7 @@
 
 #include "ferry/wire/byte_order.h"
 #include "ferry/wire/cursor.h"
-#include "ferry/base/error.h"
+#include "ferry/schema/error.h"
 
 namespace ferry::schema {
 

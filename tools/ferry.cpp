@@ -15,7 +15,7 @@ int usage() {
   return 2;
 }
 
-int fail(const char* what, ferry::errc e) {
+int fail(const char* what, ferry::error_code e) {
   std::fprintf(stderr, "ferry: %s: %.*s (%.*s)\n", what, static_cast<int>(ferry::message(e).size()),
                ferry::message(e).data(), static_cast<int>(ferry::name(e).size()), ferry::name(e).data());
   return 1;

@@ -288,7 +288,7 @@ std::optional<pointee> identify(writer_state& w, const E* p) {
     if (dynamic != std::type_index(typeid(E))) {
       const poly_entry* entry = find_registered(dynamic);
       if (entry == nullptr) {
-        w.fail(errc::unregistered_type);
+        w.fail(graph_errc::unregistered_type);
         return std::nullopt;
       }
       return pointee{dynamic_cast<const void*>(p), dynamic, entry->write, entry->describe};
@@ -480,16 +480,16 @@ result<void> create_object(reader_state& r, read_object& obj) {
     wire::reader d(obj.desc);
     auto k = d.read<std::uint8_t>(wire::byte_order::little);
     auto index = d.read_varint();
-    if (!k || static_cast<kind>(*k) != kind::structure || !index) return errc::type_mismatch;
+    if (!k || static_cast<kind>(*k) != kind::structure || !index) return graph_errc::type_mismatch;
     const std::string& name = r.archive_schema().types[static_cast<std::size_t>(*index)].name;
     if constexpr (!std::is_abstract_v<T>) {
       if (name == T::ferry_name) return create_plain<T>(r, obj);
     }
     if constexpr (std::is_polymorphic_v<T>) {
       const poly_entry* entry = find_registered(std::string_view(name));
-      if (entry == nullptr) return errc::unknown_type;
+      if (entry == nullptr) return graph_errc::unknown_type;
       // Never create an object of a registered type unrelated to T.
-      if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return errc::type_mismatch;
+      if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return graph_errc::type_mismatch;
       if (auto c = r.charge(1, entry->size); !c) return c;
       if (obj.ownership == 1) {
         obj.shared = entry->make_shared();
@@ -505,11 +505,11 @@ result<void> create_object(reader_state& r, read_object& obj) {
       obj.poly = entry;
       return {};
     }
-    return errc::type_mismatch;
+    return graph_errc::type_mismatch;
   } else {
     schema::descriptor expected;
     describe_type<T>(r, expected);
-    if (!std::ranges::equal(expected, obj.desc)) return errc::type_mismatch;
+    if (!std::ranges::equal(expected, obj.desc)) return graph_errc::type_mismatch;
     return create_plain<T>(r, obj);
   }
 }
@@ -519,11 +519,11 @@ result<void> create_object(reader_state& r, read_object& obj) {
 template <class E>
 result<E*> resolve(reader_state& r, read_object& o, kind k) {
   const std::uint8_t wanted = k == kind::unique ? 2 : 1;
-  if (o.ownership != wanted) return errc::ownership_conflict;
-  if (k == kind::unique && o.address != nullptr) return errc::ownership_conflict;  // owned twice
+  if (o.ownership != wanted) return graph_errc::ownership_conflict;
+  if (k == kind::unique && o.address != nullptr) return graph_errc::ownership_conflict;  // owned twice
   if (auto c = create_object<E>(r, o); !c) return c.error();
   void* v = reader_state::view_as(o.address, o.type, o.poly, typeid(E));
-  if (v == nullptr) return errc::type_mismatch;
+  if (v == nullptr) return graph_errc::type_mismatch;
   return static_cast<E*>(v);
 }
 
@@ -713,7 +713,7 @@ result<void> reader_state::read_root(T& root) {
   if (auto e = read_header(); !e) return e;
   schema::descriptor expected;
   describe_type<T>(*this, expected);
-  if (!std::ranges::equal(expected, root_desc_)) return errc::type_mismatch;
+  if (!std::ranges::equal(expected, root_desc_)) return graph_errc::type_mismatch;
   if (auto e = read_value(*this, root); !e) return e;
   return finish_read();
 }

@@ -19,7 +19,7 @@
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
 #include "ferry/wire/cursor.h"
-#include "ferry/base/error.h"
+#include "ferry/graph/error.h"
 
 
 namespace ferry::graph::detail {
@@ -109,10 +109,10 @@ class writer_state final : public desc_context {
     fail(errc::limit_exceeded);
     return false;
   }
-  void fail(errc e) noexcept {
-    if (error_ == errc::ok) error_ = e;
+  void fail(error_code e) noexcept {
+    if (!error_) error_ = e;
   }
-  [[nodiscard]] bool failed() const noexcept { return error_ != errc::ok; }
+  [[nodiscard]] bool failed() const noexcept { return static_cast<bool>(error_); }
   std::optional<std::uint64_t> struct_index(const type_key& key) override;
 
   /// Id of the object at `address` (most derived) for an owning or weak
@@ -168,7 +168,7 @@ class writer_state final : public desc_context {
   schema::descriptor root_desc_;
   std::size_t depth_ = 0;
   int untracked_ = 0;
-  errc error_ = errc::ok;
+  error_code error_;
 
   void write_payloads();
 };

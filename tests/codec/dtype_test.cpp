@@ -35,12 +35,12 @@ TEST(Dtype, NamesSizesAndCodesMatchSafetensors) {
 }
 
 TEST(Dtype, UnknownNamesAndCodesAreErrors) {
-  EXPECT_EQ(dtype_from_name("f32").error(), errc::unknown_dtype);  // case-sensitive
-  EXPECT_EQ(dtype_from_name("").error(), errc::unknown_dtype);
-  EXPECT_EQ(dtype_from_name("F32 ").error(), errc::unknown_dtype);
-  EXPECT_EQ(dtype_from_code(0).error(), errc::unknown_dtype);
-  EXPECT_EQ(dtype_from_code(16).error(), errc::unknown_dtype);
-  EXPECT_EQ(dtype_from_code(255).error(), errc::unknown_dtype);
+  EXPECT_EQ(dtype_from_name("f32").error(), codec_errc::unknown_dtype);  // case-sensitive
+  EXPECT_EQ(dtype_from_name("").error(), codec_errc::unknown_dtype);
+  EXPECT_EQ(dtype_from_name("F32 ").error(), codec_errc::unknown_dtype);
+  EXPECT_EQ(dtype_from_code(0).error(), codec_errc::unknown_dtype);
+  EXPECT_EQ(dtype_from_code(16).error(), codec_errc::unknown_dtype);
+  EXPECT_EQ(dtype_from_code(255).error(), codec_errc::unknown_dtype);
 }
 
 }  // namespace

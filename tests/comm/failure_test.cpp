@@ -46,7 +46,7 @@ TEST(Auth, WrongSecretIsRefusedAndTheWorldStillForms) {
   ASSERT_TRUE(out[1].ok) << out[1].text;
   EXPECT_EQ(test::from_bytes<float>(out[0].bytes), (std::vector<float>{2.0f, 4.0f}));
   ASSERT_FALSE(out[2].ok);
-  EXPECT_EQ(out[2].code, errc::auth_failed) << out[2].text;
+  EXPECT_EQ(out[2].code, comm_errc::auth_failed) << out[2].text;
   EXPECT_NE(out[2].text.find("shared secret"), std::string::npos) << out[2].text;
 }
 
@@ -58,10 +58,10 @@ TEST(Auth, RankZeroNamesTheRefusedPeerWhenNobodyElseComes) {
   }, [](std::uint32_t r, config& c) {
     if (r == 1) c.secret = "wrong";
   });
-  EXPECT_EQ(out[0].code, errc::timed_out) << out[0].text;
+  EXPECT_EQ(out[0].code, comm_errc::timed_out) << out[0].text;
   EXPECT_NE(out[0].text.find("ranks 1 to join"), std::string::npos) << out[0].text;
   EXPECT_NE(out[0].text.find("shared secret"), std::string::npos) << out[0].text;
-  EXPECT_EQ(out[1].code, errc::auth_failed) << out[1].text;
+  EXPECT_EQ(out[1].code, comm_errc::auth_failed) << out[1].text;
 }
 
 TEST(Handshake, ConfigMismatchNamesBothSides) {
@@ -73,7 +73,7 @@ TEST(Handshake, ConfigMismatchNamesBothSides) {
     if (r == 1) c.chunk_bytes = 8192;
   });
   for (const auto& o : out) {
-    EXPECT_EQ(o.code, errc::config_mismatch) << o.text;
+    EXPECT_EQ(o.code, comm_errc::config_mismatch) << o.text;
     EXPECT_NE(o.text.find("chunk bytes"), std::string::npos) << o.text;
     EXPECT_NE(o.text.find("rank 0 ("), std::string::npos) << o.text;
     EXPECT_NE(o.text.find("rank 1 ("), std::string::npos) << o.text;
@@ -82,7 +82,7 @@ TEST(Handshake, ConfigMismatchNamesBothSides) {
 
 // Rank 1 joins properly, then writes `bytes` on its link to rank 0 in place
 // of its allreduce frame; rank 0's allreduce must fail with `code` naming 1.
-void hostile_frame(const std::vector<std::byte>& bytes, errc code) {
+void hostile_frame(const std::vector<std::byte>& bytes, error_code code) {
   const auto out = run_world(2, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
     c.timeout = 5s;
     if (r == 1) {
@@ -128,7 +128,7 @@ TEST(HostileFrames, CorruptedPayloadFailsTheCrcNamingThePeer) {
 }
 
 TEST(HostileFrames, WrongSequenceIsAnErrorNotMixedIn) {
-  hostile_frame(frame_bytes(500, 7), errc::sequence_mismatch);
+  hostile_frame(frame_bytes(500, 7), comm_errc::sequence_mismatch);
 }
 
 TEST(HostileFrames, WrongSizeNamesThePeer) { hostile_frame(frame_bytes(499, 1), errc::size_mismatch); }
@@ -157,7 +157,7 @@ void kill_one(std::uint32_t n, std::uint32_t victim) {
       continue;
     }
     ASSERT_FALSE(out[r].ok) << "rank " << r;
-    EXPECT_EQ(out[r].code, errc::peer_lost) << out[r].text;
+    EXPECT_EQ(out[r].code, comm_errc::peer_lost) << out[r].text;
     EXPECT_EQ(out[r].culprit, victim) << out[r].text;
     EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
   }
@@ -183,7 +183,7 @@ TEST(DeadPeer, SilentRankTimesOutAndEveryoneExits) {
   // directly, names it; rank 1 names whoever it waited for.
   for (std::uint32_t r = 0; r < 2; ++r) {
     ASSERT_FALSE(out[r].ok);
-    EXPECT_EQ(out[r].code, errc::timed_out) << out[r].text;
+    EXPECT_EQ(out[r].code, comm_errc::timed_out) << out[r].text;
   }
   EXPECT_EQ(out[0].culprit, 2u) << out[0].text;
 }
@@ -197,12 +197,12 @@ TEST(Communicator, BrokenCommunicatorRefusesLaterCalls) {
     try {
       comm.allreduce(v);
     } catch (const comm_error& e) {
-      EXPECT_EQ(e.code(), errc::peer_lost);
+      EXPECT_EQ(e.code(), comm_errc::peer_lost);
     }
     comm.allreduce(v);  // throws aborted
     return nothing();
   });
-  EXPECT_EQ(out[0].code, errc::aborted) << out[0].text;
+  EXPECT_EQ(out[0].code, comm_errc::aborted) << out[0].text;
   EXPECT_NE(out[0].text.find("earlier failure"), std::string::npos) << out[0].text;
 }
 
@@ -216,7 +216,7 @@ TEST(Communicator, RanksDisagreeingOnCompressionFail) {
   });
   for (const auto& o : out) {
     ASSERT_FALSE(o.ok);
-    EXPECT_EQ(o.code, errc::config_mismatch) << o.text;
+    EXPECT_EQ(o.code, comm_errc::config_mismatch) << o.text;
   }
   EXPECT_NE(out[2].text.find("rank 1 sent F32 as bf16"), std::string::npos) << out[2].text;
 }
@@ -260,7 +260,7 @@ TEST(Handshake, VersionMismatchNamesBothSides) {
       (void)handshake_accept(b, sample(1), "s", clock::now() + 5s);
       ADD_FAILURE() << "accepted";
     } catch (const comm_error& e) {
-      EXPECT_EQ(e.code(), errc::version_mismatch);
+      EXPECT_EQ(e.code(), comm_errc::version_mismatch);
     }
   });
   hello h = sample(0);
@@ -276,7 +276,7 @@ TEST(Handshake, VersionMismatchNamesBothSides) {
   recv_all(a, std::span(body).subspan(4), clock::now() + 5s, "acceptor");
   const auto r = parse_reject(body);
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->code, errc::version_mismatch);
+  EXPECT_EQ(r->code, comm_errc::version_mismatch);
   EXPECT_NE(r->text.find("rank 1 (" + std::string(host_arch())), std::string::npos) << r->text;
   EXPECT_NE(r->text.find("rank 0 (s390x, big-endian, 64-bit) speaks version 2"), std::string::npos) << r->text;
   acceptor.join();
@@ -294,7 +294,7 @@ TEST(Handshake, InitiatorSeesTheRejectText) {
     (void)handshake_initiate(a, sample(0), "wrong", clock::now() + 5s, "rank 1");
     FAIL() << "authenticated with a wrong secret";
   } catch (const comm_error& e) {
-    EXPECT_EQ(e.code(), errc::auth_failed);
+    EXPECT_EQ(e.code(), comm_errc::auth_failed);
     EXPECT_NE(std::string(e.what()).find("rank 1 (" + std::string(host_arch())), std::string::npos) << e.what();
   }
   acceptor.join();
@@ -318,7 +318,7 @@ TEST(Handshake, HelloRoundTripAndHostileBytes) {
   bad[12] = std::byte{3};  // world size 3 with rank 3, CRC fixed
   wire::store<std::uint32_t>(codec::crc32c(std::span<const std::byte>(bad).first(76)), bad.data() + 76,
                              wire::byte_order::little);
-  EXPECT_EQ(parse_hello(bad).error(), errc::config_mismatch);
+  EXPECT_EQ(parse_hello(bad).error(), comm_errc::config_mismatch);
   EXPECT_FALSE(compare_worlds(sample(0), sample(1)).size() > 0);
   hello other = sample(1);
   other.world_size = 3;
@@ -335,7 +335,7 @@ TEST(Handshake, TableRoundTripAndLimits) {
   ASSERT_TRUE(back);
   EXPECT_EQ((*back)[1].at.port(), 1234);
   EXPECT_EQ((*back)[0].at.family(), AF_UNSPEC);
-  EXPECT_EQ(parse_table(b, 4).error(), errc::config_mismatch);
+  EXPECT_EQ(parse_table(b, 4).error(), comm_errc::config_mismatch);
   EXPECT_EQ(parse_table(std::span(b).first(b.size() - 1), 3).error(), errc::truncated);
 }
 
@@ -362,7 +362,7 @@ TEST(Config, FromEnvironment) {
     (void)config::from_env();
     ADD_FAILURE();
   } catch (const comm_error& e) {
-    EXPECT_EQ(e.code(), errc::bad_config);
+    EXPECT_EQ(e.code(), comm_errc::bad_config);
   }
   ::setenv("RANK", "1x", 1);
   EXPECT_THROW((void)config::from_env(), comm_error);

@@ -147,7 +147,7 @@ TEST(Frame, EveryErrorIsExact) {
   EXPECT_EQ(with(4, 2), errc::unsupported_version);
   EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | 0x10)), errc::bad_value);  // reserved flag bit
   EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | 0x06)), errc::bad_value);  // encoding 3
-  EXPECT_EQ(with(6, 0), errc::unknown_dtype);
+  EXPECT_EQ(with(6, 0), codec_errc::unknown_dtype);
   EXPECT_EQ(with(6, 7), errc::checksum_mismatch);   // I32: same size, caught by the CRC
   EXPECT_EQ(with(6, 13), errc::truncated);          // F64: the frame is too short for it
   EXPECT_EQ(with(7, 1), errc::bad_value);           // reserved byte

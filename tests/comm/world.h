@@ -26,7 +26,7 @@ namespace ferry::comm::test {
 struct outcome {
   bool ok = false;
   std::vector<std::byte> bytes;  // what body returned
-  errc code = errc::ok;
+  error_code code;
   std::optional<std::uint32_t> culprit;
   std::string text;
   std::chrono::steady_clock::time_point at;  // when the child finished
@@ -91,7 +91,7 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
         out = body(r, c, l);
         ok = 1;
       } catch (const comm_error& e) {
-        code = static_cast<std::uint16_t>(e.code());
+        code = e.code().value();
         culprit = e.peer().value_or(0xFFFFFFFF);
         msg = e.what();
       } catch (const std::exception& e) {
@@ -155,7 +155,7 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
     o.bytes.resize(size);
     take(o.bytes.data(), size);
     o.ok = ok != 0;
-    o.code = static_cast<errc>(code);
+    o.code = error_code::from_value(static_cast<std::uint16_t>(code));
     if (culprit != 0xFFFFFFFF) o.culprit = culprit;
     o.at = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(when));
   }

@@ -181,7 +181,7 @@ TEST(Graph, RawPointersToObjectsHeldByValue) {
   EXPECT_EQ(back.selected, &back.points[2]);
   EXPECT_EQ(back.home, &back.origin);
   // read() moves its result, so a pointer to the root's own member is refused.
-  EXPECT_EQ(graph::read<world>(*bytes).error(), errc::pointer_into_root);
+  EXPECT_EQ(graph::read<world>(*bytes).error(), graph_errc::pointer_into_root);
   w.home = nullptr;
   auto moved = round_trip(w);
   EXPECT_EQ(moved.selected, &moved.points[2]);
@@ -194,7 +194,7 @@ TEST(Graph, RawPointerOutsideTheArchiveIsAWriteError) {
   node other;
   n.buddy = &other;  // a node the archive does not hold
   auto bytes = graph::write(n);
-  EXPECT_EQ(bytes.error(), errc::untracked_pointer);
+  EXPECT_EQ(bytes.error(), graph_errc::untracked_pointer);
 }
 
 struct selfish : std::enable_shared_from_this<selfish> {
@@ -244,7 +244,7 @@ struct hexagon : shape {
 TEST(Graph, UnregisteredDynamicTypeIsAWriteError) {
   drawing d;
   d.shapes = {std::make_shared<hexagon>()};
-  EXPECT_EQ(graph::write(d).error(), errc::unregistered_type);
+  EXPECT_EQ(graph::write(d).error(), graph_errc::unregistered_type);
 }
 
 TEST(Graph, EveryContainerAndScalarRoundTrips) {
@@ -386,9 +386,9 @@ TEST(Evolution, OlderReaderSkipsFieldsItDoesNotKnow) {
 
 TEST(Evolution, RenamedAndRetypedFieldsAreErrors) {
   auto bytes = graph::write(record_v1{"x", 1});
-  EXPECT_EQ(graph::read<record_renamed>(*bytes).error(), errc::field_renamed);
-  EXPECT_EQ(graph::read<record_retagged>(*bytes).error(), errc::field_renamed);
-  EXPECT_EQ(graph::read<record_retyped>(*bytes).error(), errc::field_type_mismatch);
+  EXPECT_EQ(graph::read<record_renamed>(*bytes).error(), graph_errc::field_renamed);
+  EXPECT_EQ(graph::read<record_retagged>(*bytes).error(), graph_errc::field_renamed);
+  EXPECT_EQ(graph::read<record_retyped>(*bytes).error(), graph_errc::field_type_mismatch);
 }
 
 // ---------------------------------------------------------- hostile input
@@ -435,16 +435,16 @@ TEST(Hostile, TypeConfusionThroughAPointerIsRejected) {
   // pointer to node, must not be misread.
   auto p = std::make_shared<point>(point{1, 2});
   auto bytes = graph::write(as_point{p});
-  EXPECT_EQ(graph::read<as_node>(*bytes).error(), errc::field_type_mismatch);
+  EXPECT_EQ(graph::read<as_node>(*bytes).error(), graph_errc::field_type_mismatch);
   // The same through the root type.
   auto root = graph::write(p);
-  EXPECT_EQ(graph::read<std::shared_ptr<node>>(*root).error(), errc::type_mismatch);
+  EXPECT_EQ(graph::read<std::shared_ptr<node>>(*root).error(), graph_errc::type_mismatch);
   // And a polymorphic object read through an unrelated base.
   register_shapes();
   std::shared_ptr<shape> s = std::make_shared<circle>();
   auto poly = graph::write(s);
   EXPECT_TRUE(graph::read<std::shared_ptr<shape>>(*poly));
-  EXPECT_EQ(graph::read<std::shared_ptr<node>>(*poly).error(), errc::type_mismatch);
+  EXPECT_EQ(graph::read<std::shared_ptr<node>>(*poly).error(), graph_errc::type_mismatch);
 }
 
 TEST(Hostile, HeaderErrors) {
@@ -546,9 +546,9 @@ TEST(Hostile, ReferenceErrors) {
   ASSERT_EQ(bytes[id_at], std::byte{1});
   auto b = bytes;
   b[id_at] = std::byte{2};
-  EXPECT_EQ(graph::read<std::shared_ptr<point>>(b).error(), errc::bad_reference);
+  EXPECT_EQ(graph::read<std::shared_ptr<point>>(b).error(), graph_errc::bad_reference);
   b[id_at] = std::byte{0};  // null root: object 1 is never referenced
-  EXPECT_EQ(graph::read<std::shared_ptr<point>>(b).error(), errc::bad_reference);
+  EXPECT_EQ(graph::read<std::shared_ptr<point>>(b).error(), graph_errc::bad_reference);
 }
 
 struct two {
@@ -575,7 +575,7 @@ TEST(Hostile, OwnershipConflicts) {
   auto p = std::make_shared<point>();
   auto bytes = graph::write(two{p, p});
   // Read as two unique_ptrs: the descriptors differ.
-  EXPECT_EQ(graph::read<two_unique>(*bytes).error(), errc::field_type_mismatch);
+  EXPECT_EQ(graph::read<two_unique>(*bytes).error(), graph_errc::field_type_mismatch);
   // Writing one object through two unique_ptrs is impossible in C++, but
   // the table's ownership byte can be forged: shared -> unique.
   auto b = *bytes;
@@ -588,7 +588,7 @@ TEST(Hostile, OwnershipConflicts) {
     }
   }
   ASSERT_TRUE(patched);
-  EXPECT_EQ(graph::read<two>(b).error(), errc::ownership_conflict);
+  EXPECT_EQ(graph::read<two>(b).error(), graph_errc::ownership_conflict);
 }
 
 TEST(Hostile, UnknownPolymorphicTypeName) {
@@ -601,7 +601,7 @@ TEST(Hostile, UnknownPolymorphicTypeName) {
   const auto at = text.find("test.square");
   ASSERT_NE(at, std::string::npos);
   bytes[at + 10] = std::byte{'f'};
-  EXPECT_EQ(graph::read<std::shared_ptr<shape>>(bytes).error(), errc::unknown_type);
+  EXPECT_EQ(graph::read<std::shared_ptr<shape>>(bytes).error(), graph_errc::unknown_type);
 }
 
 struct big {

@@ -181,44 +181,5 @@ TEST(Writer, VectorSinkAppendsAndRoundTrips) {
   EXPECT_TRUE(r.at_end());
 }
 
-TEST(Errors, EveryValueHasANameAndMessage) {
-  int named = 0;
-  for (int code = 0; code < 1000; ++code) {
-    const auto e = static_cast<errc>(code);
-    if (name(e) == "unknown") {
-      EXPECT_EQ(message(e), "unknown error") << code;
-      continue;
-    }
-    ++named;
-    EXPECT_NE(message(e), "unknown error") << code;
-  }
-  EXPECT_EQ(named, 1 + 7 + 1 + 20 + 11);  // ok, wire, codec, graph, comm
-  EXPECT_EQ(name(errc::varint_overlong), "varint_overlong");
-  // The numbers are part of the interface.
-  EXPECT_EQ(static_cast<int>(errc::truncated), 1);
-  EXPECT_EQ(static_cast<int>(errc::size_mismatch), 7);
-  EXPECT_EQ(static_cast<int>(errc::unknown_dtype), 100);
-  EXPECT_EQ(static_cast<int>(errc::bad_magic), 200);
-  EXPECT_EQ(static_cast<int>(errc::pointer_into_root), 219);
-}
-
-TEST(Result, HoldsValueOrError) {
-  result<std::vector<int>> ok = std::vector<int>{1, 2};
-  ASSERT_TRUE(ok.has_value());
-  EXPECT_EQ(ok->size(), 2u);
-  EXPECT_EQ(ok.error(), errc::ok);
-  result<std::vector<int>> bad = errc::truncated;
-  EXPECT_FALSE(bad);
-  EXPECT_EQ(bad.error(), errc::truncated);
-  bad = ok;
-  EXPECT_EQ(bad->at(1), 2);
-  result<std::vector<int>> moved = std::move(ok);
-  EXPECT_EQ(moved->size(), 2u);
-  result<void> v;
-  EXPECT_TRUE(v);
-  EXPECT_EQ(result<void>(errc::no_space).error(), errc::no_space);
-  EXPECT_EQ(result<int>(errc::truncated).value_or(7), 7);
-}
-
 }  // namespace
 }  // namespace ferry::wire

@@ -1,0 +1,129 @@
+#include "ferry/base/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ferry/codec/error.h"
+#include "ferry/comm/error.h"
+#include "ferry/graph/error.h"
+#include "ferry/schema/error.h"
+
+namespace ferry {
+namespace {
+
+TEST(Errors, EveryValueHasANameAndMessage) {
+  int named = 0;
+  for (int code = 0; code < 1000; ++code) {
+    const auto e = error_code::from_value(static_cast<std::uint16_t>(code));
+    if (name(e) == "unknown") {
+      EXPECT_EQ(message(e), "unknown error") << code;
+      continue;
+    }
+    ++named;
+    EXPECT_NE(message(e), "unknown error") << code;
+  }
+  EXPECT_EQ(named, 1 + 7 + 9 + 1 + 3 + 9 + 10);  // ok, wire, shared, codec, schema, graph, comm
+  EXPECT_EQ(name(errc::varint_overlong), "varint_overlong");
+  // The numbers are part of the interface.
+  EXPECT_EQ(static_cast<int>(errc::truncated), 1);
+  EXPECT_EQ(static_cast<int>(errc::size_mismatch), 7);
+  EXPECT_EQ(static_cast<int>(codec_errc::unknown_dtype), 100);
+  EXPECT_EQ(static_cast<int>(errc::bad_magic), 200);
+  EXPECT_EQ(static_cast<int>(graph_errc::pointer_into_root), 219);
+}
+
+TEST(Result, HoldsValueOrError) {
+  result<std::vector<int>> ok = std::vector<int>{1, 2};
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->size(), 2u);
+  EXPECT_EQ(ok.error(), errc::ok);
+  result<std::vector<int>> bad = errc::truncated;
+  EXPECT_FALSE(bad);
+  EXPECT_EQ(bad.error(), errc::truncated);
+  bad = ok;
+  EXPECT_EQ(bad->at(1), 2);
+  result<std::vector<int>> moved = std::move(ok);
+  EXPECT_EQ(moved->size(), 2u);
+  result<void> v;
+  EXPECT_TRUE(v);
+  EXPECT_EQ(result<void>(errc::no_space).error(), errc::no_space);
+  EXPECT_EQ(result<int>(errc::truncated).value_or(7), 7);
+}
+
+TEST(Errors, ModuleCodesConvertAndCompare) {
+  const error_code c = graph_errc::type_mismatch;
+  EXPECT_EQ(c, graph_errc::type_mismatch);
+  EXPECT_NE(c, errc::truncated);
+  EXPECT_EQ(c.value(), 207);
+  EXPECT_EQ(name(c), "type_mismatch");
+  EXPECT_EQ(name(comm_errc::peer_lost), "peer_lost");
+  EXPECT_EQ(error_code::from_value(304), comm_errc::peer_lost);
+  EXPECT_FALSE(error_code());
+  EXPECT_TRUE(error_code(errc::truncated));
+  std::ostringstream os;
+  os << error_code(schema_errc::duplicate_field);
+  EXPECT_EQ(os.str(), "duplicate_field (217)");
+}
+
+TEST(Errors, ContextSaysWhatAndWhere) {
+  const error e(errc::checksum_mismatch, "tensor 'fc1.weight'");
+  EXPECT_EQ(e.code(), errc::checksum_mismatch);
+  EXPECT_EQ(e.what(), "tensor 'fc1.weight': CRC32C does not match the bytes it covers");
+  EXPECT_EQ(e.wrap("model.ferry").what(), "model.ferry: tensor 'fc1.weight': CRC32C does not match the bytes it covers");
+  const error os_error = error::from_errno(ENOENT, "/nonexistent");
+  EXPECT_EQ(os_error.code(), errc::io_error);
+  EXPECT_EQ(os_error.sys_errno(), ENOENT);
+  EXPECT_EQ(os_error.what(), "/nonexistent: No such file or directory");
+  EXPECT_EQ(error(errc::truncated).what(), "input ends before the value it announces");
+}
+
+TEST(Result, ValueThrowsTheError) {
+  result<int> bad = errc::truncated;
+  try {
+    (void)bad.value();
+    FAIL() << "value() of an error must throw";
+  } catch (const exception& e) {
+    EXPECT_EQ(e.code(), errc::truncated);
+  }
+  result<int, error> with_context = error(errc::io_error, "f", ENOENT);
+  try {
+    (void)with_context.value();
+    FAIL() << "value() of an error must throw";
+  } catch (const exception& e) {
+    EXPECT_EQ(e.error().sys_errno(), ENOENT);
+    EXPECT_STREQ(e.what(), "f: No such file or directory");
+  }
+  EXPECT_THROW(result<void>(errc::no_space).value(), exception);
+  EXPECT_NO_THROW(result<void>().value());
+  EXPECT_EQ(result<int>(5).value(), 5);
+}
+
+result<int> parse_digit(char c) {
+  if (c < '0' || c > '9') return errc::bad_value;
+  return c - '0';
+}
+
+result<int> two_digits(const char* s) {
+  FERRY_TRY_ASSIGN(const int hi, parse_digit(s[0]));
+  FERRY_TRY_ASSIGN(const int lo, parse_digit(s[1]));
+  return hi * 10 + lo;
+}
+
+result<void, error> check_two_digits(const char* s) {
+  FERRY_TRY(two_digits(s));  // an error_code becomes an error without context
+  return {};
+}
+
+TEST(Result, TryPropagatesTheFirstError) {
+  EXPECT_EQ(*two_digits("42"), 42);
+  EXPECT_EQ(two_digits("4x").error(), errc::bad_value);
+  EXPECT_TRUE(check_two_digits("17"));
+  EXPECT_EQ(check_two_digits("x7").error().code(), errc::bad_value);
+}
+
+}  // namespace
+}  // namespace ferry
