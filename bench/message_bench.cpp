@@ -56,27 +56,56 @@ void finish(benchmark::State& state, std::size_t bytes, const std::vector<float>
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * count * 4));
 }
 
-// Encode in the host's order, then decode either that frame (two peers
-// that agree: no swap anywhere) or the same values as sent by a peer of
-// the other byte order (the receiver swaps once, as it must).
+// The path a rank runs (comm/frame.h): the sender rounds or copies its
+// floats into a payload and seals it (header and CRC); the receiver's
+// frame_decoder takes the bytes as they arrive, places the payload straight
+// into the output floats and checks the CRC, and a sender of the other
+// byte order costs one in-place swap. Decoding either this host's frame
+// (two peers that agree: no swap anywhere) or the same values as sent by a
+// peer of the other byte order. The wire bytes are one contiguous buffer,
+// as the other formats produce.
+struct into_floats final : comm::frame_sink {
+  std::span<float> out;
+  result<std::span<std::byte>> on_header(const comm::frame_header& h) override {
+    if (h.type != codec::dtype::f32 || h.enc != comm::encoding::raw || h.count != out.size()) return errc::size_mismatch;
+    return std::as_writable_bytes(out);
+  }
+  result<void> on_frame(const comm::frame_header& h, std::span<std::byte> payload) override {
+    comm::payload_to_host(h, payload);
+    return {};
+  }
+  result<void> on_abort(const comm::abort_message&) override { return errc::bad_magic; }
+};
+
+void sender_frame(std::span<const float> values, wire::byte_order order, std::vector<std::byte>& wire) {
+  comm::frame_header h;
+  h.order = order;
+  h.count = static_cast<std::uint32_t>(values.size());
+  wire.resize(comm::frame_header_size + values.size() * 4 + comm::frame_trailer_size);
+  const auto payload = std::span(wire).subspan(comm::frame_header_size, values.size() * 4);
+  if (order == wire::host_order) {
+    comm::encode_f32_payload(comm::encoding::raw, values, payload);
+  } else {
+    (void)wire::store_array<float>(values, payload, order);
+  }
+  const auto e = comm::seal(h, payload);
+  std::copy(e.header.begin(), e.header.end(), wire.begin());
+  std::copy(e.trailer.begin(), e.trailer.end(), wire.end() - comm::frame_trailer_size);
+}
+
 void ferry_frame(benchmark::State& state, bool other_order) {
   const auto& g = gradient();
   std::vector<std::byte> foreign;
-  {
-    comm::frame_header h;
-    h.order = wire::host_order == wire::byte_order::little ? wire::byte_order::big : wire::byte_order::little;
-    h.count = static_cast<std::uint32_t>(count);
-    std::vector<std::byte> payload(count * 4);
-    (void)wire::store_array<float>(g, payload, h.order);
-    (void)comm::encode_raw(h, payload, foreign);
-  }
+  sender_frame(g, wire::host_order == wire::byte_order::little ? wire::byte_order::big : wire::byte_order::little,
+                     foreign);
   std::vector<std::byte> wire;
   std::vector<float> out(count);
+  into_floats sink;
+  sink.out = out;
   for (auto _ : state) {
-    wire.clear();
-    if (!comm::encode_f32(comm::frame_header{}, g, wire)) state.SkipWithError("encode");
-    auto f = comm::decode_frame(other_order ? foreign : wire, wire.size());
-    if (!f || !comm::payload_to_f32(*f, out)) state.SkipWithError("decode");
+    sender_frame(g, wire::host_order, wire);
+    comm::frame_decoder d(wire.size());
+    if (!d.feed(other_order ? foreign : wire, sink) || !d.idle()) state.SkipWithError("decode");
     benchmark::DoNotOptimize(out.data());
   }
   finish(state, wire.size(), out);

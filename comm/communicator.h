@@ -1,6 +1,6 @@
 // ferry/comm/communicator.h: collectives over a ring of TCP links.
 //
-//   auto comm = ferry::comm::communicator(ferry::comm::config::from_env());
+//   auto comm = ferry::comm::communicator::from_env();
 //   comm.allreduce(grads, {.op = reduce_op::avg});          // every rank
 //   auto w = comm.start_allreduce(bucket, {.comp = compression::bf16, .feedback = &ef});
 //   ... compute ...
@@ -20,6 +20,10 @@
 // (sequence_mismatch), not mixed in. Collectives run one at a time in call
 // order; the start_* forms queue them on the communicator's worker thread.
 //
+// Every collective has a start_* form that queues it on the
+// communicator's worker thread and returns a `work` handle; buffers must
+// outlive its wait().
+//
 // Failures throw comm_error. A rank that detects one (a closed connection,
 // a CRC error, a timeout) tells both neighbours with an ABORT message that
 // travels around the ring, so every rank fails the collective naming the
@@ -28,18 +32,22 @@
 // collective holds unspecified values.
 #pragma once
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <type_traits>
 #include <vector>
 
+#include "ferry/base/float16.h"
 #include "ferry/codec/dtype.h"
 #include "ferry/comm/config.h"
 #include "ferry/comm/error.h"
-#include "ferry/comm/rendezvous.h"
+#include "ferry/comm/handshake.h"
 
 namespace ferry::comm {
 
@@ -71,10 +79,26 @@ struct allreduce_options {
   error_feedback* feedback = nullptr;
 };
 
+/// Element types broadcast and allgather move: every dtype of codec/ with a
+/// C++ type (integers, bool, float, double, f16, bf16), and std::byte.
+/// Multi-byte values arrive in the receiver's byte order.
+template <class T>
+concept element = std::same_as<T, std::byte> || std::same_as<T, f16> || std::same_as<T, bf16> ||
+                  (std::is_arithmetic_v<T> && sizeof(T) <= 8);
+
+template <element T>
+inline constexpr codec::dtype element_dtype = [] {
+  if constexpr (std::is_same_v<T, std::byte>) {
+    return codec::dtype::u8;
+  } else {
+    return codec::dtype_of<T>;
+  }
+}();
+
 /// The handle of a queued collective.
 class work {
  public:
-  struct state;
+  struct state;  // comm/detail/worker.h
   work() = default;
   explicit work(std::shared_ptr<state> s) : state_(std::move(s)) {}
   /// Blocks until the collective ends; rethrows its comm_error.
@@ -86,11 +110,36 @@ class work {
   std::shared_ptr<state> state_;
 };
 
+namespace detail {
+struct listener_access;
+}
+
+/// Rank 0's rendezvous socket, bound before the others join. Binding it
+/// first lets a launcher (or a test) learn the port when MASTER_PORT is 0.
+class listener {
+ public:
+  /// Binds MASTER_ADDR:MASTER_PORT of `c`. Throws comm_error (connect_failed).
+  explicit listener(const comm::config& c);
+  listener(listener&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  listener& operator=(listener&& o) noexcept;
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+  ~listener();
+  [[nodiscard]] std::uint16_t port() const;
+
+ private:
+  friend struct detail::listener_access;
+  int fd_ = -1;
+};
+
 class communicator {
  public:
-  /// Forms the ring (rendezvous.h); rank 0 may pass its pre-bound listener.
+  /// Forms the ring (rendezvous); rank 0 may pass its pre-bound listener.
+  /// Throws comm_error; a config that fails validate() throws the
+  /// ferry::exception of that error (bad_config).
   explicit communicator(const comm::config& c, std::optional<listener> rank0 = std::nullopt);
-  /// config::from_env(), then the above.
+  /// config::from_env(), then the above. A bad environment throws the
+  /// ferry::exception of config::from_env()'s error, not a comm_error.
   static communicator from_env();
   communicator(communicator&&) noexcept;
   communicator& operator=(communicator&&) noexcept;
@@ -109,30 +158,56 @@ class communicator {
   /// The same, queued; `data` (and o.feedback) must outlive the wait.
   work start_allreduce(std::span<float> data, const allreduce_options& o = {});
 
-  /// Copies `root`'s buffer to every rank (same size everywhere). Values
-  /// of a multi-byte dtype arrive in the receiver's byte order.
-  void broadcast(std::span<float> data, std::uint32_t root);
-  void broadcast(std::span<std::byte> data, std::uint32_t root);
-  work start_broadcast(std::span<float> data, std::uint32_t root);
+  /// Copies `root`'s buffer to every rank (same size everywhere). `data`
+  /// is any contiguous range of elements: a std::span, a std::vector, ...
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  void broadcast(R&& data, std::uint32_t root) {
+    broadcast_bytes(element_dtype<std::ranges::range_value_t<R>>, std::as_writable_bytes(std::span(data)), root);
+  }
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  work start_broadcast(R&& data, std::uint32_t root) {
+    return start_broadcast_bytes(element_dtype<std::ranges::range_value_t<R>>,
+                                 std::as_writable_bytes(std::span(data)), root);
+  }
+
+  /// Every rank's `mine` (the same size on every rank), indexed by rank:
+  /// `out` holds world_size() * size(mine) elements of the same type, rank
+  /// r's at r * size(mine). `mine` may not overlap `out`.
+  template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires element<std::ranges::range_value_t<In>> &&
+             std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void allgather(const In& mine, Out&& out) {
+    allgather_bytes(element_dtype<std::ranges::range_value_t<In>>, std::as_bytes(std::span(mine)),
+                    std::as_writable_bytes(std::span(out)));
+  }
+  template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires element<std::ranges::range_value_t<In>> &&
+             std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  work start_allgather(const In& mine, Out&& out) {
+    return start_allgather_bytes(element_dtype<std::ranges::range_value_t<In>>, std::as_bytes(std::span(mine)),
+                                 std::as_writable_bytes(std::span(out)));
+  }
+  /// Every rank's `value`, indexed by rank.
+  template <element T>
+  std::vector<T> allgather(T value) {
+    std::vector<T> out(world_size());
+    allgather(std::span<const T>(&value, 1), out);
+    return out;
+  }
 
   /// Returns when every rank has called barrier().
   void barrier();
-
-  /// Every rank's `value`, indexed by rank, in this host's byte order.
-  template <class T>
-    requires std::is_arithmetic_v<T>
-  std::vector<T> allgather(T value) {
-    std::vector<T> out(world_size());
-    allgather_elements(codec::dtype_of<T>, &value, 1, out.data());
-    return out;
-  }
-  /// Each rank contributes `count` elements of `type` at `mine`; `out`
-  /// receives world_size() * count elements, rank r's at r * count.
-  void allgather_elements(codec::dtype type, const void* mine, std::size_t count, void* out);
-
-  struct impl;  // communicator.cpp
+  work start_barrier();
 
  private:
+  struct impl;
+  void broadcast_bytes(codec::dtype type, std::span<std::byte> data, std::uint32_t root);
+  work start_broadcast_bytes(codec::dtype type, std::span<std::byte> data, std::uint32_t root);
+  void allgather_bytes(codec::dtype type, std::span<const std::byte> mine, std::span<std::byte> out);
+  work start_allgather_bytes(codec::dtype type, std::span<const std::byte> mine, std::span<std::byte> out);
+
   std::unique_ptr<impl> impl_;
 };
 

@@ -1,5 +1,6 @@
 #include "ferry/comm/config.h"
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -11,7 +12,7 @@
 namespace ferry::comm {
 namespace {
 
-[[noreturn]] void bad(const std::string& what) { throw comm_error(comm_errc::bad_config, std::nullopt, what); }
+error bad(std::string what) { return error(comm_errc::bad_config, std::move(what)); }
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -19,31 +20,31 @@ const char* env(const char* name) {
 }
 
 template <class T>
-T parse_number(const char* name, std::string_view text, T min, T max) {
+result<T, error> parse_number(const char* name, std::string_view text, T min, T max) {
   T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max) {
-    bad(std::string(name) + "='" + std::string(text) + "' is not a number from " + std::to_string(min) + " to " +
-        std::to_string(max));
+    return bad(std::string(name) + "='" + std::string(text) + "' is not a number from " + std::to_string(min) +
+               " to " + std::to_string(max));
   }
   return value;
 }
 
-// The first of `names` that is set, as a number.
+// The first of `names` that is set, as a number into `out`; false if none is.
 template <class T>
-bool read_number(std::initializer_list<const char*> names, T min, T max, T& out) {
+result<bool, error> read_number(std::initializer_list<const char*> names, T min, T max, T& out) {
   for (const char* name : names) {
     if (const char* v = env(name)) {
-      out = parse_number<T>(name, v, min, max);
+      FERRY_TRY_ASSIGN(out, parse_number<T>(name, v, min, max));
       return true;
     }
   }
   return false;
 }
 
-std::string read_secret_file(const char* path) {
+result<std::string, error> read_secret_file(const char* path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) bad(std::string("FERRY_SECRET_FILE='") + path + "' cannot be read");
+  if (!in) return error(errc::io_error, std::string("FERRY_SECRET_FILE='") + path + "' cannot be read", errno);
   std::ostringstream s;
   s << in.rdbuf();
   std::string secret = s.str();
@@ -54,50 +55,49 @@ std::string read_secret_file(const char* path) {
 
 }  // namespace
 
-config config::from_env() {
+result<config, error> config::from_env() {
   config c;
   if (const char* a = env("MASTER_ADDR")) c.master_addr = a;
-  read_number<std::uint16_t>({"MASTER_PORT"}, 0, 65535, c.master_port);
-  if (!read_number<std::uint32_t>({"WORLD_SIZE", "SLURM_NTASKS"}, 1, UINT32_MAX, c.world_size)) {
-    bad("WORLD_SIZE (or SLURM_NTASKS) is not set");
-  }
-  if (!read_number<std::uint32_t>({"RANK", "SLURM_PROCID"}, 0, UINT32_MAX, c.rank)) {
-    bad("RANK (or SLURM_PROCID) is not set");
-  }
+  FERRY_TRY(read_number<std::uint16_t>({"MASTER_PORT"}, 0, 65535, c.master_port));
+  FERRY_TRY_ASSIGN(const bool has_size, read_number<std::uint32_t>({"WORLD_SIZE", "SLURM_NTASKS"}, 1, UINT32_MAX, c.world_size));
+  if (!has_size) return bad("WORLD_SIZE (or SLURM_NTASKS) is not set");
+  FERRY_TRY_ASSIGN(const bool has_rank, read_number<std::uint32_t>({"RANK", "SLURM_PROCID"}, 0, UINT32_MAX, c.rank));
+  if (!has_rank) return bad("RANK (or SLURM_PROCID) is not set");
   if (const char* s = env("FERRY_SECRET")) {
     c.secret = s;
   } else if (const char* f = env("FERRY_SECRET_FILE")) {
-    c.secret = read_secret_file(f);
+    FERRY_TRY_ASSIGN(c.secret, read_secret_file(f));
   }
   double seconds = 0;
   if (const char* t = env("FERRY_TIMEOUT")) {
     const std::string_view text(t);
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
     if (ec != std::errc{} || end != text.data() + text.size() || !(seconds > 0) || seconds > 86400 * 7) {
-      bad("FERRY_TIMEOUT='" + std::string(text) + "' is not a number of seconds above 0");
+      return bad("FERRY_TIMEOUT='" + std::string(text) + "' is not a number of seconds above 0");
     }
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
   }
-  read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes);
-  c.validate();
+  FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes));
+  FERRY_TRY(c.validate());
   return c;
 }
 
-void config::validate() const {
-  if (world_size == 0) bad("the world size must be at least 1");
+result<void, error> config::validate() const {
+  if (world_size == 0) return bad("the world size must be at least 1");
   if (rank >= world_size) {
-    bad("rank " + std::to_string(rank) + " is not below the world size " + std::to_string(world_size));
+    return bad("rank " + std::to_string(rank) + " is not below the world size " + std::to_string(world_size));
   }
   if (world_size > 1 && secret.empty()) {
-    bad("no shared secret: set FERRY_SECRET or FERRY_SECRET_FILE to the same value on every rank");
+    return bad("no shared secret: set FERRY_SECRET or FERRY_SECRET_FILE to the same value on every rank");
   }
-  if (timeout.count() <= 0) bad("the timeout must be positive");
-  if (chunk_bytes < 4 || chunk_bytes % 4 != 0) bad("chunk_bytes must be a positive multiple of 4");
+  if (timeout.count() <= 0) return bad("the timeout must be positive");
+  if (chunk_bytes < 4 || chunk_bytes % 4 != 0) return bad("chunk_bytes must be a positive multiple of 4");
   if (std::uint64_t{chunk_bytes} + 32 > max_frame_bytes) {
-    bad("max_frame_bytes (" + std::to_string(max_frame_bytes) + ") must hold a chunk of " +
-        std::to_string(chunk_bytes) + " bytes plus 32 bytes of header and CRC");
+    return bad("max_frame_bytes (" + std::to_string(max_frame_bytes) + ") must hold a chunk of " +
+               std::to_string(chunk_bytes) + " bytes plus 32 bytes of header and CRC");
   }
-  if (world_size > 1 && master_addr.empty()) bad("MASTER_ADDR is empty");
+  if (world_size > 1 && master_addr.empty()) return bad("MASTER_ADDR is empty");
+  return {};
 }
 
 }  // namespace ferry::comm

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ferry/comm/error.h"
+
 namespace ferry::comm {
 
 struct config {
@@ -31,11 +33,13 @@ struct config {
   /// more are refused before anything is allocated. Same on every rank.
   std::uint32_t max_frame_bytes = 16 * 1024 * 1024;
 
-  /// Reads the variables above. Throws comm_error(bad_config) naming the
-  /// variable that is missing or malformed.
-  static config from_env();
-  /// Throws comm_error(bad_config) if a field is out of range.
-  void validate() const;
+  /// Reads the variables above. A configuration error, not a failure of
+  /// communication: bad_config naming the variable that is missing or
+  /// malformed (io_error with the OS's reason for an unreadable
+  /// FERRY_SECRET_FILE).
+  static result<config, error> from_env();
+  /// bad_config naming the field that is out of range.
+  [[nodiscard]] result<void, error> validate() const;
 };
 
 }  // namespace ferry::comm

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
+#include <cstring>
 
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
@@ -20,14 +22,6 @@ constexpr std::uint8_t encoding_mask = 0x0E;
 // Elements converted per step when compressing or widening, so no buffer
 // larger than this is ever allocated (it lives on the stack).
 constexpr std::size_t step = 2048;
-
-// Appends the CRC of everything from `start` to the end of `out`.
-void seal(std::vector<std::byte>& out, std::size_t start, byte_order o) {
-  const std::uint32_t crc = codec::crc32c(std::span(out).subspan(start));
-  std::array<std::byte, 4> b{};
-  wire::store<std::uint32_t>(crc, b.data(), o);
-  out.insert(out.end(), b.begin(), b.end());
-}
 
 }  // namespace
 
@@ -97,88 +91,201 @@ result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t 
   return h;
 }
 
-result<frame_view> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes) noexcept {
-  auto h = parse_header(frame, max_frame_bytes);
-  if (!h) return h.error();
-  const std::size_t payload = *payload_size(*h);  // checked by parse_header
-  const std::size_t total = frame_header_size + payload + frame_trailer_size;
-  if (frame.size() < total) return errc::truncated;
-  if (frame.size() > total) return errc::trailing_bytes;
-  const std::uint32_t stored = wire::load<std::uint32_t>(frame.data() + total - frame_trailer_size, h->order);
-  if (codec::crc32c(frame.first(total - frame_trailer_size)) != stored) return errc::checksum_mismatch;
-  return frame_view{*h, frame.subspan(frame_header_size, payload)};
+frame_envelope seal(const frame_header& h, std::span<const std::byte> payload) noexcept {
+  assert(payload_size(h) && *payload_size(h) == payload.size());
+  frame_envelope e;
+  encode_header(h, e.header);
+  const std::uint32_t crc = codec::crc32c_extend(codec::crc32c(e.header), payload);
+  wire::store<std::uint32_t>(crc, e.trailer.data(), h.order);
+  return e;
 }
 
-result<void> encode_raw(const frame_header& h, std::span<const std::byte> payload, std::vector<std::byte>& out) {
-  auto size = payload_size(h);
-  if (!size) return size.error();
-  if (*size != payload.size()) return errc::size_mismatch;
-  const std::size_t start = out.size();
-  {
-    wire::writer w(out);
-    std::array<std::byte, frame_header_size> header{};
-    encode_header(h, header);
-    (void)w.write_bytes(header);
-    (void)w.write_bytes(payload);
+void encode_f32_payload(encoding enc, std::span<const float> values, std::span<std::byte> out) noexcept {
+  assert(out.size() == values.size() * (enc == encoding::raw ? 4 : 2));
+  if (enc == encoding::raw) {
+    if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+    return;
   }
-  seal(out, start, h.order);
-  return {};
-}
-
-result<void> encode_f32(frame_header h, std::span<const float> values, std::vector<std::byte>& out) {
-  if (h.type != codec::dtype::f32) return errc::bad_value;
-  if (values.size() > UINT32_MAX) return errc::limit_exceeded;
-  h.order = wire::host_order;  // the sender never swaps
-  h.count = static_cast<std::uint32_t>(values.size());
-  const std::size_t start = out.size();
-  {
-    wire::writer w(out);
-    std::array<std::byte, frame_header_size> header{};
-    encode_header(h, header);
-    (void)w.write_bytes(header);
-    if (h.enc == encoding::raw) {
-      (void)w.write_array<float>(values, h.order);  // host order: a copy
+  // 16-bit patterns are converted into an aligned staging array, then
+  // stored as bytes (out need not be aligned for f16/bf16).
+  for (std::size_t i = 0; i < values.size(); i += step) {
+    const auto part = values.subspan(i, std::min(step, values.size() - i));
+    const auto dst = out.subspan(2 * i, 2 * part.size());
+    if (enc == encoding::bf16) {
+      std::array<bf16, step> half;
+      (void)codec::to_bf16(part, std::span(half).first(part.size()));
+      std::memcpy(dst.data(), half.data(), dst.size());
     } else {
-      for (std::size_t i = 0; i < values.size(); i += step) {
-        const auto part = values.subspan(i, std::min(step, values.size() - i));
-        if (h.enc == encoding::bf16) {
-          std::array<bf16, step> half{};
-          (void)codec::to_bf16(part, std::span(half).first(part.size()));
-          (void)w.write_array<bf16>(std::span<const bf16>(half).first(part.size()), h.order);
-        } else {
-          std::array<f16, step> half{};
-          (void)codec::to_f16(part, std::span(half).first(part.size()));
-          (void)w.write_array<f16>(std::span<const f16>(half).first(part.size()), h.order);
-        }
-      }
+      std::array<f16, step> half;
+      (void)codec::to_f16(part, std::span(half).first(part.size()));
+      std::memcpy(dst.data(), half.data(), dst.size());
     }
   }
-  seal(out, start, h.order);
-  return {};
 }
 
-result<void> payload_to_f32(const frame_view& f, std::span<float> out) noexcept {
-  const frame_header& h = f.header;
-  if (h.type != codec::dtype::f32) return errc::bad_value;
-  if (out.size() != h.count) return errc::size_mismatch;
-  if (h.enc == encoding::raw) {
+std::vector<std::byte> encode_frame(const frame_header& h, std::span<const std::byte> payload) {
+  const frame_envelope e = seal(h, payload);
+  std::vector<std::byte> out;
+  out.reserve(frame_header_size + payload.size() + frame_trailer_size);
+  out.insert(out.end(), e.header.begin(), e.header.end());
+  out.insert(out.end(), payload.begin(), payload.end());
+  out.insert(out.end(), e.trailer.begin(), e.trailer.end());
+  return out;
+}
+
+void decode_f32_payload(encoding enc, wire::byte_order order, std::span<const std::byte> payload,
+                        std::span<float> out) noexcept {
+  assert(payload.size() == out.size() * (enc == encoding::raw ? 4 : 2));
+  if (enc == encoding::raw) {
     // Same order: a copy. Otherwise one byte swap per element, as integers.
-    return wire::load_array<float>(f.payload, h.order, out);
+    (void)wire::load_array<float>(payload, order, out);
+    return;
   }
   for (std::size_t i = 0; i < out.size(); i += step) {
     const std::size_t n = std::min(step, out.size() - i);
-    const auto bytes = f.payload.subspan(2 * i, 2 * n);
-    if (h.enc == encoding::bf16) {
-      std::array<bf16, step> half{};
-      (void)wire::load_array<bf16>(bytes, h.order, std::span(half).first(n));
+    const auto bytes = payload.subspan(2 * i, 2 * n);
+    if (enc == encoding::bf16) {
+      std::array<bf16, step> half;
+      (void)wire::load_array<bf16>(bytes, order, std::span(half).first(n));
       (void)codec::to_float(std::span<const bf16>(half).first(n), out.subspan(i, n));
     } else {
-      std::array<f16, step> half{};
-      (void)wire::load_array<f16>(bytes, h.order, std::span(half).first(n));
+      std::array<f16, step> half;
+      (void)wire::load_array<f16>(bytes, order, std::span(half).first(n));
       (void)codec::to_float(std::span<const f16>(half).first(n), out.subspan(i, n));
     }
   }
+}
+
+result<void> payload_to_f32(const frame_header& h, std::span<const std::byte> payload, std::span<float> out) noexcept {
+  if (h.type != codec::dtype::f32) return errc::bad_value;
+  assert(out.size() == h.count);
+  decode_f32_payload(h.enc, h.order, payload, out);
   return {};
+}
+
+void payload_to_host(const frame_header& h, std::span<std::byte> payload) noexcept {
+  assert(h.enc == encoding::raw);
+  (void)wire::convert_in_place(payload, codec::size_of(h.type), h.order, wire::host_order);
+}
+
+// ------------------------------------------------------------- decoder
+
+std::size_t frame_decoder::header_need() const noexcept {
+  return head_got_ >= 4 && is_abort(head_) ? abort_size : frame_header_size;
+}
+
+std::size_t frame_decoder::buffers(std::span<std::span<std::byte>, 3> out, bool read_ahead) noexcept {
+  std::size_t k = 0;
+  switch (part_) {
+    case part::header:
+      out[k++] = std::span(head_).subspan(head_got_, header_need() - head_got_);
+      return k;
+    case part::payload:
+      out[k++] = payload_.subspan(payload_got_);
+      [[fallthrough]];
+    case part::trailer:
+      out[k++] = std::span(trailer_).subspan(trailer_got_);
+      if (read_ahead) out[k++] = std::span(head_).first(frame_header_size);
+      return k;
+  }
+  return k;
+}
+
+result<void> frame_decoder::advance(std::size_t n, frame_sink& sink) {
+  if (error_) return error_;
+  for (;;) {
+    switch (part_) {
+      case part::header: {
+        const std::size_t take = std::min(n, header_need() - head_got_);
+        head_got_ += take;
+        n -= take;
+        if (head_got_ < header_need()) {
+          assert(n == 0);
+          return {};
+        }
+        if (is_abort(head_)) {
+          const auto a = parse_abort(head_);
+          if (!a) return fail(a.error());
+          head_got_ = 0;
+          if (auto s = sink.on_abort(*a); !s) return fail(s.error());
+          break;
+        }
+        const auto h = parse_header(std::span(head_).first(frame_header_size), max_frame_bytes_);
+        if (!h) return fail(h.error());
+        header_ = *h;
+        header_crc_ = codec::crc32c(std::span(head_).first(frame_header_size));
+        head_got_ = 0;
+        auto dst = sink.on_header(header_);
+        if (!dst) return fail(dst.error());
+        assert(dst->size() == *payload_size(header_));
+        payload_ = *dst;
+        payload_got_ = 0;
+        trailer_got_ = 0;
+        part_ = payload_.empty() ? part::trailer : part::payload;
+        break;
+      }
+      case part::payload: {
+        const std::size_t take = std::min(n, payload_.size() - payload_got_);
+        payload_got_ += take;
+        n -= take;
+        if (payload_got_ < payload_.size()) return {};
+        part_ = part::trailer;
+        break;
+      }
+      case part::trailer: {
+        const std::size_t take = std::min(n, frame_trailer_size - trailer_got_);
+        trailer_got_ += take;
+        n -= take;
+        if (trailer_got_ < frame_trailer_size) return {};
+        const std::uint32_t stored = wire::load<std::uint32_t>(trailer_.data(), header_.order);
+        if (codec::crc32c_extend(header_crc_, payload_) != stored) return fail(errc::checksum_mismatch);
+        part_ = part::header;
+        if (auto s = sink.on_frame(header_, payload_); !s) return fail(s.error());
+        if (n == 0) return {};
+        break;
+      }
+    }
+  }
+}
+
+result<void> frame_decoder::feed(std::span<const std::byte> bytes, frame_sink& sink) {
+  if (error_) return error_;
+  while (!bytes.empty()) {
+    std::array<std::span<std::byte>, 3> bufs;
+    buffers(bufs, false);
+    const std::size_t n = std::min(bufs[0].size(), bytes.size());
+    if (n > 0) std::memcpy(bufs[0].data(), bytes.data(), n);
+    bytes = bytes.subspan(n);
+    if (auto s = advance(n, sink); !s) return s;
+  }
+  return {};
+}
+
+result<decoded_frame> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes) {
+  struct one_frame final : frame_sink {
+    std::size_t available = 0;
+    decoded_frame out;
+    bool done = false;
+    result<std::span<std::byte>> on_header(const frame_header& h) override {
+      if (done) return errc::trailing_bytes;
+      const std::size_t size = *payload_size(h);  // parse_header checked it
+      if (size > available) return errc::truncated;  // before allocating
+      out.header = h;
+      out.payload.resize(size);
+      return std::span(out.payload);
+    }
+    result<void> on_frame(const frame_header&, std::span<std::byte>) override {
+      done = true;
+      return {};
+    }
+    result<void> on_abort(const abort_message&) override { return errc::bad_magic; }  // not a frame
+  } sink;
+  if (frame.size() >= frame_header_size) sink.available = frame.size() - frame_header_size;
+  frame_decoder d(max_frame_bytes);
+  if (auto s = d.feed(frame, sink); !s) return sink.done ? errc::trailing_bytes : s.error();
+  if (!sink.done) return errc::truncated;
+  if (!d.idle()) return errc::trailing_bytes;
+  return std::move(sink.out);
 }
 
 namespace {

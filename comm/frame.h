@@ -65,8 +65,7 @@ struct frame_header {
   friend bool operator==(const frame_header&, const frame_header&) = default;
 };
 
-/// Writes the 28-byte header of `h` (in h.order), for senders that gather
-/// header, payload and CRC straight from their buffers.
+/// Writes the 28-byte header of `h` (in h.order).
 void encode_header(const frame_header& h, std::span<std::byte, frame_header_size> out) noexcept;
 
 /// Bytes per element on the wire (2 when compressed).
@@ -83,31 +82,135 @@ void encode_header(const frame_header& h, std::span<std::byte, frame_header_size
 /// is allocated).
 result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t max_frame_bytes) noexcept;
 
-/// A validated frame: its header and a view of its payload.
-struct frame_view {
-  frame_header header;
-  std::span<const std::byte> payload;
+// ---------------------------------------------------------------- sending
+//
+// A sender never copies a payload into a frame: it writes the header and
+// the CRC trailer with seal() and gathers header, payload and trailer
+// straight from their buffers (sendmsg), in the host's byte order.
+
+/// The bytes around a payload.
+struct frame_envelope {
+  std::array<std::byte, frame_header_size> header{};
+  std::array<std::byte, frame_trailer_size> trailer{};
 };
 
-/// Validates a whole frame (header, exact length, CRC). Errors: those of
-/// parse_header, truncated, trailing_bytes, checksum_mismatch.
-result<frame_view> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes) noexcept;
+/// The header of `h` and the CRC32C of header and payload, both in h.order.
+/// Requires: payload.size() == payload_size(h) and the payload's elements
+/// in h.order.
+[[nodiscard]] frame_envelope seal(const frame_header& h, std::span<const std::byte> payload) noexcept;
 
-/// Encodes `values` (host floats) as a frame in the host's byte order (the
-/// sender never swaps), compressing when `h.enc` says so; `h.type` must be
-/// F32 and `h.count` is set from values.size(). Appends to `out`.
-/// Errors: bad_value (dtype), limit_exceeded (more than 2^32-1 values).
-result<void> encode_f32(frame_header h, std::span<const float> values, std::vector<std::byte>& out);
+/// Host floats as the payload of an F32 frame of encoding `enc`, in the
+/// host's byte order: a copy (raw), or rounded to nearest even (bf16, f16;
+/// NaN stays NaN). Requires: out.size() == values.size() * (raw ? 4 : 2).
+void encode_f32_payload(encoding enc, std::span<const float> values, std::span<std::byte> out) noexcept;
 
-/// Encodes a raw payload already in `h.order` (h.count elements of h.type).
-/// Errors: size_mismatch if the payload's size does not match the header.
-result<void> encode_raw(const frame_header& h, std::span<const std::byte> payload, std::vector<std::byte>& out);
+/// A whole frame in one buffer (header, payload, trailer), for callers that
+/// keep frames in memory or files. Requires what seal() requires.
+[[nodiscard]] std::vector<std::byte> encode_frame(const frame_header& h, std::span<const std::byte> payload);
+
+// -------------------------------------------------------------- receiving
+
+/// 16-bit or raw f32 payload elements in `order` as host floats: widened
+/// (bf16, f16) or copied and byte-swapped if `order` is not the host's
+/// (raw). Bit-exact for raw (NaN payloads included). Requires:
+/// payload.size() == out.size() * (raw ? 4 : 2).
+void decode_f32_payload(encoding enc, wire::byte_order order, std::span<const std::byte> payload,
+                        std::span<float> out) noexcept;
 
 /// The payload of an F32 frame as host floats: copied when the sender's
 /// order is the host's, byte-swapped when it is not, widened when
 /// compressed. Bit-exact for raw frames (NaN payloads included).
-/// Errors: bad_value (not F32), size_mismatch (out.size() != count).
-result<void> payload_to_f32(const frame_view& f, std::span<float> out) noexcept;
+/// Requires: out.size() == h.count and payload.size() == payload_size(h).
+/// Errors: bad_value (the frame's dtype is not F32).
+result<void> payload_to_f32(const frame_header& h, std::span<const std::byte> payload, std::span<float> out) noexcept;
+
+/// Converts a raw payload's elements from the sender's order to the host's
+/// in place (nothing to do when they agree). Requires: h.enc == raw and
+/// payload.size() == payload_size(h).
+void payload_to_host(const frame_header& h, std::span<std::byte> payload) noexcept;
+
+struct abort_message;
+
+/// What a frame_decoder hands on. The decoder is exception-neutral: a sink
+/// may also throw, and the decoder is then unusable.
+class frame_sink {
+ public:
+  virtual ~frame_sink() = default;
+  /// A header arrived and passed parse_header(). Returns where its payload
+  /// goes: exactly payload_size(h) bytes, which the decoder fills and
+  /// checks before on_frame(); or an error to refuse the frame.
+  virtual result<std::span<std::byte>> on_header(const frame_header& h) = 0;
+  /// The payload is in place and the frame's CRC is right.
+  virtual result<void> on_frame(const frame_header& h, std::span<std::byte> payload) = 0;
+  /// An ABORT arrived where a frame may start, and parsed.
+  virtual result<void> on_abort(const abort_message& a) = 0;
+};
+
+/// The receiving side of a link: takes bytes as they arrive, in any split,
+/// and hands complete, checked frames to a frame_sink. Header, then
+/// payload (straight into the buffer the sink chose), then the CRC check,
+/// before the sink sees any payload byte. An ABORT may stand wherever a
+/// frame may start. The size check happens on the 28 header bytes alone,
+/// so no hostile frame makes anything allocate.
+///
+/// Two ways to feed it: feed() copies bytes a caller already has; a socket
+/// reader asks buffers() where the next bytes go, reads into them (readv),
+/// and reports the count to advance(), so payloads land in place.
+class frame_decoder {
+ public:
+  explicit frame_decoder(std::size_t max_frame_bytes) noexcept : max_frame_bytes_(max_frame_bytes) {}
+
+  /// Where the next bytes go, in order, at most 3 spans: the rest of the
+  /// part being received (header, payload or CRC), a payload's CRC after
+  /// it, and, with `read_ahead`, the next frame's first 28 bytes. Without
+  /// read_ahead nothing past the current frame is asked for. Returns how
+  /// many spans were set.
+  std::size_t buffers(std::span<std::span<std::byte>, 3> out, bool read_ahead) noexcept;
+
+  /// `n` bytes were written, in order, into the spans of the last
+  /// buffers() call. Completed parts go to the sink. Errors: those of
+  /// parse_header() and parse_abort(), checksum_mismatch, or the sink's;
+  /// after one, every call returns it again.
+  result<void> advance(std::size_t n, frame_sink& sink);
+
+  /// Copies `bytes` in (any split of a stream of frames).
+  result<void> feed(std::span<const std::byte> bytes, frame_sink& sink);
+
+  /// True when no frame or ABORT is partly received.
+  [[nodiscard]] bool idle() const noexcept { return part_ == part::header && head_got_ == 0; }
+
+ private:
+  enum class part : std::uint8_t { header, payload, trailer };
+  [[nodiscard]] std::size_t header_need() const noexcept;
+  result<void> fail(error_code e) noexcept {
+    error_ = e;
+    return e;
+  }
+
+  std::size_t max_frame_bytes_;
+  part part_ = part::header;
+  error_code error_;
+  std::array<std::byte, 32> head_{};  // a header, or a whole ABORT
+  std::size_t head_got_ = 0;
+  frame_header header_;
+  std::uint32_t header_crc_ = 0;
+  std::span<std::byte> payload_;
+  std::size_t payload_got_ = 0;
+  std::array<std::byte, frame_trailer_size> trailer_{};
+  std::size_t trailer_got_ = 0;
+};
+
+/// A frame decoded from a buffer, its payload copied out (still in the
+/// sender's byte order).
+struct decoded_frame {
+  frame_header header;
+  std::vector<std::byte> payload;
+};
+
+/// Decodes a buffer that holds exactly one frame, through frame_decoder
+/// (allocating no more than the buffer holds). Errors: those of the
+/// decoder, truncated, trailing_bytes, bad_magic (an ABORT, not a frame).
+result<decoded_frame> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes);
 
 /// ABORT, the message a rank sends both neighbours when a collective fails
 /// there, so that every rank fails naming the same culprit. It may stand

@@ -10,10 +10,14 @@
 #include <cstring>
 
 #include "ferry/codec/crc32c.h"
+#include "ferry/comm/detail/rendezvous.h"
 #include "ferry/comm/error.h"
 
 namespace ferry::comm {
 namespace {
+
+using detail::clock;
+using detail::socket;
 
 using wire::byte_order;
 constexpr auto le = byte_order::little;
@@ -250,6 +254,8 @@ result<reject> parse_reject(std::span<const std::byte> body) noexcept {
   return r;
 }
 
+namespace detail {
+
 std::vector<std::byte> encode_table(std::span<const table_entry> entries) {
   std::vector<std::byte> b(8 + entry_size * entries.size() + 4);
   std::copy(table_magic.begin(), table_magic.end(), b.begin());
@@ -387,4 +393,5 @@ hello handshake_accept(const socket& s, hello mine, std::string_view secret, clo
   return *theirs;
 }
 
+}  // namespace detail
 }  // namespace ferry::comm

@@ -47,6 +47,9 @@
 //                  u16 port, 16 bytes address (IPv4 in the first 4)
 //   end    4    crc          u32 CRC32C of everything before it
 //
+// The TABLE codec and the exchange over a socket are internal
+// (comm/detail/rendezvous.h); this header is the messages alone.
+//
 // Order on a connection: the initiator sends HELLO; the acceptor answers
 // HELLO (role 3) or REJECT; the initiator sends AUTH; the acceptor answers
 // AUTH or REJECT. After that both compare configurations (world size,
@@ -61,7 +64,6 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/comm/socket.h"
 #include "ferry/wire/byte_order.h"
 #include "ferry/comm/error.h"
 
@@ -122,23 +124,5 @@ struct reject {
   std::string text;
 };
 result<reject> parse_reject(std::span<const std::byte> body) noexcept;
-
-/// One rank's ring listener, as rank 0 saw it.
-struct table_entry {
-  endpoint at;  ///< family AF_UNSPEC (0) for none
-};
-std::vector<std::byte> encode_table(std::span<const table_entry> entries);
-/// Errors: bad_magic, truncated, trailing_bytes, checksum_mismatch,
-/// config_mismatch (count differs from world_size), bad_value (family).
-result<std::vector<table_entry>> parse_table(std::span<const std::byte> bytes, std::uint32_t world_size) noexcept;
-
-/// The whole exchange on a fresh connection, initiator side: returns the
-/// acceptor's HELLO once both sides are proven and their worlds agree.
-/// Throws comm_error: auth_failed, version_mismatch, config_mismatch,
-/// protocol_error, peer_lost, timed_out. `who` names the peer in errors.
-hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
-                         const std::string& who);
-/// Acceptor side: returns the initiator's HELLO. `mine.role` is set to reply.
-hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline);
 
 }  // namespace ferry::comm

@@ -1,7 +1,11 @@
-// The gradient frame and ABORT decoders on arbitrary bytes: a frame either decodes (and
-// then re-encodes to the same bytes and converts to floats) or fails with a
-// typed error; the header's size check bounds everything before allocation.
+// The receiving side of a ring link on arbitrary bytes: the stream goes
+// through frame_decoder, the decoder the communicator runs, once whole and
+// once cut into pieces chosen by the input's first byte. Both must report
+// the same frames, ABORTs and error. Every frame decoded re-encodes to the
+// bytes it came from and converts to floats when it is F32; the header's
+// size check bounds every allocation before its payload is read.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ferry/comm/frame.h"
@@ -9,30 +13,76 @@
 
 using namespace ferry;
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto in = std::as_bytes(std::span(data, size));
-  constexpr std::size_t max_frame = std::size_t{1} << 16;
-  // An ABORT may stand where a frame does.
-  if (size >= comm::abort_size) {
-    const auto a = comm::parse_abort(in.first<comm::abort_size>());
-    if (a && std::memcmp(data + 5, "\x00", 1) == 0) {
-      const auto again = comm::encode_abort(*a);  // host order: compare on little-endian hosts only
-      if (wire::host_order == wire::byte_order::little) {
-        FUZZ_CHECK(std::equal(again.begin(), again.end(), in.begin()));
-      }
+namespace {
+
+constexpr std::size_t max_frame = std::size_t{1} << 16;
+
+// Records everything the decoder hands on, as bytes to compare.
+struct recorder final : comm::frame_sink {
+  std::vector<std::byte> payload;
+  std::string log;
+  std::size_t frames = 0;
+
+  result<std::span<std::byte>> on_header(const comm::frame_header& h) override {
+    const auto size = comm::payload_size(h);
+    FUZZ_CHECK(size.has_value() && *size + 32 <= max_frame);
+    payload.assign(*size, std::byte{0});
+    return std::span(payload);
+  }
+  result<void> on_frame(const comm::frame_header& h, std::span<std::byte> p) override {
+    ++frames;
+    const auto again = comm::encode_frame(h, p);
+    log += "F" + std::to_string(again.size()) + ":";
+    log.append(reinterpret_cast<const char*>(again.data()), again.size());  // NOLINT
+    if (h.type == codec::dtype::f32) {
+      std::vector<float> values(h.count);
+      FUZZ_CHECK(comm::payload_to_f32(h, p, values).has_value());
+    } else if (h.enc == comm::encoding::raw) {
+      comm::payload_to_host(h, p);
     }
+    return {};
   }
-  auto f = comm::decode_frame(in, max_frame);
-  if (!f) {
-    FUZZ_CHECK(f.error() != errc::ok);
-    return 0;
+  result<void> on_abort(const comm::abort_message& a) override {
+    FUZZ_CHECK(a.code);
+    log += "A" + std::to_string(a.code.value()) + "," + std::to_string(a.reporter) + "," +
+           std::to_string(a.sequence) + ";";
+    return {};
   }
-  std::vector<std::byte> again;
-  FUZZ_CHECK(comm::encode_raw(f->header, f->payload, again).has_value());
-  FUZZ_CHECK(again.size() == size && std::equal(again.begin(), again.end(), in.begin()));
-  if (f->header.type == codec::dtype::f32) {
-    std::vector<float> values(f->header.count);
-    FUZZ_CHECK(comm::payload_to_f32(*f, values).has_value());
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const unsigned seed = data[0];
+  const auto in = std::as_bytes(std::span(data + 1, size - 1));
+
+  recorder whole;
+  comm::frame_decoder d1(max_frame);
+  const auto r1 = d1.feed(in, whole);
+
+  // The same stream in pieces of 1..16 bytes, chosen by the seed.
+  recorder split;
+  comm::frame_decoder d2(max_frame);
+  result<void> r2;
+  unsigned state = seed * 2654435761u + 1;
+  for (std::size_t at = 0; at < in.size() && r2;) {
+    state = state * 1103515245u + 12345u;
+    const std::size_t n = std::min<std::size_t>(1 + (state >> 16) % 16, in.size() - at);
+    r2 = d2.feed(in.subspan(at, n), split);
+    at += n;
+  }
+  FUZZ_CHECK(r1.has_value() == r2.has_value());
+  FUZZ_CHECK(r1.error() == r2.error());
+  FUZZ_CHECK(whole.log == split.log);
+  FUZZ_CHECK(d1.idle() == d2.idle());
+
+  // A successful stream is exactly its frames and ABORTs, re-encoded.
+  if (r1 && d1.idle() && whole.frames == 1) {
+    const auto f = comm::decode_frame(in, max_frame);
+    FUZZ_CHECK(f.has_value());
+    const auto again = comm::encode_frame(f->header, f->payload);
+    FUZZ_CHECK(again.size() == in.size() && std::equal(again.begin(), again.end(), in.begin()));
   }
   return 0;
 }

@@ -12,11 +12,12 @@
 #include "ferry/comm/error.h"
 #include "ferry/comm/frame.h"
 #include "ferry/comm/handshake.h"
-#include "ferry/comm/rendezvous.h"
+#include "ferry/comm/detail/rendezvous.h"
 #include "fuzz_check.h"
 
 using namespace ferry;
 using namespace ferry::comm;
+using namespace ferry::comm::detail;  // the exchange over a socket is internal
 
 namespace {
 
@@ -52,7 +53,7 @@ void parsers(std::span<const std::byte> in) {
 void live(std::span<const std::byte> in, bool accept) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) != 0) return;
-  comm::socket mine(fds[0]), peer(fds[1]);
+  comm::detail::socket mine(fds[0]), peer(fds[1]);
   // Everything the peer will ever say, then end of stream.
   const auto n = ::send(peer.fd(), in.data(), std::min<std::size_t>(in.size(), 64 * 1024), 0);
   (void)n;

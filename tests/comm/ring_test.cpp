@@ -186,6 +186,79 @@ TEST_P(Ring, BroadcastAllgatherBarrierAndAsync) {
   for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(bits(from_bytes<float>(out[r].bytes)), bits(expected)) << r;
 }
 
+// Broadcast and allgather of every element type, with their queued forms:
+// multi-byte values arrive in the receiver's order, f16/bf16 patterns and
+// NaN payloads bit for bit, and a queued barrier keeps call order.
+TEST_P(Ring, TypedCollectivesAndQueuedForms) {
+  const std::uint32_t n = GetParam();
+  const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.chunk_bytes = 64;  // many frames per buffer
+    communicator comm(c, std::move(l));
+    const std::uint32_t root = n / 2;
+    std::vector<std::int64_t> big(37, 0);
+    std::vector<double> wide(29, 0.0);
+    std::vector<bf16> half(41, bf16{0});
+    std::vector<f16> f16s(3, f16{0});
+    if (r == root) {
+      for (std::size_t i = 0; i < big.size(); ++i) big[i] = -static_cast<std::int64_t>(i) << 40;
+      for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = std::bit_cast<double>(0x7FF0000000000001ull + i);
+      for (std::size_t i = 0; i < half.size(); ++i) half[i] = bf16{static_cast<std::uint16_t>(0x7F81 + i)};
+      f16s = {f16{0x8000}, f16{0x0001}, f16{0x7C01}};
+    }
+    comm.broadcast(big, root);
+    auto wb = comm.start_broadcast(wide, root);
+    comm.broadcast(std::span(half), root);
+    auto wf = comm.start_broadcast(f16s, root);
+    // Each rank contributes 5 i16 values; all ranks end with every rank's.
+    std::vector<std::int16_t> mine(5);
+    for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<std::int16_t>(-1000 * static_cast<int>(r) - static_cast<int>(i));
+    std::vector<std::int16_t> gathered(5 * n);
+    auto wg = comm.start_allgather(mine, gathered);
+    auto wbar = comm.start_barrier();
+    std::vector<std::uint32_t> ids(n);
+    comm.allgather(std::span<const std::uint32_t>(&r, 1), ids);
+    wbar.wait();
+    wg.wait();
+    wf.wait();
+    wb.wait();
+    std::vector<std::byte> all;
+    for (const auto part : {std::as_bytes(std::span(big)), std::as_bytes(std::span(wide)),
+                            std::as_bytes(std::span(half)), std::as_bytes(std::span(f16s)),
+                            std::as_bytes(std::span(gathered)), std::as_bytes(std::span(ids))}) {
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  });
+  expect_all_ok(out);
+  for (std::uint32_t r = 1; r < n; ++r) EXPECT_EQ(out[r].bytes, out[0].bytes) << r;
+  std::size_t at = 0;
+  auto take = [&](auto* p, std::size_t count) {
+    std::memcpy(p, out[0].bytes.data() + at, count * sizeof *p);
+    at += count * sizeof *p;
+  };
+  std::vector<std::int64_t> big(37);
+  take(big.data(), big.size());
+  for (std::size_t i = 0; i < big.size(); ++i) EXPECT_EQ(big[i], -static_cast<std::int64_t>(i) << 40);
+  std::vector<double> wide(29);
+  take(wide.data(), wide.size());
+  for (std::size_t i = 0; i < wide.size(); ++i) EXPECT_EQ(std::bit_cast<std::uint64_t>(wide[i]), 0x7FF0000000000001ull + i);
+  std::vector<bf16> half(41);
+  take(half.data(), half.size());
+  for (std::size_t i = 0; i < half.size(); ++i) EXPECT_EQ(half[i].bits, 0x7F81 + i);
+  std::vector<f16> f16s(3);
+  take(f16s.data(), 3);
+  EXPECT_EQ(f16s[0].bits, 0x8000);
+  EXPECT_EQ(f16s[2].bits, 0x7C01);
+  std::vector<std::int16_t> gathered(5 * n);
+  take(gathered.data(), gathered.size());
+  for (std::uint32_t r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(gathered[5 * r + i], -1000 * static_cast<int>(r) - static_cast<int>(i));
+  }
+  std::vector<std::uint32_t> ids(n);
+  take(ids.data(), n);
+  for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(ids[r], r);
+}
+
 // One call: every element within the rounding of each hop (n - 1 partial
 // sums and the final value, each off by at most half an ulp of 16 bits).
 // Many calls with error feedback: the mean of the results converges to the

@@ -1,4 +1,4 @@
-#include "ferry/comm/rendezvous.h"
+#include "ferry/comm/detail/rendezvous.h"
 
 #include <netinet/in.h>
 
@@ -7,7 +7,7 @@
 
 #include "ferry/comm/error.h"
 
-namespace ferry::comm {
+namespace ferry::comm::detail {
 namespace {
 
 [[noreturn]] void fail(error_code code, std::optional<std::uint32_t> peer, const std::string& what) {
@@ -55,12 +55,12 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
   fail(comm_errc::timed_out, std::nullopt, what);
 }
 
-ring_links host(const config& c, listener l, clock::time_point deadline) {
+ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   const std::uint32_t n = c.world_size;
   std::vector<std::optional<std::pair<socket, hello>>> joined(n);
   std::string refused;
   for (std::uint32_t count = 0; count + 1 < n;) {
-    auto [s, theirs] = accept_peer(l.get(), c, role::join, std::nullopt, deadline, refused);
+    auto [s, theirs] = accept_peer(l, c, role::join, std::nullopt, deadline, refused);
     if (!s.valid()) {
       std::string missing;
       for (std::uint32_t r = 1; r < n; ++r) {
@@ -145,9 +145,6 @@ ring_links join(const config& c, clock::time_point deadline) {
 
 }  // namespace
 
-listener::listener(const config& c) : socket_(listen_on(c.master_addr, c.master_port)) {}
-
-std::uint16_t listener::port() const { return local_endpoint(socket_).port(); }
 
 hello local_hello(const config& c, role r) {
   hello h;
@@ -161,18 +158,42 @@ hello local_hello(const config& c, role r) {
 }
 
 ring_links form_ring(const config& c, std::optional<listener> rank0) {
-  c.validate();
+  c.validate().value();
   if (c.world_size == 1) return {};
   const auto deadline = clock::now() + c.timeout;
   ring_links links;
   if (c.rank == 0) {
-    links = host(c, rank0 ? std::move(*rank0) : listener(c), deadline);
+    const socket l = rank0 ? listener_access::take(*rank0) : listen_on(c.master_addr, c.master_port);
+    links = host(c, l, deadline);
   } else {
     links = join(c, deadline);
   }
   tune_for_collectives(links.prev, c.timeout);
   tune_for_collectives(links.next, c.timeout);
   return links;
+}
+
+}  // namespace ferry::comm::detail
+
+namespace ferry::comm {
+
+listener::listener(const comm::config& c) : fd_(detail::listen_on(c.master_addr, c.master_port).release()) {}
+
+listener& listener::operator=(listener&& o) noexcept {
+  if (this != &o) {
+    const detail::socket old(std::exchange(fd_, std::exchange(o.fd_, -1)));  // closed here
+  }
+  return *this;
+}
+
+listener::~listener() { const detail::socket closed(fd_); }
+
+std::uint16_t listener::port() const {
+  struct borrowed {
+    detail::socket s;
+    ~borrowed() { (void)s.release(); }  // the listener keeps its descriptor
+  } b{detail::socket(fd_)};
+  return detail::local_endpoint(b.s).port();
 }
 
 }  // namespace ferry::comm

@@ -1,4 +1,4 @@
-// ferry/comm/rendezvous.h: from a config to a ring of authenticated links.
+// ferry/comm/detail/rendezvous.h: from a config to a ring of authenticated links.
 //
 // Rank 0 hosts the rendezvous on MASTER_ADDR:MASTER_PORT. Every other rank
 // opens a ring listener (on the local address it reaches rank 0 from, any
@@ -14,24 +14,38 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
+#include "ferry/comm/communicator.h"
 #include "ferry/comm/config.h"
 #include "ferry/comm/handshake.h"
-#include "ferry/comm/socket.h"
+#include "ferry/comm/detail/socket.h"
 
-namespace ferry::comm {
+namespace ferry::comm::detail {
 
-/// Rank 0's rendezvous socket, bound before the others join. Binding it
-/// first lets a launcher (or a test) learn the port when MASTER_PORT is 0.
-class listener {
- public:
-  explicit listener(const config& c);
-  [[nodiscard]] std::uint16_t port() const;
-  [[nodiscard]] const socket& get() const noexcept { return socket_; }
-
- private:
-  socket socket_;
+/// One rank's ring listener, as rank 0 saw it.
+struct table_entry {
+  endpoint at;  ///< family AF_UNSPEC (0) for none
 };
+std::vector<std::byte> encode_table(std::span<const table_entry> entries);
+/// Errors: bad_magic, truncated, trailing_bytes, checksum_mismatch,
+/// config_mismatch (count differs from world_size), bad_value (family).
+result<std::vector<table_entry>> parse_table(std::span<const std::byte> bytes, std::uint32_t world_size) noexcept;
+
+/// The whole exchange on a fresh connection, initiator side: returns the
+/// acceptor's HELLO once both sides are proven and their worlds agree.
+/// Throws comm_error: auth_failed, version_mismatch, config_mismatch,
+/// protocol_error, peer_lost, timed_out. `who` names the peer in errors.
+hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
+                         const std::string& who);
+/// Acceptor side: returns the initiator's HELLO. `mine.role` is set to reply.
+hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline);
+
+
+/// The socket a listener holds, taken out of it.
+struct listener_access {
+  static socket take(listener& l) noexcept { return socket(std::exchange(l.fd_, -1)); }
+  };
 
 /// One rank's two links: `prev` delivers frames from rank (r-1) mod n,
 /// `next` carries frames to rank (r+1) mod n. Both invalid when n == 1.
@@ -50,4 +64,4 @@ ring_links form_ring(const config& c, std::optional<listener> rank0 = std::nullo
 /// The HELLO this rank sends (nonce left zero; the handshake fills it).
 hello local_hello(const config& c, role r);
 
-}  // namespace ferry::comm
+}  // namespace ferry::comm::detail

@@ -1,4 +1,4 @@
-// ferry/comm/socket.h: TCP sockets with deadlines (POSIX, IPv4 and IPv6).
+// ferry/comm/detail/socket.h: TCP sockets with deadlines (POSIX, IPv4 and IPv6).
 //
 // Every socket is non-blocking; every wait is a poll() bounded by a
 // deadline, so no call here can block forever. Failures throw comm_error
@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-namespace ferry::comm {
+namespace ferry::comm::detail {
 
 using clock = std::chrono::steady_clock;
 
@@ -80,4 +80,4 @@ void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout);
 /// Milliseconds left until `deadline` for poll(): at least 0, at most INT_MAX.
 int poll_timeout(clock::time_point deadline) noexcept;
 
-}  // namespace ferry::comm
+}  // namespace ferry::comm::detail

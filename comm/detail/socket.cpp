@@ -1,4 +1,4 @@
-#include "ferry/comm/socket.h"
+#include "ferry/comm/detail/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 #include "ferry/comm/error.h"
 
-namespace ferry::comm {
+namespace ferry::comm::detail {
 namespace {
 
 [[noreturn]] void fail(error_code code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
@@ -292,4 +292,4 @@ int poll_timeout(clock::time_point deadline) noexcept {
   return static_cast<int>(std::min<std::int64_t>(ms, INT_MAX));
 }
 
-}  // namespace ferry::comm
+}  // namespace ferry::comm::detail

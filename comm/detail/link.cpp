@@ -1,0 +1,300 @@
+#include "ferry/comm/detail/link.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace ferry::comm::detail {
+
+std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
+
+// Hands the decoder's frames to the running plan, checking that each is the
+// next one of this collective from the previous rank.
+class link::receiver final : public frame_sink {
+ public:
+  receiver(link& l, plan& p) : l_(l), p_(p) {}
+
+  result<std::span<std::byte>> on_header(const frame_header& h) override {
+    if (h.sender != l_.prev_ || h.sequence != l_.sequence_ || h.chunk != l_.received_) {
+      l_.fail(comm_errc::sequence_mismatch, l_.prev_,
+              "expected chunk " + std::to_string(l_.received_) + " of collective #" + std::to_string(l_.sequence_) +
+                  " (" + p_.name + ") from " + rank_name(l_.prev_) + ", got chunk " + std::to_string(h.chunk) +
+                  " of collective #" + std::to_string(h.sequence) + " from sender " + std::to_string(h.sender) +
+                  ": do all ranks call the same collectives in the same order?");
+    }
+    return p_.on_header(h, l_.received_);
+  }
+
+  result<void> on_frame(const frame_header& h, std::span<std::byte> payload) override {
+    const std::uint32_t index = l_.received_++;
+    p_.on_frame(h, index, payload);
+    return {};
+  }
+
+  result<void> on_abort(const abort_message& a) override { l_.fail_from_abort(a, l_.prev_); }
+
+ private:
+  link& l_;
+  plan& p_;
+};
+
+link::link(const comm::config& c, std::optional<listener> rank0)
+    : cfg_(c),
+      links_(form_ring(c, std::move(rank0))),
+      rank_(c.rank),
+      n_(c.world_size),
+      prev_((c.rank + c.world_size - 1) % c.world_size),
+      next_((c.rank + 1) % c.world_size),
+      decoder_(c.max_frame_bytes) {}
+
+void link::fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const {
+  throw comm_error(code, culprit, rank_name(rank_) + ": " + what);
+}
+
+void link::fail_from_abort(const abort_message& a, std::uint32_t from) {
+  if (a.code == comm_errc::timed_out && a.culprit == rank_ && waiting_on_) {
+    // Blamed for a silence while itself waiting: pass the blame on.
+    abort_seen_ = abort_message{comm_errc::timed_out, rank_, waiting_on_, a.sequence};
+    fail(comm_errc::timed_out, waiting_on_,
+         rank_name(a.reporter) + " timed out in collective #" + std::to_string(a.sequence) +
+             " waiting for this rank, which was itself waiting for " + rank_name(*waiting_on_));
+  }
+  abort_seen_ = a;
+  std::string what = "collective #" + std::to_string(a.sequence) + " failed on " + rank_name(a.reporter) + " (" +
+                     std::string(name(a.code)) + ")";
+  if (a.culprit) what += ", caused by " + rank_name(*a.culprit);
+  what += "; relayed by " + rank_name(from);
+  fail(a.code, a.culprit, what);
+}
+
+// Best effort, bounded: tell both neighbours, then close the links.
+void link::abort_links(const comm_error& e) noexcept {
+  abort_message a;
+  if (abort_seen_) {
+    a = *abort_seen_;
+  } else {
+    a.code = e.code();
+    a.reporter = rank_;
+    a.culprit = e.peer();
+    a.sequence = sequence_;
+  }
+  const auto bytes = encode_abort(a);
+  const auto deadline = clock::now() + std::chrono::seconds(1);
+  try {
+    // A frame half sent must be finished first, or the ABORT would land
+    // inside it.
+    if (!sendq_.empty() && sendq_.front().sent > 0 && links_.next.valid()) {
+      const out_frame& f = sendq_.front();
+      std::vector<std::byte> rest(f.total());
+      std::memcpy(rest.data(), f.envelope.header.data(), frame_header_size);
+      if (f.size > 0) std::memcpy(rest.data() + frame_header_size, f.payload, f.size);
+      std::memcpy(rest.data() + frame_header_size + f.size, f.envelope.trailer.data(), frame_trailer_size);
+      send_all(links_.next, std::span(rest).subspan(f.sent), deadline, "next");
+    }
+    if (links_.next.valid()) send_all(links_.next, bytes, deadline, "next");
+  } catch (...) {
+  }
+  try {
+    if (links_.prev.valid()) send_all(links_.prev, bytes, deadline, "prev");
+  } catch (...) {
+  }
+  sendq_.clear();
+  for (socket* s : {&links_.prev, &links_.next}) {
+    if (s->valid()) ::shutdown(s->fd(), SHUT_RDWR);
+    s->close();
+  }
+}
+
+int link::acquire_scratch() {
+  if (scratch_free_.empty()) {
+    scratch_.emplace_back(cfg_.chunk_bytes / 2);  // the largest chunk: 16-bit elements
+    return static_cast<int>(scratch_.size() - 1);
+  }
+  const int slot = scratch_free_.back();
+  scratch_free_.pop_back();
+  return slot;
+}
+
+void link::send(frame_header h, std::span<const std::byte> payload, int slot) {
+  h.order = wire::host_order;
+  h.sender = rank_;
+  h.sequence = sequence_;
+  out_frame f;
+  f.envelope = seal(h, payload);
+  f.payload = payload.data();
+  f.size = payload.size();
+  f.slot = slot;
+  sendq_.push_back(f);
+  ++queued_;
+}
+
+bool link::try_send() {
+  bool progress = false;
+  while (!sendq_.empty()) {
+    constexpr std::size_t max_frames = 32;
+    std::array<iovec, 3 * max_frames> iov{};
+    std::size_t k = 0;
+    std::size_t frames = 0;
+    for (auto it = sendq_.begin(); it != sendq_.end() && frames < max_frames; ++it, ++frames) {
+      std::size_t skip = it->sent;
+      auto add = [&](const void* p, std::size_t len) {
+        if (skip >= len) {
+          skip -= len;
+          return;
+        }
+        iov[k++] = {const_cast<std::byte*>(static_cast<const std::byte*>(p)) + skip, len - skip};
+        skip = 0;
+      };
+      add(it->envelope.header.data(), frame_header_size);
+      add(it->payload, it->size);
+      add(it->envelope.trailer.data(), frame_trailer_size);
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = k;
+    const ssize_t sent = ::sendmsg(links_.next.fd(), &msg, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
+      const int err = errno;
+      // The next rank may have failed first and said why before closing.
+      (void)check_upstream(false);
+      fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " lost while sending: " + std::strerror(err));
+    }
+    progress = true;
+    auto left = static_cast<std::size_t>(sent);
+    while (left > 0) {
+      out_frame& f = sendq_.front();
+      const std::size_t take = std::min(left, f.total() - f.sent);
+      f.sent += take;
+      left -= take;
+      if (f.sent == f.total()) {
+        if (f.slot >= 0) scratch_free_.push_back(f.slot);
+        sendq_.pop_front();
+      }
+    }
+  }
+  return progress;
+}
+
+// Reads what is there; false if nothing was.
+bool link::try_recv(plan& p, receiver& r) {
+  bool progress = false;
+  while (received_ < p.expected) {
+    // After a payload and its CRC the next header may be read in the same
+    // call, but never past this collective's last frame.
+    std::array<std::span<std::byte>, 3> bufs;
+    const std::size_t k = decoder_.buffers(bufs, received_ + 1 < p.expected);
+    std::array<iovec, 3> iov{};
+    for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
+    const ssize_t got = ::readv(links_.prev.fd(), iov.data(), static_cast<int>(k));
+    if (got == 0) fail(comm_errc::peer_lost, prev_, "connection from " + rank_name(prev_) + " closed (did it die?)");
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
+      fail(comm_errc::peer_lost, prev_, "connection from " + rank_name(prev_) + " lost: " + std::strerror(errno));
+    }
+    progress = true;
+    const auto s = decoder_.advance(static_cast<std::size_t>(got), r);
+    if (s) continue;
+    const error_code e = s.error();
+    if (e == errc::limit_exceeded) {
+      fail(e, prev_,
+           rank_name(prev_) + " announced a frame larger than the negotiated maximum of " +
+               std::to_string(cfg_.max_frame_bytes) + " bytes; refused before reading it");
+    }
+    if (e == errc::checksum_mismatch) {
+      fail(e, prev_,
+           "CRC32C mismatch in chunk " + std::to_string(received_) + " of collective #" + std::to_string(sequence_) +
+               " from " + rank_name(prev_) + ": the frame was corrupted on the way");
+    }
+    fail(e, prev_, "malformed frame or ABORT from " + rank_name(prev_));
+  }
+  return progress;
+}
+
+bool link::check_upstream(bool sending_done) {
+  for (;;) {
+    const ssize_t got = ::recv(links_.next.fd(), up_head_.data() + up_got_, abort_size - up_got_, 0);
+    if (got == 0 && sending_done && up_got_ == 0) return false;
+    if (got == 0) fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " closed (did it die?)");
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (sending_done && up_got_ == 0) return false;
+      fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " lost: " + std::strerror(errno));
+    }
+    up_got_ += static_cast<std::size_t>(got);
+    if (up_got_ >= 4 && !is_abort(up_head_)) {
+      fail(comm_errc::protocol_error, next_, rank_name(next_) + " sent data against the ring's direction");
+    }
+    if (up_got_ == abort_size) {
+      const auto a = parse_abort(up_head_);
+      if (!a) fail(a.error(), next_, rank_name(next_) + " sent a malformed ABORT");
+      fail_from_abort(*a, next_);
+    }
+  }
+}
+
+
+void link::pump(plan& p) {
+  receiver r(*this, p);
+  auto last = clock::now();
+  bool watch_next = true;
+  while (received_ < p.expected || !sendq_.empty() || queued_ < p.sends) {
+    bool progress = try_send();
+    progress = try_recv(p, r) || progress;
+    if (progress) {
+      last = clock::now();
+      continue;
+    }
+    const bool receiving = received_ < p.expected;
+    const bool sending_done = queued_ == p.sends && sendq_.empty();
+    waiting_on_ = receiving ? prev_ : next_;
+    // A neighbour that is done with this collective may close; its end
+    // of the link is ignored from then on.
+    std::array<pollfd, 2> fds{};
+    fds[0] = {receiving ? links_.prev.fd() : -1, POLLIN, 0};
+    fds[1] = {watch_next ? links_.next.fd() : -1, static_cast<short>(POLLIN | (sendq_.empty() ? 0 : POLLOUT)), 0};
+    const int rc = ::poll(fds.data(), fds.size(), poll_timeout(last + cfg_.timeout));
+    if (rc < 0 && errno != EINTR) fail(comm_errc::peer_lost, std::nullopt, std::string("poll: ") + std::strerror(errno));
+    if (rc == 0) {
+      const std::uint32_t silent = receiving ? prev_ : next_;
+      fail(comm_errc::timed_out, silent,
+           "no progress for " + std::to_string(cfg_.timeout.count()) + " ms in collective #" +
+               std::to_string(sequence_) + " (" + p.name + ") " + (receiving ? "waiting for " : "sending to ") +
+               rank_name(silent));
+    }
+    if (watch_next && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) watch_next = check_upstream(sending_done);
+  }
+}
+
+
+void link::run(plan& p, const std::function<void()>& start) {
+  if (broken_) {
+    throw comm_error(comm_errc::aborted, broken_->peer(),
+                     rank_name(rank_) + ": communicator unusable after an earlier failure: " + broken_->what());
+  }
+  ++sequence_;
+  received_ = 0;
+  queued_ = 0;
+  scratch_free_.clear();
+  for (int i = static_cast<int>(scratch_.size()) - 1; i >= 0; --i) scratch_free_.push_back(i);
+  waiting_on_.reset();
+  if (n_ == 1) return;
+  try {
+    start();
+    pump(p);
+  } catch (const comm_error& e) {
+    broken_ = e;
+    abort_links(e);
+    throw;
+  }
+}
+
+}  // namespace ferry::comm::detail

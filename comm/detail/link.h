@@ -1,0 +1,116 @@
+// ferry/comm/detail/link.h: INTERNAL. A rank's two ring links and the pump
+// that moves one collective's frames over them: frames out to the next
+// rank (gathered straight from their buffers), frames in from the previous
+// one (through frame_decoder, payloads straight into place), and ABORT
+// messages both ways when a collective fails. Not part of the API.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/comm/communicator.h"
+#include "ferry/comm/detail/rendezvous.h"
+#include "ferry/comm/frame.h"
+
+namespace ferry::comm::detail {
+
+std::string rank_name(std::uint32_t r);
+
+/// One collective as the link sees it: which frames arrive, where their
+/// payloads go and what happens once each is in. Its callbacks may throw
+/// comm_error.
+struct plan {
+  virtual ~plan() = default;
+  /// Validates an incoming header (index = its position in this
+  /// collective) and says where its payload goes.
+  virtual std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) = 0;
+  /// The payload arrived and its CRC is right.
+  virtual void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) = 0;
+  std::uint32_t expected = 0;  ///< frames to receive
+  std::size_t sends = 0;       ///< frames to send
+  const char* name = "";
+};
+
+class link {
+ public:
+  /// Forms the ring (rendezvous.h).
+  link(const comm::config& c, std::optional<listener> rank0);
+
+  [[nodiscard]] const comm::config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] std::uint32_t size() const noexcept { return n_; }
+  [[nodiscard]] std::uint32_t prev() const noexcept { return prev_; }
+  [[nodiscard]] std::uint32_t next() const noexcept { return next_; }
+  [[nodiscard]] const hello& prev_hello() const noexcept { return links_.prev_hello; }
+  [[nodiscard]] const hello& next_hello() const noexcept { return links_.next_hello; }
+
+  /// Runs one collective: `start` queues its first frames, then the pump
+  /// runs until `p` has every frame and every queued frame is sent. On a
+  /// failure it tells both neighbours (ABORT), closes the links and
+  /// rethrows; every later run() throws `aborted` with the first error.
+  void run(plan& p, const std::function<void()>& start);
+
+  /// Queues a frame of the running collective (sender, sequence and byte
+  /// order are filled in). The payload must stay valid until it is sent;
+  /// `slot`, a scratch buffer holding it, is released once it is.
+  void send(frame_header h, std::span<const std::byte> payload, int slot = -1);
+
+  /// Chunk-sized float buffers for partial sums in flight, so a frame that
+  /// only passes a partial sum on never writes it to the (cache-cold) user
+  /// buffer. All are free again when a collective starts.
+  int acquire_scratch();
+  void release_scratch(int slot) { scratch_free_.push_back(slot); }
+  [[nodiscard]] std::span<float> scratch(int slot) { return scratch_[static_cast<std::size_t>(slot)]; }
+
+  /// Throws comm_error, prefixing this rank's name.
+  [[noreturn]] void fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const;
+
+ private:
+  struct out_frame {
+    frame_envelope envelope;
+    const std::byte* payload = nullptr;
+    std::size_t size = 0;
+    std::size_t sent = 0;
+    int slot = -1;
+    [[nodiscard]] std::size_t total() const { return frame_header_size + size + frame_trailer_size; }
+  };
+  class receiver;
+
+  [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from);
+  void abort_links(const comm_error& e) noexcept;
+  bool try_send();
+  bool try_recv(plan& p, receiver& r);
+  bool check_upstream(bool sending_done);
+  void pump(plan& p);
+
+  comm::config cfg_;
+  ring_links links_;
+  std::uint32_t rank_ = 0;
+  std::uint32_t n_ = 1;
+  std::uint32_t prev_ = 0;
+  std::uint32_t next_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::optional<comm_error> broken_;
+
+  frame_decoder decoder_;
+  std::uint32_t received_ = 0;
+  std::size_t queued_ = 0;
+  std::deque<out_frame> sendq_;
+  // An ABORT arriving against the flow, from the next rank.
+  std::array<std::byte, abort_size> up_head_{};
+  std::size_t up_got_ = 0;
+  std::optional<abort_message> abort_seen_;
+  std::optional<std::uint32_t> waiting_on_;  // the neighbour the pump waits for
+
+  std::vector<std::vector<float>> scratch_;
+  std::vector<int> scratch_free_;
+};
+
+}  // namespace ferry::comm::detail

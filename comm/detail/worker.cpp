@@ -1,0 +1,69 @@
+#include "ferry/comm/detail/worker.h"
+
+namespace ferry::comm {
+
+void work::wait() {
+  if (!state_) return;
+  std::unique_lock lock(state_->m);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool work::done() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->m);
+  return state_->done;
+}
+
+namespace detail {
+
+worker::~worker() {
+  {
+    std::lock_guard lock(queue_m_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<work::state> worker::submit(std::function<void()> task) {
+  auto st = std::make_shared<work::state>();
+  {
+    std::lock_guard lock(queue_m_);
+    queue_.emplace_back(std::move(task), st);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  queue_cv_.notify_all();
+  return st;
+}
+
+void worker::loop() {
+  std::unique_lock lock(queue_m_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued ran
+    auto [task, st] = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      std::lock_guard run(run_m_);
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard done(st->m);
+      st->done = true;
+      st->error = error;
+    }
+    st->cv.notify_all();
+    lock.lock();
+    busy_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+}  // namespace detail
+}  // namespace ferry::comm

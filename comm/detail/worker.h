@@ -1,0 +1,64 @@
+// ferry/comm/detail/worker.h: INTERNAL. The queue that runs a
+// communicator's collectives one at a time, in call order, and the state
+// behind a `work` handle. Not part of the API.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "ferry/comm/communicator.h"
+
+namespace ferry::comm {
+
+struct work::state {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+namespace detail {
+
+/// Runs tasks on one thread, started on first use, in submission order.
+/// run_inline() runs a task on the calling thread once everything queued
+/// before it has run, so inline and queued collectives keep call order.
+class worker {
+ public:
+  worker() = default;
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+  /// Runs what is queued, then joins the thread.
+  ~worker();
+
+  std::shared_ptr<work::state> submit(std::function<void()> task);
+
+  template <class F>
+  void run_inline(F&& task) {
+    {
+      std::unique_lock lock(queue_m_);
+      queue_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    }
+    std::lock_guard run(run_m_);
+    std::forward<F>(task)();
+  }
+
+ private:
+  void loop();
+
+  std::mutex queue_m_;
+  std::condition_variable queue_cv_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<work::state>>> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::mutex run_m_;  // held while a task runs, inline or queued
+  std::thread thread_;
+};
+
+}  // namespace detail
+}  // namespace ferry::comm
