@@ -15,26 +15,6 @@ constexpr std::size_t max_tables = 32;
 constinit std::array<std::span<const error_info>, max_tables> tables{};
 constinit std::atomic<std::size_t> table_count{0};
 
-constexpr error_info base_errors[] = {
-    {0, "ok", "no error"},
-    {1, "truncated", "input ends before the value it announces"},
-    {2, "no_space", "output buffer is too small"},
-    {3, "varint_overlong", "varint has a redundant trailing zero byte"},
-    {4, "varint_overflow", "varint value does not fit the target type"},
-    {5, "out_of_range", "position or length lies outside the buffer"},
-    {6, "limit_exceeded", "length exceeds the decoder's limit"},
-    {7, "size_mismatch", "sizes that must agree do not"},
-    {200, "bad_magic", "input does not start with the expected magic bytes"},
-    {201, "unsupported_version", "unsupported format version"},
-    {202, "bad_byte_order", "byte-order field is neither little nor big"},
-    {208, "depth_exceeded", "nesting deeper than the configured limit"},
-    {211, "bad_value", "flag, tag or enumerated field out of range"},
-    {212, "duplicate_key", "a key appears twice"},
-    {216, "trailing_bytes", "bytes remain after the end"},
-    {218, "io_error", "file or stream I/O failed"},
-    {300, "checksum_mismatch", "CRC32C does not match the bytes it covers"},
-};
-[[maybe_unused]] const bool base_registered = register_errors(base_errors);
 
 const error_info* find(error_code e) noexcept {
   const std::size_t n = table_count.load(std::memory_order_acquire);

@@ -60,29 +60,20 @@ concept error_enum = is_error_enum<E>::value;
   template <>               \
   struct is_error_enum<E> : std::true_type {}
 
-/// The base codes: byte-level decoding, and failures every format shares.
-enum class errc : std::uint16_t {
-  ok = 0,
-  truncated = 1,        ///< The input ends before the value it announces.
-  no_space = 2,         ///< A fixed-size output buffer is too small.
-  varint_overlong = 3,  ///< A varint has a redundant trailing 0x00 byte.
-  varint_overflow = 4,  ///< A varint's value does not fit the requested type.
-  out_of_range = 5,     ///< A position or length lies outside the buffer.
-  limit_exceeded = 6,   ///< A length exceeds a documented decoder limit.
-  size_mismatch = 7,    ///< Sizes that must agree do not (a peer's count, a field's length).
-
-  // Shared by every format; numbered in the block where they first appeared.
-  bad_magic = 200,            ///< The input does not start with the expected magic bytes.
-  unsupported_version = 201,  ///< The format version is not one this reader knows.
-  bad_byte_order = 202,       ///< A byte-order field is neither little (0) nor big (1).
-  depth_exceeded = 208,       ///< Nesting deeper than the configured limit.
-  bad_value = 211,            ///< A flag, tag or enumerated field out of its range.
-  duplicate_key = 212,        ///< A key (map key, name) appears twice.
-  trailing_bytes = 216,       ///< Bytes remain after the end of the encoded value.
-  io_error = 218,             ///< Reading or writing a file, socket or stream failed.
-  checksum_mismatch = 300,    ///< A CRC32C does not match the bytes it covers.
-};
-FERRY_ERROR_ENUM(errc);
+/// FERRY_DEFINE_ERRORS(E, LIST): declares `enum class E` and registers its
+/// names and messages, from one list, so the two can never disagree. LIST
+/// is a macro taking X and expanding to X(name, number, "message") once per
+/// code (see FERRY_BASE_ERRORS below). Use it at namespace ferry scope.
+#define FERRY_DEFINE_ERRORS(E, LIST)                                                          \
+  enum class E : std::uint16_t { LIST(FERRY_ERROR_ENUMERATOR_) };                             \
+  FERRY_ERROR_ENUM(E);                                                                        \
+  namespace detail {                                                                          \
+  inline constexpr error_info E##_table[] = {LIST(FERRY_ERROR_INFO_)};                        \
+  [[maybe_unused]] inline const bool E##_registered = register_errors(E##_table);             \
+  }                                                                                           \
+  static_assert(true)
+#define FERRY_ERROR_ENUMERATOR_(name, value, text) name = value,
+#define FERRY_ERROR_INFO_(name, value, text) {value, #name, text},
 
 /// The name and text of one code, as a module registers them.
 struct error_info {
@@ -96,6 +87,29 @@ struct error_info {
 /// can see a code can print it. Returns true. A value registered twice is
 /// a bug (two modules claiming one number): asserted.
 bool register_errors(std::span<const error_info> table) noexcept;
+
+/// The base codes: byte-level decoding (1..99), and failures every format
+/// shares, numbered in the block where they first appeared.
+#define FERRY_BASE_ERRORS(X)                                                   \
+  X(ok, 0, "no error")                                                         \
+  X(truncated, 1, "input ends before the value it announces")                  \
+  X(no_space, 2, "output buffer is too small")                                 \
+  X(varint_overlong, 3, "varint has a redundant trailing zero byte")           \
+  X(varint_overflow, 4, "varint value does not fit the target type")           \
+  X(out_of_range, 5, "position or length lies outside the buffer")             \
+  X(limit_exceeded, 6, "length exceeds the decoder's limit")                   \
+  X(size_mismatch, 7, "sizes that must agree do not")                          \
+  X(bad_magic, 200, "input does not start with the expected magic bytes")      \
+  X(unsupported_version, 201, "unsupported format version")                   \
+  X(bad_byte_order, 202, "byte-order field is neither little nor big")         \
+  X(depth_exceeded, 208, "nesting deeper than the configured limit")           \
+  X(bad_value, 211, "flag, tag or enumerated field out of range")              \
+  X(duplicate_key, 212, "a key appears twice")                                 \
+  X(trailing_bytes, 216, "bytes remain after the end")                         \
+  X(io_error, 218, "file or stream I/O failed")                                \
+  X(checksum_mismatch, 300, "CRC32C does not match the bytes it covers")
+FERRY_DEFINE_ERRORS(errc, FERRY_BASE_ERRORS);
+
 
 /// Any ferry error code: a stable number, 0 for "no error".
 class error_code {

@@ -11,16 +11,8 @@
 
 namespace ferry {
 
-enum class codec_errc : std::uint16_t {
-  unknown_dtype = 100, ///< A dtype code or name ferry does not know.
-};
-FERRY_ERROR_ENUM(codec_errc);
-
-namespace detail {
-inline constexpr error_info codec_errc_table[] = {
-    {100, "unknown_dtype", "unknown dtype"},
-};
-[[maybe_unused]] inline const bool codec_errc_registered = register_errors(codec_errc_table);
-}  // namespace detail
+#define FERRY_CODEC_ERRORS(X)             \
+  X(unknown_dtype, 100, "unknown dtype")
+FERRY_DEFINE_ERRORS(codec_errc, FERRY_CODEC_ERRORS);
 
 }  // namespace ferry

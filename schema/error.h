@@ -11,20 +11,10 @@
 
 namespace ferry {
 
-enum class schema_errc : std::uint16_t {
-  bad_descriptor = 203,  ///< A type descriptor has an unknown kind or a malformed body.
-  bad_type_index = 204,  ///< A descriptor names a schema type that does not exist.
-  duplicate_field = 217, ///< A schema type lists the same tag or field name twice.
-};
-FERRY_ERROR_ENUM(schema_errc);
-
-namespace detail {
-inline constexpr error_info schema_errc_table[] = {
-    {203, "bad_descriptor", "malformed type descriptor"},
-    {204, "bad_type_index", "descriptor names a schema type that does not exist"},
-    {217, "duplicate_field", "schema lists a field tag or name twice"},
-};
-[[maybe_unused]] inline const bool schema_errc_registered = register_errors(schema_errc_table);
-}  // namespace detail
+#define FERRY_SCHEMA_ERRORS(X)                                                  \
+  X(bad_descriptor, 203, "malformed type descriptor")                           \
+  X(bad_type_index, 204, "descriptor names a schema type that does not exist")  \
+  X(duplicate_field, 217, "schema lists a field tag or name twice")
+FERRY_DEFINE_ERRORS(schema_errc, FERRY_SCHEMA_ERRORS);
 
 }  // namespace ferry

@@ -13,6 +13,7 @@
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/frame.h"
 #include "ferry/comm/detail/rendezvous.h"
+#include "hello_sample.h"
 #include "ferry/comm/handshake.h"
 #include "world.h"
 
@@ -247,12 +248,7 @@ std::pair<socket, socket> pair_of_sockets() {
   return {socket(fds[0]), socket(fds[1])};
 }
 
-hello sample(std::uint32_t rank) {
-  config c;
-  c.rank = rank;
-  c.world_size = 4;
-  return local_hello(c, role::ring);
-}
+using test::sample;
 
 TEST(Handshake, VersionMismatchNamesBothSides) {
   auto [a, b] = pair_of_sockets();

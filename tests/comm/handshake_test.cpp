@@ -14,6 +14,7 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/config.h"
 #include "ferry/comm/detail/rendezvous.h"
+#include "hello_sample.h"
 #include "ferry/wire/byte_order.h"
 
 namespace ferry::comm {
@@ -22,12 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using detail::local_hello;
 
-hello sample(std::uint32_t rank) {
-  config c;
-  c.rank = rank;
-  c.world_size = 4;
-  return local_hello(c, role::ring);
-}
+using test::sample;
 
 TEST(Handshake, HelloRoundTripAndHostileBytes) {
   hello h = sample(3);
