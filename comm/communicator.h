@@ -41,6 +41,7 @@
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ferry/base/float16.h"
