@@ -50,7 +50,7 @@ void memcpy_bench(benchmark::State& state) {
 void ferry_swap32_copy(benchmark::State& state) {
   buffers b(static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    (void)wire::store_array<float>(b.in, b.out, wire::byte_order::big);
+    wire::store_array<float>(b.in, b.out, wire::byte_order::big);
     benchmark::ClobberMemory();
   }
   finish(state);
@@ -59,8 +59,8 @@ void ferry_swap32_copy(benchmark::State& state) {
 void ferry_swap32_inplace(benchmark::State& state) {
   buffers b(static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    (void)wire::convert_in_place(std::as_writable_bytes(std::span(b.in)), 4, wire::byte_order::little,
-                                 wire::byte_order::big);
+    wire::convert_in_place(std::as_writable_bytes(std::span(b.in)), 4, wire::byte_order::little,
+                           wire::byte_order::big);
     benchmark::ClobberMemory();
   }
   finish(state);
@@ -94,7 +94,7 @@ void ferry_f32_to_bf16(benchmark::State& state) {
   buffers b(static_cast<std::size_t>(state.range(0)));
   std::vector<bf16> out(b.in.size());
   for (auto _ : state) {
-    (void)codec::to_bf16(b.in, out);
+    codec::to_bf16(b.in, out);
     benchmark::ClobberMemory();
   }
   finish(state);
@@ -104,7 +104,7 @@ void ferry_f32_to_f16(benchmark::State& state) {
   buffers b(static_cast<std::size_t>(state.range(0)));
   std::vector<f16> out(b.in.size());
   for (auto _ : state) {
-    (void)codec::to_f16(b.in, out);
+    codec::to_f16(b.in, out);
     benchmark::ClobberMemory();
   }
   finish(state);

@@ -8,7 +8,7 @@
 // When a format stores a CRC32C it stores this 32-bit value as an unsigned
 // integer in the byte order the format states.
 //
-// Paths, chosen at run time (wire/cpu.h): SSE4.2 `crc32` on x86-64, the ARMv8
+// Paths, chosen at run time (base/cpu.h): SSE4.2 `crc32` on x86-64, the ARMv8
 // CRC32C instructions on aarch64, both running three independent streams to
 // hide the instruction's latency; elsewhere a portable slicing-by-8 table.
 // All paths return the same value for the same bytes.

@@ -1,5 +1,7 @@
 #include "ferry/codec/half.h"
 
+#include <cassert>
+
 #include "ferry/codec/detail/half_kernels.h"
 #include "ferry/base/cpu.h"
 
@@ -35,33 +37,32 @@ constexpr simd_kernels simd = {cpu_feature::neon, nullptr, nullptr, cpu_feature:
 bool use(cpu_feature f) noexcept { return has(base::enabled_cpu_features(), f); }
 
 template <class In, class Out, class Scalar>
-result<void> convert(std::span<const In> in, std::span<Out> out, kernel<In, Out> fast, cpu_feature needs,
-                     Scalar scalar) noexcept {
-  if (in.size() != out.size()) return errc::size_mismatch;
+void convert(std::span<const In> in, std::span<Out> out, kernel<In, Out> fast, cpu_feature needs,
+             Scalar scalar) noexcept {
+  assert(in.size() == out.size());
   if (fast != nullptr && use(needs)) {
     fast(in.data(), out.data(), in.size());
   } else {
     for (std::size_t i = 0; i < in.size(); ++i) out[i] = scalar(in[i]);
   }
-  return {};
 }
 
 }  // namespace
 
-result<void> to_bf16(std::span<const float> in, std::span<bf16> out) noexcept {
-  return convert(in, out, simd.to_bf16, simd.bf16_needs, [](float x) { return to_bf16(x); });
+void to_bf16(std::span<const float> in, std::span<bf16> out) noexcept {
+  convert(in, out, simd.to_bf16, simd.bf16_needs, [](float x) { return to_bf16(x); });
 }
 
-result<void> to_float(std::span<const bf16> in, std::span<float> out) noexcept {
-  return convert(in, out, simd.from_bf16, simd.bf16_needs, [](bf16 h) { return to_float(h); });
+void to_float(std::span<const bf16> in, std::span<float> out) noexcept {
+  convert(in, out, simd.from_bf16, simd.bf16_needs, [](bf16 h) { return to_float(h); });
 }
 
-result<void> to_f16(std::span<const float> in, std::span<f16> out) noexcept {
-  return convert(in, out, simd.to_f16, simd.f16_needs, [](float x) { return to_f16(x); });
+void to_f16(std::span<const float> in, std::span<f16> out) noexcept {
+  convert(in, out, simd.to_f16, simd.f16_needs, [](float x) { return to_f16(x); });
 }
 
-result<void> to_float(std::span<const f16> in, std::span<float> out) noexcept {
-  return convert(in, out, simd.from_f16, simd.f16_needs, [](f16 h) { return to_float(h); });
+void to_float(std::span<const f16> in, std::span<float> out) noexcept {
+  convert(in, out, simd.from_f16, simd.f16_needs, [](f16 h) { return to_float(h); });
 }
 
 std::string_view half_kernel_name() noexcept {

@@ -25,7 +25,7 @@
 //
 // The scalar functions are constexpr and use integer arithmetic only. The
 // bulk functions use F16C/AVX2 on x86 when present (chosen at run time, see
-// wire/cpu.h), NEON on aarch64, and a portable loop elsewhere; all paths
+// base/cpu.h), NEON on aarch64, and a portable loop elsewhere; all paths
 // give the same bits.
 #pragma once
 
@@ -35,7 +35,6 @@
 #include <string_view>
 
 #include "ferry/wire/byte_order.h"
-#include "ferry/base/error.h"
 
 namespace ferry::codec {
 
@@ -98,11 +97,12 @@ namespace ferry::codec {
   return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(113 - k) << 23) | (norm << 13));
 }
 
-/// Bulk forms. Errors: size_mismatch if in.size() != out.size().
-result<void> to_bf16(std::span<const float> in, std::span<bf16> out) noexcept;
-result<void> to_f16(std::span<const float> in, std::span<f16> out) noexcept;
-result<void> to_float(std::span<const bf16> in, std::span<float> out) noexcept;
-result<void> to_float(std::span<const f16> in, std::span<float> out) noexcept;
+/// Bulk forms: out[i] is the scalar conversion of in[i].
+// Requires: in.size() == out.size().
+void to_bf16(std::span<const float> in, std::span<bf16> out) noexcept;
+void to_f16(std::span<const float> in, std::span<f16> out) noexcept;
+void to_float(std::span<const bf16> in, std::span<float> out) noexcept;
+void to_float(std::span<const f16> in, std::span<float> out) noexcept;
 
 /// The kernel the bulk forms use now: "avx2+f16c", "avx2" (bf16 SIMD, f16
 /// scalar), "neon" or "scalar".

@@ -5,7 +5,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "types.h"
+#include "graph_types.h"
 
 namespace ferry::testing {
 

@@ -8,7 +8,7 @@
 #include "ferry/graph/dump.h"
 #include "fuzz_check.h"
 #include "graph_cleanup.h"
-#include "types.h"
+#include "graph_types.h"
 
 namespace {
 

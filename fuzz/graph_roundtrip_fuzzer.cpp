@@ -6,7 +6,7 @@
 #include "ferry/graph/archive.h"
 #include "fuzz_check.h"
 #include "graph_cleanup.h"
-#include "types.h"
+#include "graph_types.h"
 
 using namespace ferry;
 using namespace ferry::testing;

@@ -74,18 +74,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (std::size_t width : {2u, 4u, 8u}) {
     std::vector<std::byte> buf(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(size - size % width));
     const auto original = buf;
-    FUZZ_CHECK(convert_in_place(buf, width, byte_order::little, byte_order::big));
-    FUZZ_CHECK(convert_in_place(buf, width, byte_order::big, byte_order::little));
+    convert_in_place(buf, width, byte_order::little, byte_order::big);
+    convert_in_place(buf, width, byte_order::big, byte_order::little);
     FUZZ_CHECK(buf == original);
   }
 
   // Half precision: widen then narrow gives back every non-signalling pattern.
   std::vector<f16> h(size / 2);
-  FUZZ_CHECK(load_array<f16>(input.first(h.size() * 2), byte_order::little, std::span<f16>(h)));
+  load_array<f16>(input.first(h.size() * 2), byte_order::little, std::span<f16>(h));
   std::vector<float> wide(h.size());
-  FUZZ_CHECK(codec::to_float(std::span<const f16>(h), wide));
+  codec::to_float(std::span<const f16>(h), wide);
   std::vector<f16> narrow(h.size());
-  FUZZ_CHECK(codec::to_f16(wide, narrow));
+  codec::to_f16(wide, narrow);
   for (std::size_t i = 0; i < h.size(); ++i) {
     const bool nan = (h[i].bits & 0x7C00) == 0x7C00 && (h[i].bits & 0x03FF) != 0;
     FUZZ_CHECK(narrow[i].bits == (nan ? (h[i].bits | 0x0200) : h[i].bits));

@@ -1,13 +1,9 @@
 #include "ferry/graph/archive.h"
 
-#include <cstdio>
-#include <fstream>
 #include <istream>
 #include <ostream>
 #include <functional>
 #include <mutex>
-#include <random>
-#include <system_error>
 
 namespace ferry::graph::detail {
 namespace {
@@ -368,29 +364,7 @@ void reader_state::release_objects() noexcept {
   }
 }
 
-// ------------------------------------------------------------------- files
-
-result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  std::random_device rd;
-  const auto tmp = path.string() + ".tmp-" + std::to_string(rd());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return errc::io_error;
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));  // NOLINT: ostream API
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return errc::io_error;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return errc::io_error;
-  }
-  return {};
-}
+// ----------------------------------------------------------------- streams
 
 result<void> write_stream_bytes(std::ostream& out, std::span<const std::byte> bytes) {
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));  // NOLINT: ostream API
@@ -407,19 +381,6 @@ result<std::vector<std::byte>> read_stream_bytes(std::istream& in) {
     bytes.insert(bytes.end(), b, b + n);
   }
   if (in.bad()) return errc::io_error;
-  return bytes;
-}
-
-result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return errc::io_error;
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<std::uintmax_t>(size) > SIZE_MAX) return errc::io_error;
-  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {  // NOLINT: istream API
-    return errc::io_error;
-  }
   return bytes;
 }
 

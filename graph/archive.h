@@ -84,6 +84,7 @@
 #include <span>
 #include <vector>
 
+#include "ferry/base/file.h"
 #include "ferry/graph/detail/codec.h"
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
@@ -132,27 +133,31 @@ result<T> read(std::span<const std::byte> archive, const options& opt = {}) {
   return root;
 }
 
-/// File forms: the whole archive in one file; write_file replaces the file
-/// atomically (a temporary in the same folder, then rename).
+/// File forms: the whole archive in one file. write_file replaces the file
+/// atomically (base::write_file_atomic: a temporary in the same folder,
+/// fsync, rename). Errors carry the path as context: io_error with the OS's
+/// errno for the file itself ("model.ferry: No such file or directory"),
+/// and the codes of write(), read() and read_into() for the archive in it.
 template <class T>
-result<void> write_file(const std::filesystem::path& path, const T& root, const options& opt = {}) {
+result<void, error> write_file(const std::filesystem::path& path, const T& root, const options& opt = {}) {
   auto bytes = write(root, opt);
-  if (!bytes) return bytes.error();
-  return detail::write_file_bytes(path, *bytes);
+  if (!bytes) return error(bytes.error(), path.string());
+  return base::write_file_atomic(path, *bytes);
 }
 
 template <class T>
-result<void> read_file_into(const std::filesystem::path& path, T& root, const options& opt = {}) {
-  auto bytes = detail::read_file_bytes(path);
-  if (!bytes) return bytes.error();
-  return read_into(*bytes, root, opt);
+result<void, error> read_file_into(const std::filesystem::path& path, T& root, const options& opt = {}) {
+  FERRY_TRY_ASSIGN(const auto bytes, base::read_file(path));
+  if (auto r = read_into(bytes, root, opt); !r) return error(r.error(), path.string());
+  return {};
 }
 
 template <class T>
-result<T> read_file(const std::filesystem::path& path, const options& opt = {}) {
-  auto bytes = detail::read_file_bytes(path);
-  if (!bytes) return bytes.error();
-  return read<T>(*bytes, opt);
+result<T, error> read_file(const std::filesystem::path& path, const options& opt = {}) {
+  FERRY_TRY_ASSIGN(const auto bytes, base::read_file(path));
+  auto r = read<T>(bytes, opt);
+  if (!r) return error(r.error(), path.string());
+  return std::move(*r);
 }
 
 /// Stream forms: the archive is written whole; reading consumes the stream

@@ -57,10 +57,10 @@ void reverse_bytes(const std::byte* in, std::byte* out, std::size_t count,
   }
 }
 
-result<void> convert(std::span<const std::byte> in, byte_order from, std::span<std::byte> out,
-                     byte_order to, std::size_t width) noexcept {
+conversion_done convert(std::span<const std::byte> in, byte_order from, std::span<std::byte> out,
+                        byte_order to, std::size_t width) noexcept {
   assert(width == 1 || width == 2 || width == 4 || width == 8);
-  if (in.size() != out.size() || in.size() % width != 0) return errc::size_mismatch;
+  assert(in.size() == out.size() && in.size() % width == 0);
   // Same range or disjoint; a partial overlap would read bytes already written.
   assert(in.data() == out.data() || in.empty() ||
          std::less<>{}(in.data() + in.size() - 1, out.data()) ||
@@ -73,9 +73,9 @@ result<void> convert(std::span<const std::byte> in, byte_order from, std::span<s
   return {};
 }
 
-result<void> convert_in_place(std::span<std::byte> data, std::size_t width, byte_order from,
-                              byte_order to) noexcept {
-  return convert(data, from, data, to, width);
+void convert_in_place(std::span<std::byte> data, std::size_t width, byte_order from,
+                      byte_order to) noexcept {
+  convert(data, from, data, to, width);
 }
 
 std::string_view bulk_kernel_name() noexcept { return kernels().name; }

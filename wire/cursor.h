@@ -56,7 +56,7 @@ class reader {
   result<void> read_array(std::span<T> out, byte_order order) noexcept {
     if (out.size() > remaining() / sizeof(T)) return errc::truncated;
     const std::size_t n = out.size() * sizeof(T);
-    (void)load_array<T>(in_.subspan(pos_, n), order, out);  // sizes match by construction
+    load_array<T>(in_.subspan(pos_, n), order, out);
     pos_ += n;
     return {};
   }
@@ -93,18 +93,16 @@ class reader {
         return static_cast<T>(b);
       }
     }
-    auto d = decode_varint<T>(rest());
-    if (!d) return d.error();
-    pos_ += d->size;
-    return d->value;
+    FERRY_TRY_ASSIGN(const decoded<T> d, decode_varint<T>(rest()));
+    pos_ += d.size;
+    return d.value;
   }
 
   /// One zigzag-encoded signed varint. Errors: as read_varint().
   template <std::signed_integral S = std::int64_t>
   constexpr result<S> read_zigzag() noexcept {
-    auto u = read_varint<std::make_unsigned_t<S>>();
-    if (!u) return u.error();
-    return zigzag_decode(*u);
+    FERRY_TRY_ASSIGN(const auto u, read_varint<std::make_unsigned_t<S>>());
+    return zigzag_decode(u);
   }
 
   /// An element count for a container whose elements take at least
@@ -116,13 +114,12 @@ class reader {
   constexpr result<std::size_t> read_count(std::size_t min_element_bytes,
                                            std::size_t max_count) noexcept {
     const std::size_t start = pos_;
-    auto c = read_varint<std::uint64_t>();
-    if (!c) return c.error();
-    if (*c > max_count) {
+    FERRY_TRY_ASSIGN(const std::uint64_t c, read_varint<std::uint64_t>());
+    if (c > max_count) {
       pos_ = start;
       return errc::limit_exceeded;
     }
-    const auto count = static_cast<std::size_t>(*c);  // <= max_count, so it fits
+    const auto count = static_cast<std::size_t>(c);  // <= max_count, so it fits
     if (min_element_bytes != 0 && count > remaining() / min_element_bytes) {
       pos_ = start;
       return errc::truncated;
@@ -133,9 +130,8 @@ class reader {
   /// A varint length then that many bytes, viewed in place.
   /// Errors: as read_count(1, max_length).
   constexpr result<std::span<const std::byte>> read_length_prefixed(std::size_t max_length) noexcept {
-    auto n = read_count(1, max_length);
-    if (!n) return n.error();
-    return read_bytes(*n);
+    FERRY_TRY_ASSIGN(const std::size_t n, read_count(1, max_length));
+    return read_bytes(n);
   }
 
  private:
@@ -188,16 +184,18 @@ class writer {
   result<void> write_array(std::span<const T> values, byte_order order) noexcept {
     std::byte* p = reserve(values.size_bytes());
     if (p == nullptr) return errc::no_space;
-    (void)store_array<T>(values, {p, values.size_bytes()}, order);  // sizes match by construction
+    store_array<T>(values, {p, values.size_bytes()}, order);
     return {};
   }
 
   /// `native` holds host-order elements of `width` bytes; they are written
   /// converted to `order` through the bulk kernels.
+  // Requires: width is 1, 2, 4 or 8 and divides native.size().
   result<void> write_elements(std::span<const std::byte> native, std::size_t width, byte_order order) noexcept {
     std::byte* p = reserve(native.size());
     if (p == nullptr) return errc::no_space;
-    return convert(native, host_order, {p, native.size()}, order, width);
+    convert(native, host_order, {p, native.size()}, order, width);
+    return {};
   }
 
   result<void> write_bytes(std::span<const std::byte> bytes) noexcept {

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -311,9 +310,7 @@ struct prelude {
 /// bad_value, limit_exceeded, and the schema's errors.
 result<prelude> read_prelude(std::span<const std::byte> archive, const options& opt);
 
-result<void> write_file_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
 result<void> write_stream_bytes(std::ostream& out, std::span<const std::byte> bytes);
 result<std::vector<std::byte>> read_stream_bytes(std::istream& in);
-result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path);
 
 }  // namespace ferry::graph::detail

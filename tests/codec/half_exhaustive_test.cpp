@@ -32,7 +32,8 @@ TEST(Exhaustive, BulkNarrowingMatchesScalar) {
     for (std::uint32_t k = 0; k < count; ++k) in[k] = std::bit_cast<float>(first + k);
     std::vector<f16> h(count);
     std::vector<bf16> b(count);
-    if (!to_f16(in, h) || !to_bf16(in, b)) return first;
+    to_f16(in, h);
+    to_bf16(in, b);
     for (std::uint32_t k = 0; k < count; ++k) {
       if (h[k] != to_f16(in[k]) || b[k] != to_bf16(in[k])) return first + k;
     }

@@ -163,11 +163,11 @@ TEST(Bulk, EveryPathMatchesScalar) {
       const auto src = std::span<const float>(in).first(n);
       std::vector<f16> o16(n);
       std::vector<bf16> ob(n);
-      ASSERT_TRUE(to_f16(src, o16));
-      ASSERT_TRUE(to_bf16(src, ob));
+      to_f16(src, o16);
+      to_bf16(src, ob);
       std::vector<float> w16(n), wb(n);
-      ASSERT_TRUE(to_float(std::span<const f16>(h16).first(n), w16));
-      ASSERT_TRUE(to_float(std::span<const bf16>(hb).first(n), wb));
+      to_float(std::span<const f16>(h16).first(n), w16);
+      to_float(std::span<const bf16>(hb).first(n), wb);
       for (std::size_t i = 0; i < n; ++i) {
         ASSERT_EQ(o16[i], expected16[i]) << i;
         ASSERT_EQ(ob[i], expectedb[i]) << i;
@@ -193,27 +193,17 @@ TEST(Bulk, StridedSweepAndEveryTieMatchScalar) {
   }
   std::vector<f16> h(in.size());
   std::vector<bf16> b(in.size());
-  ASSERT_TRUE(to_f16(in, h));
-  ASSERT_TRUE(to_bf16(in, b));
+  to_f16(in, h);
+  to_bf16(in, b);
   std::vector<float> wide_h(in.size()), wide_b(in.size());
-  ASSERT_TRUE(to_float(std::span<const f16>(h), wide_h));
-  ASSERT_TRUE(to_float(std::span<const bf16>(b), wide_b));
+  to_float(std::span<const f16>(h), wide_h);
+  to_float(std::span<const bf16>(b), wide_b);
   for (std::size_t i = 0; i < in.size(); ++i) {
     ASSERT_EQ(h[i], to_f16(in[i])) << half_kernel_name() << " " << std::hex << bits(in[i]);
     ASSERT_EQ(b[i], to_bf16(in[i])) << half_kernel_name() << " " << std::hex << bits(in[i]);
     ASSERT_EQ(bits(wide_h[i]), bits(to_float(h[i]))) << std::hex << h[i].bits;
     ASSERT_EQ(bits(wide_b[i]), bits(to_float(b[i]))) << std::hex << b[i].bits;
   }
-}
-
-TEST(Bulk, SizeMismatch) {
-  std::vector<float> in(4), out(3);
-  std::vector<f16> h(3);
-  std::vector<bf16> b(5);
-  EXPECT_EQ(to_f16(in, h).error(), errc::size_mismatch);
-  EXPECT_EQ(to_bf16(in, b).error(), errc::size_mismatch);
-  EXPECT_EQ(to_float(std::span<const f16>(h), in).error(), errc::size_mismatch);
-  EXPECT_EQ(to_float(std::span<const bf16>(b), out).error(), errc::size_mismatch);
 }
 
 TEST(Scalar, IsConstexpr) {

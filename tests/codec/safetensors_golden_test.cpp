@@ -38,7 +38,8 @@ std::string field(const std::string& json, const std::string& key, char end) {
 template <class T>
 std::vector<double> decode(std::span<const std::byte> data) {
   std::vector<T> v(data.size() / sizeof(T));
-  EXPECT_TRUE(wire::load_array<T>(data, byte_order::little, std::span<T>(v)));
+  EXPECT_EQ(data.size(), v.size() * sizeof(T));
+  wire::load_array<T>(data.first(v.size() * sizeof(T)), byte_order::little, std::span<T>(v));
   return std::vector<double>(v.begin(), v.end());
 }
 
@@ -80,9 +81,10 @@ TEST(SafetensorsGolden, EveryFixtureDecodesToRangeMinus3To3) {
       case dtype::f64: got = decode<double>(data); break;
       case dtype::f16: {
         std::vector<f16> h(6);
-        ASSERT_TRUE(wire::load_array<f16>(data, byte_order::little, std::span<f16>(h)));
+        ASSERT_EQ(data.size(), h.size() * sizeof(f16));
+        wire::load_array<f16>(data, byte_order::little, std::span<f16>(h));
         std::vector<float> w(6);
-        ASSERT_TRUE(to_float(std::span<const f16>(h), w));
+        to_float(std::span<const f16>(h), w);
         got.assign(w.begin(), w.end());
         break;
       }

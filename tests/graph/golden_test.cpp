@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "ferry/base/file.h"
 #include "types.h"
 
 namespace ferry::testing {
@@ -27,10 +28,10 @@ TEST(Golden, EveryArchitectureWritesTheSameBytes) {
     break_golden(g);
     ASSERT_TRUE(bytes) << name(bytes.error());
     if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr) {
-      ASSERT_TRUE(graph::detail::write_file_bytes(golden_path(order), *bytes));
+      ASSERT_TRUE(base::write_file_atomic(golden_path(order), *bytes));
     }
-    auto expected = graph::detail::read_file_bytes(golden_path(order));
-    ASSERT_TRUE(expected) << golden_path(order);
+    auto expected = base::read_file(golden_path(order));
+    ASSERT_TRUE(expected) << expected.error();
     EXPECT_EQ(*bytes, *expected) << golden_path(order);
   }
 }

@@ -126,41 +126,39 @@ TEST(Bulk, ConvertHandlesEveryOrderPair) {
       for (auto to : orders) {
         const auto& expected = (from == to || width == 1) ? source : reversed;
         std::vector<std::byte> out(source.size());
-        ASSERT_TRUE(convert(source, from, out, to, width));
+        convert(source, from, out, to, width);
         EXPECT_EQ(out, expected);
         std::vector<std::byte> in_place = source;
-        ASSERT_TRUE(convert_in_place(in_place, width, from, to));
+        convert_in_place(in_place, width, from, to);
         EXPECT_EQ(in_place, expected);
       }
     }
   }
 }
 
-TEST(Bulk, SizeMismatch) {
-  std::vector<std::byte> a(16), b(12), odd(6);
-  EXPECT_EQ(convert(a, byte_order::little, b, byte_order::big, 4).error(), errc::size_mismatch);
-  EXPECT_EQ(convert(odd, byte_order::little, odd, byte_order::big, 4).error(), errc::size_mismatch);
-  EXPECT_EQ(convert_in_place(odd, 8, byte_order::little, byte_order::big).error(), errc::size_mismatch);
-  std::vector<float> f(3);
-  EXPECT_EQ(load_array<float>(a, byte_order::big, std::span<float>(f)).error(), errc::size_mismatch);
-  EXPECT_EQ(store_array<float>(f, a, byte_order::big).error(), errc::size_mismatch);
-  EXPECT_TRUE(convert({}, byte_order::little, {}, byte_order::big, 8));
+// Mismatched sizes are a caller's bug, asserted (not tested: release
+// builds define NDEBUG). Empty spans are fine.
+TEST(Bulk, EmptySpans) {
+  convert({}, byte_order::little, {}, byte_order::big, 8);
+  convert_in_place({}, 8, byte_order::little, byte_order::big);
+  load_array<double>({}, byte_order::big, std::span<double>());
+  store_array<double>({}, {}, byte_order::big);
 }
 
 TEST(Bulk, TypedArraysKeepEveryBit) {
   std::vector<double> d = {-0.0, 1e-310, std::bit_cast<double>(std::uint64_t{0x7FF0000000000001}),
                            -std::numeric_limits<double>::infinity(), 3.25};
   std::vector<std::byte> big(d.size() * 8);
-  ASSERT_TRUE(store_array<double>(d, big, byte_order::big));
+  store_array<double>(d, big, byte_order::big);
   EXPECT_EQ(big[0], std::byte{0x80});
   EXPECT_EQ(big[16 + 7], std::byte{0x01});
   std::vector<double> back(d.size());
-  ASSERT_TRUE(load_array<double>(big, byte_order::big, std::span<double>(back)));
+  load_array<double>(big, byte_order::big, std::span<double>(back));
   for (std::size_t i = 0; i < d.size(); ++i) EXPECT_EQ(to_bits(back[i]), to_bits(d[i]));
 
   std::vector<f16> h = {f16{0x7C01}, f16{0x8000}, f16{0x0001}};
   std::vector<std::byte> hb(6);
-  ASSERT_TRUE(store_array<f16>(h, hb, byte_order::big));
+  store_array<f16>(h, hb, byte_order::big);
   EXPECT_EQ(hb[0], std::byte{0x7C});
   EXPECT_EQ(hb[1], std::byte{0x01});
 }

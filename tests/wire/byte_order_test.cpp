@@ -33,7 +33,7 @@ TEST(WorkedExample, FloatTravelsThroughNetworkOrder) {
 
   // A little-endian receiver reverses the network bytes back...
   std::array<std::byte, 4> received{};
-  ASSERT_TRUE(convert(network, byte_order::network, received, byte_order::little, 4));
+  convert(network, byte_order::network, received, byte_order::little, 4);
   EXPECT_EQ(received, bytes({0x5A, 0x00, 0x85, 0x38}));
   // ...and reads the same float, on any host.
   EXPECT_EQ(load<float>(std::span<const std::byte, 4>(received), byte_order::little), value);
@@ -158,9 +158,9 @@ TEST(ByteOrder, SpecialFloatsAreBitExact) {
   for (auto p : f32_patterns) values.push_back(from_bits<float>(p));
   for (auto order : {byte_order::little, byte_order::big}) {
     std::vector<std::byte> wire(values.size() * 4);
-    ASSERT_TRUE(store_array<float>(values, wire, order));
+    store_array<float>(values, wire, order);
     std::vector<float> back(values.size());
-    ASSERT_TRUE(load_array<float>(wire, order, std::span<float>(back)));
+    load_array<float>(wire, order, std::span<float>(back));
     for (std::size_t i = 0; i < values.size(); ++i) {
       EXPECT_EQ(to_bits(back[i]), f32_patterns[i]);
       EXPECT_EQ(load<std::uint32_t>(wire.data() + 4 * i, order), f32_patterns[i]);

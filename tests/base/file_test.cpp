@@ -1,0 +1,164 @@
+#include "ferry/base/file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ferry::base {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::byte> bytes_of(std::string_view s) {
+  const auto b = std::as_bytes(std::span(s.data(), s.size()));
+  return {b.begin(), b.end()};
+}
+
+// A fresh folder per test, removed afterwards.
+class File : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "ferry-file-test.XXXXXX").string();
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+  // Names in the folder other than `keep`: leftovers such as temporaries.
+  std::vector<std::string> others(const std::string& keep) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (e.path().filename() != keep) names.push_back(e.path().filename().string());
+    }
+    return names;
+  }
+  static mode_t mode_of(const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0);
+    return st.st_mode & 07777;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(File, MissingFileSaysWhatTheOsSaid) {
+  const auto path = dir_ / "model.ferry";
+  const auto r = read_file(path);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::io_error);
+  EXPECT_EQ(r.error().sys_errno(), ENOENT);
+  EXPECT_EQ(r.error().context(), path.string());
+  EXPECT_EQ(r.error().what(), path.string() + ": No such file or directory");
+}
+
+TEST_F(File, ReadingAFolderIsEISDIR) {
+  const auto r = read_file(dir_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::io_error);
+  EXPECT_EQ(r.error().sys_errno(), EISDIR);
+}
+
+TEST_F(File, WriteThenReadRoundTrips) {
+  const auto path = dir_ / "a.bin";
+  std::vector<std::byte> big(300000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
+  ASSERT_TRUE(write_file_atomic(path, big));
+  auto back = read_file(path);
+  ASSERT_TRUE(back) << back.error();
+  EXPECT_EQ(*back, big);
+
+  ASSERT_TRUE(write_file_atomic(path, {}));  // replaces, and may be empty
+  back = read_file(path);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->empty());
+  EXPECT_TRUE(others("a.bin").empty());
+}
+
+TEST_F(File, ReadsFilesWithoutASize) {
+  auto r = read_file("/dev/null");
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(r->empty());
+}
+
+TEST_F(File, ReplacingKeepsThePermissions) {
+  const auto path = dir_ / "kept.ferry";
+  ASSERT_TRUE(write_file_atomic(path, bytes_of("old")));
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  ASSERT_TRUE(write_file_atomic(path, bytes_of("new")));
+  EXPECT_EQ(mode_of(path), 0640u);
+  EXPECT_EQ(*read_file(path), bytes_of("new"));
+}
+
+TEST_F(File, NewFilesFollowTheUmask) {
+  const mode_t mask = ::umask(022);
+  const auto path = dir_ / "new.ferry";
+  const auto r = write_file_atomic(path, bytes_of("x"));
+  ::umask(mask);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(mode_of(path), 0644u);
+}
+
+TEST_F(File, MissingFolderIsENOENT) {
+  const auto path = dir_ / "no" / "such" / "x.ferry";
+  const auto r = write_file_atomic(path, bytes_of("x"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().sys_errno(), ENOENT);
+  EXPECT_EQ(r.error().what(), path.string() + ": No such file or directory");
+}
+
+TEST_F(File, UnwritableFolderIsEACCES) {
+  fs::path folder = dir_ / "locked";
+  fs::create_directory(folder);
+  ASSERT_EQ(::chmod(folder.c_str(), 0555), 0);
+  const bool privileged = ::access(folder.c_str(), W_OK) == 0;
+  if (privileged) folder = "/sys";  // permissions do not stop root; sysfs refuses new files to everyone
+  const auto path = folder / "x.ferry";
+  const auto r = write_file_atomic(path, bytes_of("x"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::io_error);
+  EXPECT_TRUE(r.error().sys_errno() == EACCES || (privileged && r.error().sys_errno() == EROFS)) << r.error();
+  EXPECT_EQ(r.error().context(), path.string());
+  if (!privileged) {
+    EXPECT_TRUE(fs::is_empty(folder));
+  }
+}
+
+TEST_F(File, AFailedWriteLeavesNoTemporaryAndTheTargetUntouched) {
+  // Renaming a file over a folder fails (EISDIR) after the temporary was
+  // written and synced: the last step that can fail.
+  const auto target = dir_ / "folder";
+  fs::create_directory(target);
+  fs::create_directory(target / "inside");
+  const auto r = write_file_atomic(target, bytes_of("x"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::io_error);
+  EXPECT_NE(r.error().sys_errno(), 0);
+  EXPECT_EQ(r.error().context(), target.string());
+  EXPECT_TRUE(others("folder").empty());
+  EXPECT_TRUE(fs::is_directory(target / "inside"));
+}
+
+TEST_F(File, RelativePathsUseTheCurrentFolder) {
+  const auto cwd = fs::current_path();
+  fs::current_path(dir_);
+  const auto w = write_file_atomic("plain.ferry", bytes_of("here"));
+  const auto r = read_file("plain.ferry");
+  fs::current_path(cwd);
+  ASSERT_TRUE(w) << w.error();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(*r, bytes_of("here"));
+  EXPECT_TRUE(others("plain.ferry").empty());
+}
+
+}  // namespace
+}  // namespace ferry::base
