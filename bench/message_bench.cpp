@@ -86,7 +86,7 @@ void sender_frame(std::span<const float> values, wire::byte_order order, std::ve
   if (order == wire::host_order) {
     comm::encode_f32_payload(comm::encoding::raw, values, payload);
   } else {
-    (void)wire::store_array<float>(values, payload, order);
+    wire::store_array<float>(values, payload, order);
   }
   const auto e = comm::seal(h, payload);
   std::copy(e.header.begin(), e.header.end(), wire.begin());

@@ -113,11 +113,11 @@ void encode_f32_payload(encoding enc, std::span<const float> values, std::span<s
     const auto dst = out.subspan(2 * i, 2 * part.size());
     if (enc == encoding::bf16) {
       std::array<bf16, step> half;
-      (void)codec::to_bf16(part, std::span(half).first(part.size()));
+      codec::to_bf16(part, std::span(half).first(part.size()));
       std::memcpy(dst.data(), half.data(), dst.size());
     } else {
       std::array<f16, step> half;
-      (void)codec::to_f16(part, std::span(half).first(part.size()));
+      codec::to_f16(part, std::span(half).first(part.size()));
       std::memcpy(dst.data(), half.data(), dst.size());
     }
   }
@@ -138,7 +138,7 @@ void decode_f32_payload(encoding enc, wire::byte_order order, std::span<const st
   assert(payload.size() == out.size() * (enc == encoding::raw ? 4 : 2));
   if (enc == encoding::raw) {
     // Same order: a copy. Otherwise one byte swap per element, as integers.
-    (void)wire::load_array<float>(payload, order, out);
+    wire::load_array<float>(payload, order, out);
     return;
   }
   for (std::size_t i = 0; i < out.size(); i += step) {
@@ -146,12 +146,12 @@ void decode_f32_payload(encoding enc, wire::byte_order order, std::span<const st
     const auto bytes = payload.subspan(2 * i, 2 * n);
     if (enc == encoding::bf16) {
       std::array<bf16, step> half;
-      (void)wire::load_array<bf16>(bytes, order, std::span(half).first(n));
-      (void)codec::to_float(std::span<const bf16>(half).first(n), out.subspan(i, n));
+      wire::load_array<bf16>(bytes, order, std::span(half).first(n));
+      codec::to_float(std::span<const bf16>(half).first(n), out.subspan(i, n));
     } else {
       std::array<f16, step> half;
-      (void)wire::load_array<f16>(bytes, order, std::span(half).first(n));
-      (void)codec::to_float(std::span<const f16>(half).first(n), out.subspan(i, n));
+      wire::load_array<f16>(bytes, order, std::span(half).first(n));
+      codec::to_float(std::span<const f16>(half).first(n), out.subspan(i, n));
     }
   }
 }
@@ -165,7 +165,7 @@ result<void> payload_to_f32(const frame_header& h, std::span<const std::byte> pa
 
 void payload_to_host(const frame_header& h, std::span<std::byte> payload) noexcept {
   assert(h.enc == encoding::raw);
-  (void)wire::convert_in_place(payload, codec::size_of(h.type), h.order, wire::host_order);
+  wire::convert_in_place(payload, codec::size_of(h.type), h.order, wire::host_order);
 }
 
 // ------------------------------------------------------------- decoder

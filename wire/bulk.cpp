@@ -57,8 +57,8 @@ void reverse_bytes(const std::byte* in, std::byte* out, std::size_t count,
   }
 }
 
-conversion_done convert(std::span<const std::byte> in, byte_order from, std::span<std::byte> out,
-                        byte_order to, std::size_t width) noexcept {
+void convert(std::span<const std::byte> in, byte_order from, std::span<std::byte> out, byte_order to,
+             std::size_t width) noexcept {
   assert(width == 1 || width == 2 || width == 4 || width == 8);
   assert(in.size() == out.size() && in.size() % width == 0);
   // Same range or disjoint; a partial overlap would read bytes already written.
@@ -67,10 +67,9 @@ conversion_done convert(std::span<const std::byte> in, byte_order from, std::spa
          std::less<>{}(out.data() + out.size() - 1, in.data()));
   if (from == to || width == 1) {
     if (in.data() != out.data() && !in.empty()) std::memcpy(out.data(), in.data(), in.size());
-    return {};
+    return;
   }
   reverse_bytes(in.data(), out.data(), in.size() / width, width);
-  return {};
 }
 
 void convert_in_place(std::span<std::byte> data, std::size_t width, byte_order from,

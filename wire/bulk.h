@@ -25,27 +25,12 @@
 
 namespace ferry::wire {
 
-/// What convert(), load_array() and store_array() return: nothing to
-/// check, they cannot fail (broken preconditions are assertions). It exists
-/// only while callers outside this module still treat them as fallible
-/// (graph/detail/codec.h returns convert()'s value, comm/frame.cpp returns
-/// load_array()'s, tests/comm/frame_test.cpp asserts store_array()'s): it
-/// converts to a successful result<void> and tests true. New code ignores
-/// it; it becomes void once those callers are rewritten.
-struct conversion_done {
-  constexpr explicit operator bool() const noexcept { return true; }
-  template <class E>
-  constexpr operator result<void, E>() const noexcept {  // NOLINT: implicit by design
-    return {};
-  }
-};
-
 /// Copies `in` to `out`, converting each `width`-byte element from order
 /// `from` to order `to`.
 // Requires: in.size() == out.size(), a multiple of width; width is 1, 2, 4
 // or 8; in and out are the same range or do not overlap at all.
-conversion_done convert(std::span<const std::byte> in, byte_order from,
-                        std::span<std::byte> out, byte_order to, std::size_t width) noexcept;
+void convert(std::span<const std::byte> in, byte_order from, std::span<std::byte> out, byte_order to,
+             std::size_t width) noexcept;
 
 /// Converts each `width`-byte element of `data` from `from` to `to` in place.
 // Requires: data.size() is a multiple of width; width is 1, 2, 4 or 8.
@@ -55,15 +40,15 @@ void convert_in_place(std::span<std::byte> data, std::size_t width,
 /// Decodes an array of T stored in order `from`.
 // Requires: in.size() == out.size() * sizeof(T).
 template <scalar T>
-conversion_done load_array(std::span<const std::byte> in, byte_order from, std::span<T> out) noexcept {
-  return convert(in, from, std::as_writable_bytes(out), host_order, sizeof(T));
+void load_array(std::span<const std::byte> in, byte_order from, std::span<T> out) noexcept {
+  convert(in, from, std::as_writable_bytes(out), host_order, sizeof(T));
 }
 
 /// Encodes an array of T in order `to`.
 // Requires: out.size() == in.size() * sizeof(T).
 template <scalar T>
-conversion_done store_array(std::span<const T> in, std::span<std::byte> out, byte_order to) noexcept {
-  return convert(std::as_bytes(in), host_order, out, to, sizeof(T));
+void store_array(std::span<const T> in, std::span<std::byte> out, byte_order to) noexcept {
+  convert(std::as_bytes(in), host_order, out, to, sizeof(T));
 }
 
 /// Reverses the bytes of each of `count` elements of `width` bytes.

@@ -601,8 +601,9 @@ result<void> read_value(reader_state& r, T& v) {
     if constexpr (is_number<E>) {
       auto bytes = r.in().read_bytes(count * sizeof(E));
       if (!bytes) return bytes.error();
-      return wire::convert(*bytes, r.order(), std::as_writable_bytes(std::span(v.data(), count)), wire::host_order,
-                           sizeof(E));
+      wire::convert(*bytes, r.order(), std::as_writable_bytes(std::span(v.data(), count)), wire::host_order,
+                    sizeof(E));
+      return {};
     } else {
       for (auto&& e : v) {
         if constexpr (std::is_same_v<E, bool>) {

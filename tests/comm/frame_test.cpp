@@ -85,7 +85,7 @@ TEST(Frame, SenderNeverSwapsAndReceiverMakesRight) {
   other.order = wire::host_order == byte_order::little ? byte_order::big : byte_order::little;
   other.count = static_cast<std::uint32_t>(values.size());
   std::vector<std::byte> payload(values.size() * 4);
-  ASSERT_TRUE(wire::store_array<float>(values, payload, other.order));
+  wire::store_array<float>(values, payload, other.order);
   std::vector<std::byte> swapped;
   swapped = encode_frame(other, payload);
   auto g = decode_frame(swapped, max_frame);
