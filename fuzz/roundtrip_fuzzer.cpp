@@ -37,18 +37,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   std::vector<item> items;
   std::vector<std::byte> out;
-  writer w(out);
+  vector_writer w(out);
   while (!in.at_end() && items.size() < 512) {
     const auto kind = static_cast<std::uint8_t>(*in.read<std::uint8_t>(order) % 7);
     std::uint64_t bits = 0;
     switch (kind) {
-      case 0: { auto v = take<std::uint16_t>(in); bits = v; FUZZ_CHECK(w.write(v, order)); break; }
-      case 1: { auto v = take<float>(in); bits = to_bits(v); FUZZ_CHECK(w.write(v, order)); break; }
-      case 2: { auto v = take<double>(in); bits = to_bits(v); FUZZ_CHECK(w.write(v, order)); break; }
-      case 3: { auto v = take<std::uint64_t>(in); bits = v; FUZZ_CHECK(w.write_varint(v)); break; }
-      case 4: { auto v = take<std::int64_t>(in); bits = static_cast<std::uint64_t>(v); FUZZ_CHECK(w.write_zigzag(v)); break; }
-      case 5: { auto v = take<f16>(in); bits = v.bits; FUZZ_CHECK(w.write(v, order)); break; }
-      default: { auto v = take<std::int8_t>(in); bits = static_cast<std::uint8_t>(v); FUZZ_CHECK(w.write(v, order)); break; }
+      case 0: { auto v = take<std::uint16_t>(in); bits = v; w.write(v, order); break; }
+      case 1: { auto v = take<float>(in); bits = to_bits(v); w.write(v, order); break; }
+      case 2: { auto v = take<double>(in); bits = to_bits(v); w.write(v, order); break; }
+      case 3: { auto v = take<std::uint64_t>(in); bits = v; w.write_varint(v); break; }
+      case 4: { auto v = take<std::int64_t>(in); bits = static_cast<std::uint64_t>(v); w.write_zigzag(v); break; }
+      case 5: { auto v = take<f16>(in); bits = v.bits; w.write(v, order); break; }
+      default: { auto v = take<std::int8_t>(in); bits = static_cast<std::uint8_t>(v); w.write(v, order); break; }
     }
     items.push_back({kind, bits});
   }

@@ -59,11 +59,11 @@ void add_registered(poly_entry entry) {
 // ------------------------------------------------------------------ writer
 
 writer_state::writer_state(const options& opt) : opt_(opt), order_(opt.order), body_(body_bytes_) {
-  (void)body_.write_bytes(magic);
-  (void)body_.write<std::uint8_t>(format_version, order_);
-  (void)body_.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
-  (void)body_.write<std::uint8_t>(0, order_);   // flags, set in finish()
-  (void)body_.write<std::uint64_t>(0, order_);  // body_size, set in finish()
+  body_.write_bytes(magic);
+  body_.write<std::uint8_t>(format_version, order_);
+  body_.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
+  body_.write<std::uint8_t>(0, order_);   // flags, set in finish()
+  body_.write<std::uint64_t>(0, order_);  // body_size, set in finish()
 }
 
 std::optional<std::uint64_t> writer_state::struct_index(const type_key& key) {
@@ -107,7 +107,7 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
 
 void writer_state::raw_reference(const void* address, std::type_index type) {
   raws_.push_back({body_.position(), address, type});
-  (void)body_.write<std::uint32_t>(0, order_);  // patched in finish()
+  body_.write<std::uint32_t>(0, order_);  // patched in finish()
 }
 
 void writer_state::write_payloads() {
@@ -152,16 +152,16 @@ result<std::vector<std::byte>> writer_state::finish() {
   for (std::size_t i = 0; i < n; ++i) {
     runs += i == 0 || objects_[i].ownership != objects_[i - 1].ownership || objects_[i].desc != objects_[i - 1].desc;
   }
-  (void)body_.write_varint(runs);
+  body_.write_varint(runs);
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i + 1;
     while (j < n && objects_[j].ownership == objects_[i].ownership && objects_[j].desc == objects_[i].desc) ++j;
-    (void)body_.write_varint(j - i);
-    (void)body_.write<std::uint8_t>(objects_[i].ownership, order_);
-    (void)body_.write_bytes(*objects_[i].desc);
+    body_.write_varint(j - i);
+    body_.write<std::uint8_t>(objects_[i].ownership, order_);
+    body_.write_bytes(*objects_[i].desc);
     i = j;
   }
-  (void)body_.write_bytes(root_desc_);
+  body_.write_bytes(root_desc_);
   body_.flush();
   return std::move(body_bytes_);
 }

@@ -74,8 +74,8 @@ result<std::string> read_name(reader& in, const limits& lim) {
   return bytes_to_string(*b);
 }
 
-void write_name(wire::writer& out, std::string_view name) {
-  (void)out.write_length_prefixed(std::as_bytes(std::span(name.data(), name.size())));
+void write_name(wire::vector_writer& out, std::string_view name) {
+  out.write_length_prefixed(std::as_bytes(std::span(name.data(), name.size())));
 }
 
 struct walker {
@@ -313,17 +313,17 @@ std::ptrdiff_t schema::find(std::string_view name) const noexcept {
   return -1;
 }
 
-void encode(const schema& s, wire::writer& out) {
-  (void)out.write_varint(s.types.size());
+void encode(const schema& s, wire::vector_writer& out) {
+  out.write_varint(s.types.size());
   for (const type_def& t : s.types) {
     write_name(out, t.name);
-    (void)out.write_varint(t.version);
-    (void)out.write<std::uint8_t>(t.abstract ? 1 : 0, desc_order);
-    (void)out.write_varint(t.fields.size());
+    out.write_varint(t.version);
+    out.write<std::uint8_t>(t.abstract ? 1 : 0, desc_order);
+    out.write_varint(t.fields.size());
     for (const field_def& f : t.fields) {
-      (void)out.write_varint(f.tag);
+      out.write_varint(f.tag);
       write_name(out, f.name);
-      (void)out.write_bytes(f.type);
+      out.write_bytes(f.type);
     }
   }
 }

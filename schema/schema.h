@@ -163,7 +163,7 @@ struct schema {
 };
 
 /// Appends the schema section to `out`.
-void encode(const schema& s, wire::writer& out);
+void encode(const schema& s, wire::vector_writer& out);
 
 /// Decodes a schema section and validates it: names, flags, tag and name
 /// uniqueness, descriptor syntax and struct indices.

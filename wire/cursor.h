@@ -139,98 +139,151 @@ class reader {
   std::size_t pos_ = 0;
 };
 
-/// Writes into a fixed span (failing with no_space when it is full) or
-/// appends to a std::vector<std::byte> (growing it). Writes are whole or
-/// nothing: on error, nothing of the failed value was written.
-///
-/// A vector sink grows geometrically, so while the writer lives the vector
-/// may be longer than position(); flush() trims it to exactly the bytes
-/// written, and so does the destructor (which only ever shrinks the vector).
-class writer {
- public:
-  // Writes into `out`, which must outlive the writer.
-  constexpr explicit writer(std::span<std::byte> out) noexcept
-      : data_(out.data()), capacity_(out.size()) {}
-  // Appends to `sink` (from its current end), which must outlive the writer.
-  explicit writer(std::vector<std::byte>& sink) noexcept
-      : data_(sink.data()), capacity_(sink.size()), pos_(sink.size()), sink_(&sink) {}
-  writer(const writer&) = delete;
-  writer& operator=(const writer&) = delete;
-  ~writer() {
-    if (sink_ != nullptr && sink_->size() > pos_) sink_->resize(pos_);
-  }
+namespace detail {
 
-  /// Trims a vector sink to the bytes written; writing may continue.
-  void flush() noexcept {
-    if (sink_ != nullptr && sink_->size() > pos_) {
-      sink_->resize(pos_);  // shrinking never allocates
-      capacity_ = pos_;
-    }
-  }
+/// The encodings both writers share, over a sink that hands out room:
+/// Sink::reserve(n) returns n writable bytes, or nullptr when a fixed sink
+/// is full; Sink::ok() and Sink::full(), of type Status, are what a write
+/// returns then.
+template <class Sink, class Status>
+class basic_writer {
+ public:
+  using status = Status;
 
   /// Bytes written so far.
   [[nodiscard]] constexpr std::size_t position() const noexcept { return pos_; }
   [[nodiscard]] constexpr std::span<const std::byte> written() const noexcept { return {data_, pos_}; }
 
   template <scalar T>
-  result<void> write(T v, byte_order order) noexcept {
-    std::byte* p = reserve(sizeof(T));
-    if (p == nullptr) return errc::no_space;
+  status write(T v, byte_order order) {
+    std::byte* p = sink().reserve(sizeof(T));
+    if (p == nullptr) return Sink::full();
     store<T>(v, p, order);
-    return {};
+    return Sink::ok();
   }
 
   template <scalar T>
-  result<void> write_array(std::span<const T> values, byte_order order) noexcept {
-    std::byte* p = reserve(values.size_bytes());
-    if (p == nullptr) return errc::no_space;
+  status write_array(std::span<const T> values, byte_order order) {
+    std::byte* p = sink().reserve(values.size_bytes());
+    if (p == nullptr) return Sink::full();
     store_array<T>(values, {p, values.size_bytes()}, order);
-    return {};
+    return Sink::ok();
   }
 
   /// `native` holds host-order elements of `width` bytes; they are written
   /// converted to `order` through the bulk kernels.
   // Requires: width is 1, 2, 4 or 8 and divides native.size().
-  result<void> write_elements(std::span<const std::byte> native, std::size_t width, byte_order order) noexcept {
-    std::byte* p = reserve(native.size());
-    if (p == nullptr) return errc::no_space;
+  status write_elements(std::span<const std::byte> native, std::size_t width, byte_order order) {
+    std::byte* p = sink().reserve(native.size());
+    if (p == nullptr) return Sink::full();
     convert(native, host_order, {p, native.size()}, order, width);
-    return {};
+    return Sink::ok();
   }
 
-  result<void> write_bytes(std::span<const std::byte> bytes) noexcept {
-    std::byte* p = reserve(bytes.size());
-    if (p == nullptr) return errc::no_space;
+  status write_bytes(std::span<const std::byte> bytes) {
+    std::byte* p = sink().reserve(bytes.size());
+    if (p == nullptr) return Sink::full();
     if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
-    return {};
+    return Sink::ok();
   }
-  result<void> write_varint(std::uint64_t v) noexcept {
-    std::byte* p = reserve(varint_size(v));
-    if (p == nullptr) return errc::no_space;
+  status write_varint(std::uint64_t v) {
+    std::byte* p = sink().reserve(varint_size(v));
+    if (p == nullptr) return Sink::full();
     encode_varint(v, p);
-    return {};
+    return Sink::ok();
   }
-  result<void> write_zigzag(std::int64_t v) noexcept { return write_varint(zigzag_encode(v)); }
+  status write_zigzag(std::int64_t v) { return write_varint(zigzag_encode(v)); }
   /// A varint length, then the bytes.
-  result<void> write_length_prefixed(std::span<const std::byte> bytes) noexcept;
+  status write_length_prefixed(std::span<const std::byte> bytes) {
+    const std::size_t head = varint_size(bytes.size());
+    std::byte* p = bytes.size() > SIZE_MAX - head ? nullptr : sink().reserve(head + bytes.size());
+    if (p == nullptr) return Sink::full();
+    encode_varint(bytes.size(), p);
+    if (!bytes.empty()) std::memcpy(p + head, bytes.data(), bytes.size());
+    return Sink::ok();
+  }
 
- private:
-  // Room for n more bytes at the end, or nullptr (no_space / allocation
-  // failure). Inline for the common case of room to spare.
-  std::byte* reserve(std::size_t n) noexcept {
+ protected:
+  constexpr basic_writer(std::byte* data, std::size_t capacity, std::size_t pos) noexcept
+      : data_(data), capacity_(capacity), pos_(pos) {}
+  // Room for n more bytes at the end, if there is room to spare.
+  std::byte* take(std::size_t n) noexcept {
     if (n <= capacity_ - pos_) [[likely]] {
       std::byte* p = data_ + pos_;
       pos_ += n;
       return p;
     }
-    return grow(n);
+    return nullptr;
   }
-  std::byte* grow(std::size_t n) noexcept;
 
   std::byte* data_;
   std::size_t capacity_;
-  std::size_t pos_ = 0;
-  std::vector<std::byte>* sink_ = nullptr;
+  std::size_t pos_;
+
+ private:
+  Sink& sink() noexcept { return static_cast<Sink&>(*this); }
+};
+
+}  // namespace detail
+
+/// Writes into a fixed span, failing with no_space when it is full. Writes
+/// are whole or nothing: on error, nothing of the failed value was written.
+class writer : public detail::basic_writer<writer, result<void>> {
+ public:
+  // Writes into `out`, which must outlive the writer.
+  constexpr explicit writer(std::span<std::byte> out) noexcept : basic_writer(out.data(), out.size(), 0) {}
+  writer(const writer&) = delete;
+  writer& operator=(const writer&) = delete;
+
+ private:
+  friend class detail::basic_writer<writer, result<void>>;
+  static constexpr result<void> ok() noexcept { return {}; }
+  static constexpr result<void> full() noexcept { return errc::no_space; }
+  std::byte* reserve(std::size_t n) noexcept {
+    std::byte* p = take(n);
+    return p != nullptr ? p : no_room();
+  }
+  // Out of line, as vector_writer::grow() is: it keeps the compiler from
+  // tracing a full buffer into the store it skips (GCC 12's
+  // -Wstringop-overflow reports such paths).
+  static std::byte* no_room() noexcept;
+};
+
+/// Appends to a std::vector<std::byte>, growing it; writes cannot fail
+/// (running out of memory throws std::bad_alloc, as vector does).
+///
+/// The vector grows geometrically, so while the writer lives the vector
+/// may be longer than position(); flush() trims it to exactly the bytes
+/// written, and so does the destructor (which only ever shrinks the vector).
+class vector_writer : public detail::basic_writer<vector_writer, void> {
+ public:
+  // Appends to `sink` (from its current end), which must outlive the writer.
+  explicit vector_writer(std::vector<std::byte>& sink) noexcept
+      : basic_writer(sink.data(), sink.size(), sink.size()), sink_(sink) {}
+  vector_writer(const vector_writer&) = delete;
+  vector_writer& operator=(const vector_writer&) = delete;
+  ~vector_writer() { flush(); }
+
+  /// Trims the vector to the bytes written; writing may continue.
+  void flush() noexcept {
+    if (sink_.size() > pos_) {
+      sink_.resize(pos_);  // shrinking never allocates
+      capacity_ = pos_;
+    }
+  }
+
+ private:
+  friend class detail::basic_writer<vector_writer, void>;
+  static constexpr void ok() noexcept {}
+  static constexpr void full() noexcept {}
+  // Never null: grows the vector (inline for the common case of room).
+  std::byte* reserve(std::size_t n) {
+    std::byte* p = take(n);
+    return p != nullptr ? p : grow(n);
+  }
+  std::byte* grow(std::size_t n);
+
+  std::vector<std::byte>& sink_;
 };
 
 }  // namespace ferry::wire

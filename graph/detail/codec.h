@@ -269,7 +269,7 @@ void write_number(writer_state& w, T v) {
   using bits = std::conditional_t<sizeof(T) == 1, std::uint8_t,
                std::conditional_t<sizeof(T) == 2, std::uint16_t,
                std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
-  (void)w.out().write<bits>(std::bit_cast<bits>(v), w.order());
+  w.out().write<bits>(std::bit_cast<bits>(v), w.order());
 }
 
 /// The identity of the object a pointer refers to: its most-derived address
@@ -302,12 +302,12 @@ std::optional<pointee> identify(writer_state& w, const E* p) {
 template <class E>
 void write_reference(writer_state& w, const E* p, kind k) {
   if (p == nullptr) {
-    (void)w.out().write_varint(0);
+    w.out().write_varint(0);
     return;
   }
   const auto target = identify(w, p);
   if (!target) return;
-  (void)w.out().write_varint(w.reference(target->address, target->type, k, target->write, target->describe));
+  w.out().write_varint(w.reference(target->address, target->type, k, target->write, target->describe));
 }
 
 template <class T>
@@ -323,19 +323,19 @@ void write_value(writer_state& w, const T& v) {
   if constexpr (std::is_enum_v<U>) {
     write_number(w, static_cast<std::underlying_type_t<U>>(v));
   } else if constexpr (std::is_same_v<U, bool>) {
-    (void)w.out().write<std::uint8_t>(v ? 1 : 0, w.order());
+    w.out().write<std::uint8_t>(v ? 1 : 0, w.order());
   } else if constexpr (std::is_arithmetic_v<U>) {
     write_number(w, v);
   } else if constexpr (std::is_same_v<U, std::string>) {
     if (!w.count_ok(v.size())) return;
-    (void)w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
+    w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
   } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
     using E = typename U::value_type;
     if (!w.count_ok(v.size())) return;
-    if constexpr (is_instance_v<U, std::vector>) (void)w.out().write_varint(v.size());
+    if constexpr (is_instance_v<U, std::vector>) w.out().write_varint(v.size());
     if constexpr (is_number<E>) {
       // Bulk: the whole array through the byte-order kernels.
-      (void)w.out().write_elements(std::as_bytes(std::span(v.data(), v.size())), sizeof(E), w.order());
+      w.out().write_elements(std::as_bytes(std::span(v.data(), v.size())), sizeof(E), w.order());
     } else {
       for (const auto& e : v) {
         if (w.failed()) return;
@@ -346,7 +346,7 @@ void write_value(writer_state& w, const T& v) {
                        is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
     constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
     if (!w.count_ok(v.size())) return;
-    (void)w.out().write_varint(v.size());
+    w.out().write_varint(v.size());
     auto one = [&](const auto& entry) {
       w.suspend_tracking(1);
       if constexpr (is_map) {
@@ -374,10 +374,10 @@ void write_value(writer_state& w, const T& v) {
       for (auto* entry : sorted) one(*entry);
     }
   } else if constexpr (is_instance_v<U, std::optional>) {
-    (void)w.out().write<std::uint8_t>(v.has_value() ? 1 : 0, w.order());
+    w.out().write<std::uint8_t>(v.has_value() ? 1 : 0, w.order());
     if (v) write_value(w, *v);
   } else if constexpr (is_instance_v<U, std::variant>) {
-    (void)w.out().write_varint(v.index());
+    w.out().write_varint(v.index());
     std::visit([&](const auto& alt) { write_value(w, alt); }, v);
   } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
     std::apply([&](const auto&... e) { (write_value(w, e), ...); }, v);

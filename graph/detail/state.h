@@ -99,7 +99,7 @@ class writer_state final : public desc_context {
   result<std::vector<std::byte>> finish();
 
   // --- for the codecs
-  wire::writer& out() noexcept { return body_; }
+  wire::vector_writer& out() noexcept { return body_; }
   [[nodiscard]] byte_order order() const noexcept { return order_; }
   /// False (and the writer fails) when a string or container is longer than
   /// the reader's max_count would accept.
@@ -150,7 +150,7 @@ class writer_state final : public desc_context {
   const options& opt_;
   byte_order order_;
   std::vector<std::byte> body_bytes_;  // header, then body; the footer is appended last
-  wire::writer body_;
+  wire::vector_writer body_;
   schema::schema schema_;
   std::unordered_map<std::string_view, std::size_t> type_indices_;
   std::vector<const type_key*> type_keys_;  // by schema index

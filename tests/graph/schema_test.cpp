@@ -21,7 +21,7 @@ struct raw_field {
 };
 std::vector<std::byte> section(const std::vector<std::pair<std::string, std::vector<raw_field>>>& types) {
   std::vector<std::byte> out;
-  wire::writer w(out);
+  wire::vector_writer w(out);
   auto text = [&](const std::string& s) { (void)w.write_length_prefixed(std::as_bytes(std::span(s.data(), s.size()))); };
   (void)w.write_varint(types.size());
   for (const auto& [name, fields] : types) {
@@ -51,7 +51,7 @@ TEST(Schema, RoundTripsThroughEncode) {
   s.types.push_back({"a.base", 1, true, {}});
   std::vector<std::byte> out;
   {
-    wire::writer w(out);
+    wire::vector_writer w(out);
     schema::encode(s, w);
   }
   wire::reader in(out);

@@ -154,14 +154,14 @@ TEST(Writer, FixedBufferReportsNoSpaceAndWritesNothing) {
 
 TEST(Writer, VectorSinkAppendsAndRoundTrips) {
   std::vector<std::byte> out = bytes({0xEE});
-  writer w(out);
+  vector_writer w(out);
   const std::array<float, 3> floats{1.0f, -0.0f, 6.342e-5f};
-  ASSERT_TRUE(w.write<std::uint64_t>(0x0102030405060708, byte_order::little));
-  ASSERT_TRUE(w.write_varint(300));
-  ASSERT_TRUE(w.write_zigzag(-5));
-  ASSERT_TRUE(w.write_length_prefixed(bytes({0xAA, 0xBB, 0xCC})));
-  ASSERT_TRUE(w.write_array<float>(floats, byte_order::big));
-  ASSERT_TRUE(w.write<double>(-2.5, byte_order::big));
+  w.write<std::uint64_t>(0x0102030405060708, byte_order::little);
+  w.write_varint(300);
+  w.write_zigzag(-5);
+  w.write_length_prefixed(bytes({0xAA, 0xBB, 0xCC}));
+  w.write_array<float>(floats, byte_order::big);
+  w.write<double>(-2.5, byte_order::big);
   EXPECT_GE(out.size(), w.position());  // spare room until flushed
   w.flush();
   EXPECT_EQ(out.size(), w.position());
