@@ -187,7 +187,7 @@ struct ring_plan final : detail::plan {
     if (t + 1 < l.size()) {  // reduce-scatter
       const float* src = rx.data();
       if (enc != encoding::raw) {
-        (void)payload_to_f32(h, payload, std::span(decoded.data(), len));
+        decode_f32_payload(h.enc, h.order, payload, std::span(decoded.data(), len));  // F32: checked by on_header
         src = decoded.data();
       } else if (!direct) {
         payload_to_host(h, payload);
@@ -205,7 +205,7 @@ struct ring_plan final : detail::plan {
       }
       send(t + 1, chunk);
     } else {  // all-gather
-      if (!direct) (void)payload_to_f32(h, payload, region);
+      if (!direct) decode_f32_payload(h.enc, h.order, payload, region);
       if (t + 1 < stages) send(t + 1, chunk);
     }
   }

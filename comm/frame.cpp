@@ -53,28 +53,22 @@ result<std::size_t> payload_size(const frame_header& h) noexcept {
 
 result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t max_frame_bytes) noexcept {
   wire::reader in(bytes);
-  auto m = in.read_bytes(4);
-  if (!m) return m.error();
-  if (!std::equal(m->begin(), m->end(), std::begin(magic))) return errc::bad_magic;
-  auto v = in.read<std::uint8_t>(byte_order::little);
-  if (!v) return v.error();
-  if (*v != version) return errc::unsupported_version;
-  auto flags = in.read<std::uint8_t>(byte_order::little);
-  if (!flags) return flags.error();
+  FERRY_TRY_ASSIGN(const auto m, in.read_bytes(4));
+  if (!std::equal(m.begin(), m.end(), std::begin(magic))) return errc::bad_magic;
+  FERRY_TRY_ASSIGN(const auto v, in.read<std::uint8_t>(byte_order::little));
+  if (v != version) return errc::unsupported_version;
+  FERRY_TRY_ASSIGN(const auto flags, in.read<std::uint8_t>(byte_order::little));
   frame_header h;
-  h.order = (*flags & order_bit) ? byte_order::big : byte_order::little;
-  const auto enc = static_cast<std::uint8_t>((*flags & encoding_mask) >> 1);
-  if ((*flags & ~(order_bit | encoding_mask)) != 0 || enc > 2) return errc::bad_value;
+  h.order = (flags & order_bit) ? byte_order::big : byte_order::little;
+  const auto enc = static_cast<std::uint8_t>((flags & encoding_mask) >> 1);
+  if ((flags & ~(order_bit | encoding_mask)) != 0 || enc > 2) return errc::bad_value;
   h.enc = static_cast<encoding>(enc);
-  auto type = in.read<std::uint8_t>(h.order);
-  if (!type) return type.error();
-  auto dtype = codec::dtype_from_code(*type);
-  if (!dtype) return dtype.error();
-  h.type = *dtype;
+  FERRY_TRY_ASSIGN(const auto type, in.read<std::uint8_t>(h.order));
+  FERRY_TRY_ASSIGN(const auto dtype, codec::dtype_from_code(type));
+  h.type = dtype;
   if (h.enc != encoding::raw && h.type != codec::dtype::f32) return errc::bad_value;
-  auto reserved = in.read<std::uint8_t>(h.order);
-  if (!reserved) return reserved.error();
-  if (*reserved != 0) return errc::bad_value;
+  FERRY_TRY_ASSIGN(const auto reserved, in.read<std::uint8_t>(h.order));
+  if (reserved != 0) return errc::bad_value;
   auto sender = in.read<std::uint32_t>(h.order);
   auto sequence = in.read<std::uint64_t>(h.order);
   auto chunk = in.read<std::uint32_t>(h.order);
@@ -84,10 +78,9 @@ result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t 
   h.sequence = *sequence;
   h.chunk = *chunk;
   h.count = *count;
-  auto payload = payload_size(h);
-  if (!payload) return payload.error();
+  FERRY_TRY_ASSIGN(const auto payload, payload_size(h));
   const std::size_t fixed = frame_header_size + frame_trailer_size;
-  if (max_frame_bytes < fixed || *payload > max_frame_bytes - fixed) return errc::limit_exceeded;
+  if (max_frame_bytes < fixed || payload > max_frame_bytes - fixed) return errc::limit_exceeded;
   return h;
 }
 
@@ -256,7 +249,7 @@ result<void> frame_decoder::feed(std::span<const std::byte> bytes, frame_sink& s
     const std::size_t n = std::min(bufs[0].size(), bytes.size());
     if (n > 0) std::memcpy(bufs[0].data(), bytes.data(), n);
     bytes = bytes.subspan(n);
-    if (auto s = advance(n, sink); !s) return s;
+    FERRY_TRY(advance(n, sink));
   }
   return {};
 }

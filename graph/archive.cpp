@@ -176,71 +176,59 @@ reader_state::~reader_state() { release_objects(); }
 result<prelude> read_prelude(std::span<const std::byte> archive, const options& opt) {
   wire::reader in(archive);
   prelude p;
-  auto m = in.read_bytes(4);
-  if (!m) return m.error();
-  if (!std::equal(m->begin(), m->end(), std::begin(magic))) return errc::bad_magic;
-  auto version = in.read<std::uint8_t>(p.order);
-  if (!version) return version.error();
-  if (*version != format_version) return errc::unsupported_version;
-  auto order = in.read<std::uint8_t>(p.order);
-  if (!order) return order.error();
-  if (*order > 1) return errc::bad_byte_order;
-  p.order = static_cast<byte_order>(*order);
-  auto flags = in.read<std::uint8_t>(p.order);
-  if (!flags) return flags.error();
-  if ((*flags & ~flag_raw_pointers) != 0) return errc::bad_value;
-  p.raw_pointers = (*flags & flag_raw_pointers) != 0;
-  auto body_size = in.read<std::uint64_t>(p.order);
-  if (!body_size) return body_size.error();
-  if (*body_size > in.remaining()) return errc::truncated;
-  p.body = *in.read_bytes(static_cast<std::size_t>(*body_size));
+  FERRY_TRY_ASSIGN(const auto m, in.read_bytes(4));
+  if (!std::equal(m.begin(), m.end(), std::begin(magic))) return errc::bad_magic;
+  FERRY_TRY_ASSIGN(const auto version, in.read<std::uint8_t>(p.order));
+  if (version != format_version) return errc::unsupported_version;
+  FERRY_TRY_ASSIGN(const auto order, in.read<std::uint8_t>(p.order));
+  if (order > 1) return errc::bad_byte_order;
+  p.order = static_cast<byte_order>(order);
+  FERRY_TRY_ASSIGN(const auto flags, in.read<std::uint8_t>(p.order));
+  if ((flags & ~flag_raw_pointers) != 0) return errc::bad_value;
+  p.raw_pointers = (flags & flag_raw_pointers) != 0;
+  FERRY_TRY_ASSIGN(const auto body_size, in.read<std::uint64_t>(p.order));
+  if (body_size > in.remaining()) return errc::truncated;
+  p.body = *in.read_bytes(static_cast<std::size_t>(body_size));
 
-  auto s = schema::decode(in, opt.limits);
-  if (!s) return s.error();
-  p.schema = std::move(*s);
+  FERRY_TRY_ASSIGN(const auto s, schema::decode(in, opt.limits));
+  p.schema = std::move(s);
 
   // Smallest run: count + ownership + one descriptor byte.
-  auto runs = in.read_count(3, opt.max_objects);
-  if (!runs) return runs.error();
+  FERRY_TRY_ASSIGN(const auto runs, in.read_count(3, opt.max_objects));
   const std::size_t max_objects = std::min(opt.max_objects, p.body.size());
   std::size_t total = 0;
-  for (std::size_t r = 0; r < *runs; ++r) {
-    auto count = in.read_varint();
-    if (!count) return count.error();
-    if (*count == 0) return errc::bad_value;
-    if (*count > max_objects - total) return errc::limit_exceeded;
-    total += static_cast<std::size_t>(*count);
-    auto own = in.read<std::uint8_t>(p.order);
-    if (!own) return own.error();
-    if (*own != owned_shared && *own != owned_unique) return errc::bad_value;
-    auto desc = schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth);
-    if (!desc) return desc.error();
-    if (static_cast<kind>((*desc)[0]) == kind::structure) {
-      wire::reader d(desc->subspan(1));
+  for (std::size_t r = 0; r < runs; ++r) {
+    FERRY_TRY_ASSIGN(const auto count, in.read_varint());
+    if (count == 0) return errc::bad_value;
+    if (count > max_objects - total) return errc::limit_exceeded;
+    total += static_cast<std::size_t>(count);
+    FERRY_TRY_ASSIGN(const auto own, in.read<std::uint8_t>(p.order));
+    if (own != owned_shared && own != owned_unique) return errc::bad_value;
+    FERRY_TRY_ASSIGN(const auto desc, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth));
+    if (static_cast<kind>((desc)[0]) == kind::structure) {
+      wire::reader d(desc.subspan(1));
       if (p.schema.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
     }
-    p.objects.insert(p.objects.end(), static_cast<std::size_t>(*count), prelude::entry{*own, *desc});
+    p.objects.insert(p.objects.end(), static_cast<std::size_t>(count), prelude::entry{own, desc});
   }
-  auto root = schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth);
-  if (!root) return root.error();
-  p.root = *root;
+  FERRY_TRY_ASSIGN(const auto root, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth));
+  p.root = root;
   if (!in.at_end()) return errc::trailing_bytes;
   return p;
 }
 
 result<void> reader_state::read_header() {
-  auto p = read_prelude(archive_, opt_);
-  if (!p) return p.error();
-  in_ = wire::reader(p->body);
-  root_desc_ = p->root;
-  order_ = p->order;
-  track_ = p->raw_pointers;
-  schema_ = std::move(p->schema);
-  if (auto c = charge(p->objects.size(), sizeof(read_object)); !c) return c;
-  objects_.resize(p->objects.size());
+  FERRY_TRY_ASSIGN(const auto p, read_prelude(archive_, opt_));
+  in_ = wire::reader(p.body);
+  root_desc_ = p.root;
+  order_ = p.order;
+  track_ = p.raw_pointers;
+  schema_ = std::move(p.schema);
+  FERRY_TRY(charge(p.objects.size(), sizeof(read_object)));
+  objects_.resize(p.objects.size());
   for (std::size_t i = 0; i < objects_.size(); ++i) {
-    objects_[i].ownership = p->objects[i].ownership;
-    objects_[i].desc = p->objects[i].type;
+    objects_[i].ownership = p.objects[i].ownership;
+    objects_[i].desc = p.objects[i].type;
   }
   return {};
 }
@@ -312,9 +300,9 @@ result<void> reader_state::finish_read() {
   for (std::size_t i = 0; i < objects_.size(); ++i) {
     read_object& o = objects_[i];
     if (o.address == nullptr) return graph_errc::bad_reference;
-    if (auto e = o.read(*this, o.address); !e) return e;
+    FERRY_TRY(o.read(*this, o.address));
   }
-  if (auto e = resolve_raws(); !e) return e;
+  FERRY_TRY(resolve_raws());
   for (const read_object& o : objects_) {
     if (o.ownership == owned_unique && !o.claimed) return graph_errc::ownership_conflict;
   }

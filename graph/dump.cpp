@@ -184,14 +184,13 @@ class json_emitter {
 }  // namespace
 
 result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, const options& opt) {
-  auto p = detail::read_prelude(archive, opt);
-  if (!p) return p.error();
-  wire::reader in(p->body);
+  FERRY_TRY_ASSIGN(const auto p, detail::read_prelude(archive, opt));
+  wire::reader in(p.body);
 
   out << "{\"format\": \"ferry graph archive\", \"version\": 1, \"byte_order\": \""
-      << (p->order == wire::byte_order::little ? "little" : "big") << "\",\n \"schema\": [";
-  for (std::size_t i = 0; i < p->schema.types.size(); ++i) {
-    const schema::type_def& t = p->schema.types[i];
+      << (p.order == wire::byte_order::little ? "little" : "big") << "\",\n \"schema\": [";
+  for (std::size_t i = 0; i < p.schema.types.size(); ++i) {
+    const schema::type_def& t = p.schema.types[i];
     out << (i == 0 ? "\n  " : ",\n  ") << "{\"name\": ";
     write_escaped(out, t.name);
     out << ", \"version\": " << t.version << ", \"abstract\": " << (t.abstract ? "true" : "false")
@@ -200,25 +199,25 @@ result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, co
       out << (f == 0 ? "" : ", ") << "{\"tag\": " << t.fields[f].tag << ", \"name\": ";
       write_escaped(out, t.fields[f].name);
       out << ", \"type\": ";
-      write_escaped(out, schema::to_string(t.fields[f].type, p->schema));
+      write_escaped(out, schema::to_string(t.fields[f].type, p.schema));
       out << '}';
     }
     out << "]}";
   }
   out << "],\n \"root\": ";
 
-  json_emitter json(out, p->schema);
+  json_emitter json(out, p.schema);
   const schema::value_visitor v = json.visitor();
   std::size_t values = 0;
-  if (auto r = schema::walk_value(in, p->root, p->schema, p->order, v, opt.limits, values); !r) return r;
+  FERRY_TRY(schema::walk_value(in, p.root, p.schema, p.order, v, opt.limits, values));
   out << ",\n \"objects\": [";
-  for (std::size_t i = 0; i < p->objects.size(); ++i) {
+  for (std::size_t i = 0; i < p.objects.size(); ++i) {
     out << (i == 0 ? "\n  " : ",\n  ") << "{\"id\": " << i + 1 << ", \"ownership\": \""
-        << (p->objects[i].ownership == 1 ? "shared" : "unique") << "\", \"type\": ";
-    write_escaped(out, schema::to_string(p->objects[i].type, p->schema));
+        << (p.objects[i].ownership == 1 ? "shared" : "unique") << "\", \"type\": ";
+    write_escaped(out, schema::to_string(p.objects[i].type, p.schema));
     out << ", \"value\": ";
     json.reset();
-    if (auto r = schema::walk_value(in, p->objects[i].type, p->schema, p->order, v, opt.limits, values); !r) return r;
+    FERRY_TRY(schema::walk_value(in, p.objects[i].type, p.schema, p.order, v, opt.limits, values));
     out << '}';
   }
   out << "]}\n";

@@ -17,10 +17,9 @@ bool is_scalar(std::uint8_t k) noexcept {
 
 result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t depth_left) {
   if (depth_left == 0) return errc::depth_exceeded;
-  auto k = in.read<std::uint8_t>(desc_order);
-  if (!k) return k.error();
-  if (is_scalar(*k) || *k == static_cast<std::uint8_t>(kind::string)) return {};
-  switch (static_cast<kind>(*k)) {
+  FERRY_TRY_ASSIGN(const auto k, in.read<std::uint8_t>(desc_order));
+  if (is_scalar(k) || k == static_cast<std::uint8_t>(kind::string)) return {};
+  switch (static_cast<kind>(k)) {
     case kind::sequence:
     case kind::set:
     case kind::optional:
@@ -30,30 +29,27 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
     case kind::raw:
       return check_descriptor(in, type_count, depth_left - 1);
     case kind::array: {
-      auto n = in.read_varint();
-      if (!n) return n.error();
+      FERRY_TRY(in.read_varint());  // the length
       return check_descriptor(in, type_count, depth_left - 1);
     }
     case kind::map: {
-      if (auto r = check_descriptor(in, type_count, depth_left - 1); !r) return r;
+      FERRY_TRY(check_descriptor(in, type_count, depth_left - 1));
       return check_descriptor(in, type_count, depth_left - 1);
     }
     case kind::variant:
     case kind::tuple: {
-      auto n = in.read_varint();
-      if (!n) return n.error();
-      if (*n == 0 && static_cast<kind>(*k) == kind::variant) return schema_errc::bad_descriptor;
+      FERRY_TRY_ASSIGN(const auto n, in.read_varint());
+      if (n == 0 && static_cast<kind>(k) == kind::variant) return schema_errc::bad_descriptor;
       // Each element takes at least one byte, so the input bounds the loop.
-      if (*n > in.remaining()) return errc::truncated;
-      for (std::uint64_t i = 0; i < *n; ++i) {
-        if (auto r = check_descriptor(in, type_count, depth_left - 1); !r) return r;
+      if (n > in.remaining()) return errc::truncated;
+      for (std::uint64_t i = 0; i < n; ++i) {
+        FERRY_TRY(check_descriptor(in, type_count, depth_left - 1));
       }
       return {};
     }
     case kind::structure: {
-      auto index = in.read_varint();
-      if (!index) return index.error();
-      if (*index >= type_count) return schema_errc::bad_type_index;
+      FERRY_TRY_ASSIGN(const auto index, in.read_varint());
+      if (index >= type_count) return schema_errc::bad_type_index;
       return {};
     }
     default:
@@ -68,10 +64,9 @@ std::string bytes_to_string(std::span<const std::byte> b) {
 }
 
 result<std::string> read_name(reader& in, const limits& lim) {
-  auto b = in.read_length_prefixed(lim.max_name_bytes);
-  if (!b) return b.error();
-  if (b->empty()) return errc::bad_value;
-  return bytes_to_string(*b);
+  FERRY_TRY_ASSIGN(const auto b, in.read_length_prefixed(lim.max_name_bytes));
+  if (b.empty()) return errc::bad_value;
+  return bytes_to_string(b);
 }
 
 void write_name(wire::vector_writer& out, std::string_view name) {
@@ -91,44 +86,38 @@ struct walker {
   }
 
   result<std::uint64_t> read_count(reader& in) {
-    auto n = in.read_varint();
-    if (!n) return n.error();
-    if (*n > lim.max_count) return errc::limit_exceeded;
-    return *n;
+    FERRY_TRY_ASSIGN(const auto n, in.read_varint());
+    if (n > lim.max_count) return errc::limit_exceeded;
+    return n;
   }
 
   result<void> walk(reader& in, reader& desc, std::size_t depth) {
     if (depth >= lim.max_depth) return errc::depth_exceeded;
-    if (auto r = count_value(); !r) return r;
+    FERRY_TRY(count_value());
     auto kb = desc.read<std::uint8_t>(desc_order);
     if (!kb) return schema_errc::bad_descriptor;
     const auto k = static_cast<kind>(*kb);
     if (const std::size_t size = scalar_size(k); size != 0) {
-      auto bytes = in.read_bytes(size);
-      if (!bytes) return bytes.error();
-      if (k == kind::boolean && std::to_integer<unsigned>((*bytes)[0]) > 1) return errc::bad_value;
-      if (v.scalar) v.scalar(k, *bytes, order);
+      FERRY_TRY_ASSIGN(const auto bytes, in.read_bytes(size));
+      if (k == kind::boolean && std::to_integer<unsigned>((bytes)[0]) > 1) return errc::bad_value;
+      if (v.scalar) v.scalar(k, bytes, order);
       return {};
     }
     switch (k) {
       case kind::string: {
-        auto n = read_count(in);
-        if (!n) return n.error();
-        auto bytes = in.read_bytes(static_cast<std::size_t>(*n));
-        if (!bytes) return bytes.error();
-        if (v.string) v.string(std::string_view(bytes_to_string(*bytes)));
+        FERRY_TRY_ASSIGN(const auto n, read_count(in));
+        FERRY_TRY_ASSIGN(const auto bytes, in.read_bytes(static_cast<std::size_t>(n)));
+        if (v.string) v.string(std::string_view(bytes_to_string(bytes)));
         return {};
       }
       case kind::sequence:
       case kind::set: {
-        auto n = read_count(in);
-        if (!n) return n.error();
-        return elements(in, desc, k, *n, 1, depth);
+        FERRY_TRY_ASSIGN(const auto n, read_count(in));
+        return elements(in, desc, k, n, 1, depth);
       }
       case kind::map: {
-        auto n = read_count(in);
-        if (!n) return n.error();
-        return elements(in, desc, k, *n, 2, depth);
+        FERRY_TRY_ASSIGN(const auto n, read_count(in));
+        return elements(in, desc, k, n, 2, depth);
       }
       case kind::array: {
         auto n = desc.read_varint();
@@ -137,23 +126,21 @@ struct walker {
         return elements(in, desc, k, *n, 1, depth);
       }
       case kind::optional: {
-        auto flag = in.read<std::uint8_t>(order);
-        if (!flag) return flag.error();
-        if (*flag > 1) return errc::bad_value;
-        if (v.tag) v.tag(k, *flag);
-        if (*flag == 1) return walk(in, desc, depth + 1);
+        FERRY_TRY_ASSIGN(const auto flag, in.read<std::uint8_t>(order));
+        if (flag > 1) return errc::bad_value;
+        if (v.tag) v.tag(k, flag);
+        if (flag == 1) return walk(in, desc, depth + 1);
         return skip_descriptor(desc);
       }
       case kind::variant: {
         auto n = desc.read_varint();
         if (!n) return schema_errc::bad_descriptor;
-        auto index = in.read_varint();
-        if (!index) return index.error();
-        if (*index >= *n) return errc::bad_value;
-        if (v.tag) v.tag(k, *index);
+        FERRY_TRY_ASSIGN(const auto index, in.read_varint());
+        if (index >= *n) return errc::bad_value;
+        if (v.tag) v.tag(k, index);
         for (std::uint64_t i = 0; i < *n; ++i) {
-          if (i == *index) {
-            if (auto r = walk(in, desc, depth + 1); !r) return r;
+          if (i == index) {
+            FERRY_TRY(walk(in, desc, depth + 1));
           } else if (auto r = skip_descriptor(desc); !r) {
             return r;
           }
@@ -166,7 +153,7 @@ struct walker {
         if (!n) return schema_errc::bad_descriptor;
         if (v.begin) v.begin(k, *n);
         for (std::uint64_t i = 0; i < *n; ++i) {
-          if (auto r = walk(in, desc, depth + 1); !r) return r;
+          FERRY_TRY(walk(in, desc, depth + 1));
         }
         if (v.end) v.end(k);
         return {};
@@ -179,7 +166,7 @@ struct walker {
         for (const field_def& f : t.fields) {
           if (v.field) v.field(f);
           reader fd(f.type);
-          if (auto r = walk(in, fd, depth + 1); !r) return r;
+          FERRY_TRY(walk(in, fd, depth + 1));
         }
         if (v.end) v.end(k);
         return {};
@@ -187,15 +174,13 @@ struct walker {
       case kind::shared:
       case kind::unique:
       case kind::weak: {
-        auto id = in.read_varint();
-        if (!id) return id.error();
-        if (v.reference) v.reference(k, *id);
+        FERRY_TRY_ASSIGN(const auto id, in.read_varint());
+        if (v.reference) v.reference(k, id);
         return skip_descriptor(desc);
       }
       case kind::raw: {
-        auto ref = in.read<std::uint32_t>(order);
-        if (!ref) return ref.error();
-        if (v.reference) v.reference(k, *ref);
+        FERRY_TRY_ASSIGN(const auto ref, in.read<std::uint32_t>(order));
+        if (v.reference) v.reference(k, ref);
         return skip_descriptor(desc);
       }
       default:
@@ -209,16 +194,16 @@ struct walker {
     if (v.begin) v.begin(k, count);
     const std::size_t elem_start = desc.position();
     for (std::uint64_t i = 0; i < count; ++i) {
-      if (auto r = desc.seek(elem_start); !r) return r;
+      FERRY_TRY(desc.seek(elem_start));
       if (arity == 2 && v.begin) v.begin(kind::tuple, 2);  // a map entry
       for (int a = 0; a < arity; ++a) {
-        if (auto r = walk(in, desc, depth + 1); !r) return r;
+        FERRY_TRY(walk(in, desc, depth + 1));
       }
       if (arity == 2 && v.end) v.end(kind::tuple);
     }
     if (count == 0) {
       for (int a = 0; a < arity; ++a) {
-        if (auto r = skip_descriptor(desc); !r) return r;
+        FERRY_TRY(skip_descriptor(desc));
       }
     }
     if (v.end) v.end(k);
@@ -330,48 +315,40 @@ void encode(const schema& s, wire::vector_writer& out) {
 
 result<std::span<const std::byte>> read_descriptor(reader& in, std::size_t type_count, std::size_t max_depth) {
   reader probe(in.rest());
-  if (auto r = check_descriptor(probe, type_count, max_depth); !r) return r.error();
+  FERRY_TRY(check_descriptor(probe, type_count, max_depth));
   return in.read_bytes(probe.position());  // within rest() by construction
 }
 
 result<schema> decode(reader& in, const limits& lim) {
   // Smallest type: name length + 1 name byte + version + flags + field count.
-  auto count = in.read_count(5, lim.max_types);
-  if (!count) return count.error();
+  FERRY_TRY_ASSIGN(const auto count, in.read_count(5, lim.max_types));
   schema s;
-  s.types.resize(*count);
+  s.types.resize(count);
   std::unordered_set<std::string> type_names;
   for (type_def& t : s.types) {
-    auto name = read_name(in, lim);
-    if (!name) return name.error();
-    t.name = std::move(*name);
+    FERRY_TRY_ASSIGN(const auto name, read_name(in, lim));
+    t.name = std::move(name);
     if (!type_names.insert(t.name).second) return errc::duplicate_key;
-    auto version = in.read_varint<std::uint32_t>();
-    if (!version) return version.error();
-    t.version = *version;
-    auto flags = in.read<std::uint8_t>(desc_order);
-    if (!flags) return flags.error();
-    if (*flags > 1) return errc::bad_value;
-    t.abstract = *flags == 1;
+    FERRY_TRY_ASSIGN(const auto version, in.read_varint<std::uint32_t>());
+    t.version = version;
+    FERRY_TRY_ASSIGN(const auto flags, in.read<std::uint8_t>(desc_order));
+    if (flags > 1) return errc::bad_value;
+    t.abstract = flags == 1;
     // Smallest field: tag + name length + 1 name byte + 1 descriptor byte.
-    auto fields = in.read_count(4, lim.max_fields);
-    if (!fields) return fields.error();
-    if (t.abstract && *fields != 0) return errc::bad_value;
-    t.fields.resize(*fields);
+    FERRY_TRY_ASSIGN(const auto fields, in.read_count(4, lim.max_fields));
+    if (t.abstract && fields != 0) return errc::bad_value;
+    t.fields.resize(fields);
     std::unordered_set<std::uint32_t> tags;
     std::unordered_set<std::string> names;
     for (field_def& f : t.fields) {
-      auto tag = in.read_varint<std::uint32_t>();
-      if (!tag) return tag.error();
-      if (*tag == 0) return errc::bad_value;
-      f.tag = *tag;
-      auto fname = read_name(in, lim);
-      if (!fname) return fname.error();
-      f.name = std::move(*fname);
+      FERRY_TRY_ASSIGN(const auto tag, in.read_varint<std::uint32_t>());
+      if (tag == 0) return errc::bad_value;
+      f.tag = tag;
+      FERRY_TRY_ASSIGN(const auto fname, read_name(in, lim));
+      f.name = std::move(fname);
       if (!tags.insert(f.tag).second || !names.insert(f.name).second) return schema_errc::duplicate_field;
-      auto d = read_descriptor(in, s.types.size(), lim.max_depth);
-      if (!d) return d.error();
-      f.type.assign(d->begin(), d->end());
+      FERRY_TRY_ASSIGN(const auto d, read_descriptor(in, s.types.size(), lim.max_depth));
+      f.type.assign(d.begin(), d.end());
     }
   }
   return s;

@@ -455,7 +455,7 @@ result<void> read_number(reader_state& r, T& v) {
 /// Creates object `obj` as exactly a T, owned as its table entry says.
 template <class T>
 result<void> create_plain(reader_state& r, read_object& obj) {
-  if (auto c = r.charge(1, sizeof(T)); !c) return c;
+  FERRY_TRY(r.charge(1, sizeof(T)));
   if (obj.ownership == 1) {
     auto sp = std::make_shared<T>();
     obj.address = sp.get();
@@ -490,7 +490,7 @@ result<void> create_object(reader_state& r, read_object& obj) {
       if (entry == nullptr) return graph_errc::unknown_type;
       // Never create an object of a registered type unrelated to T.
       if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return graph_errc::type_mismatch;
-      if (auto c = r.charge(1, entry->size); !c) return c;
+      FERRY_TRY(r.charge(1, entry->size));
       if (obj.ownership == 1) {
         obj.shared = entry->make_shared();
         obj.address = obj.shared.get();
@@ -521,7 +521,7 @@ result<E*> resolve(reader_state& r, read_object& o, kind k) {
   const std::uint8_t wanted = k == kind::unique ? 2 : 1;
   if (o.ownership != wanted) return graph_errc::ownership_conflict;
   if (k == kind::unique && o.address != nullptr) return graph_errc::ownership_conflict;  // owned twice
-  if (auto c = create_object<E>(r, o); !c) return c.error();
+  FERRY_TRY(create_object<E>(r, o));
   void* v = reader_state::view_as(o.address, o.type, o.poly, typeid(E));
   if (v == nullptr) return graph_errc::type_mismatch;
   return static_cast<E*>(v);
@@ -544,7 +544,7 @@ result<void> read_struct(reader_state& r, T& v) {
   for (std::size_t i = 0; i < t.fields.size(); ++i) {
     const std::ptrdiff_t target = (*plan)->target[i];
     if (target < 0) {
-      if (auto s = r.skip(t.fields[i].type); !s) return s;
+      FERRY_TRY(r.skip(t.fields[i].type));
     } else if (auto s = fields[static_cast<std::size_t>(target)].read(r, fields[static_cast<std::size_t>(target)].member); !s) {
       return s;
     }
@@ -560,7 +560,7 @@ bool strictly_after(const std::optional<K>& prev, const K& key) {
 template <class T>
 result<void> read_value(reader_state& r, T& v) {
   using U = std::remove_cv_t<T>;
-  if (auto e = r.enter(); !e) return e;
+  FERRY_TRY(r.enter());
   struct leave_guard {
     reader_state& r;
     ~leave_guard() { r.leave(); }
@@ -568,7 +568,7 @@ result<void> read_value(reader_state& r, T& v) {
 
   if constexpr (std::is_enum_v<U>) {
     std::underlying_type_t<U> raw{};
-    if (auto e = read_number(r, raw); !e) return e;
+    FERRY_TRY(read_number(r, raw));
     v = static_cast<U>(raw);
     return {};
   } else if constexpr (std::is_same_v<U, bool>) {
@@ -591,7 +591,7 @@ result<void> read_value(reader_state& r, T& v) {
     if constexpr (is_instance_v<U, std::vector>) {
       auto n = r.in().read_count(min_size<E>(), r.opts().limits.max_count);
       if (!n) return n.error();
-      if (auto c = r.charge(*n, sizeof(E)); !c) return c;
+      FERRY_TRY(r.charge(*n, sizeof(E)));
       count = *n;
       v.clear();
       v.resize(count);
@@ -608,7 +608,7 @@ result<void> read_value(reader_state& r, T& v) {
       for (auto&& e : v) {
         if constexpr (std::is_same_v<E, bool>) {
           bool b = false;
-          if (auto s = read_value(r, b); !s) return s;
+          FERRY_TRY(read_value(r, b));
           e = b;
         } else if (auto s = read_value(r, e); !s) {
           return s;
@@ -626,7 +626,7 @@ result<void> read_value(reader_state& r, T& v) {
     // allocation budget bound the count.
     auto n = r.in().read_count(per, r.opts().limits.max_count);
     if (!n) return n.error();
-    if (auto c = r.charge(*n, sizeof(typename U::value_type) + 2 * sizeof(void*)); !c) return c;
+    FERRY_TRY(r.charge(*n, sizeof(typename U::value_type) + 2 * sizeof(void*)));
     v.clear();
     std::optional<K> prev;
     for (std::size_t i = 0; i < *n; ++i) {
@@ -640,7 +640,7 @@ result<void> read_value(reader_state& r, T& v) {
       if constexpr (is_map) {
         auto [it, inserted] = v.emplace(std::move(key), typename U::mapped_type{});
         if (!inserted) return errc::duplicate_key;
-        if (auto sv = read_value(r, it->second); !sv) return sv;
+        FERRY_TRY(read_value(r, it->second));
       } else {
         v.insert(std::move(key));
       }
@@ -711,11 +711,11 @@ result<void> read_value(reader_state& r, T& v) {
 
 template <class T>
 result<void> reader_state::read_root(T& root) {
-  if (auto e = read_header(); !e) return e;
+  FERRY_TRY(read_header());
   schema::descriptor expected;
   describe_type<T>(*this, expected);
   if (!std::ranges::equal(expected, root_desc_)) return graph_errc::type_mismatch;
-  if (auto e = read_value(*this, root); !e) return e;
+  FERRY_TRY(read_value(*this, root));
   return finish_read();
 }
 
