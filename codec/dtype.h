@@ -82,14 +82,15 @@ inline constexpr dtype all_dtypes[] = {
 [[nodiscard]] result<dtype> dtype_from_code(std::uint8_t code) noexcept;
 
 /// The dtype of a C++ arithmetic type (bool, fixed-width integers, float,
-/// double) or of the 16-bit float patterns ferry::f16 and ferry::bf16;
+/// double) or of a float pattern (ferry::f16, bf16, f8_e4m3, f8_e5m2);
 /// ill-formed for others.
 template <class T>
 inline constexpr dtype dtype_of = [] {
-  static_assert((std::is_arithmetic_v<T> && sizeof(T) <= 8) || std::is_same_v<T, f16> || std::is_same_v<T, bf16>,
-                "no dtype for this type");
+  static_assert((std::is_arithmetic_v<T> && sizeof(T) <= 8) || float_pattern<T>, "no dtype for this type");
   if constexpr (std::is_same_v<T, f16>) return dtype::f16;
   else if constexpr (std::is_same_v<T, bf16>) return dtype::bf16;
+  else if constexpr (std::is_same_v<T, f8_e4m3>) return dtype::f8_e4m3;
+  else if constexpr (std::is_same_v<T, f8_e5m2>) return dtype::f8_e5m2;
   else if constexpr (std::is_same_v<T, bool>) return dtype::boolean;
   else if constexpr (std::is_same_v<T, float>) return dtype::f32;
   else if constexpr (std::is_same_v<T, double>) return dtype::f64;

@@ -81,10 +81,10 @@ struct allreduce_options {
 };
 
 /// Element types broadcast and allgather move: every dtype of codec/ with a
-/// C++ type (integers, bool, float, double, f16, bf16), and std::byte.
+/// C++ type (integers, bool, float, double, f16, bf16, FP8), and std::byte.
 /// Multi-byte values arrive in the receiver's byte order.
 template <class T>
-concept element = std::same_as<T, std::byte> || std::same_as<T, f16> || std::same_as<T, bf16> ||
+concept element = std::same_as<T, std::byte> || float_pattern<T> ||
                   (std::is_arithmetic_v<T> && sizeof(T) <= 8);
 
 template <element T>

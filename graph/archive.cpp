@@ -9,10 +9,11 @@ namespace ferry::graph::detail {
 namespace {
 
 constexpr std::byte magic[4] = {std::byte{'F'}, std::byte{'G'}, std::byte{'A'}, std::byte{'1'}};
-constexpr std::uint8_t format_version = 1;
+// Format 2 numbers scalar kinds as dtype codes (schema.h); format 1 is
+// still read.
+constexpr std::uint8_t format_version = 2;
+constexpr std::uint8_t format_version_1 = 1;
 constexpr std::uint8_t flag_raw_pointers = 1;
-constexpr std::uint8_t owned_shared = 1;
-constexpr std::uint8_t owned_unique = 2;
 constexpr std::size_t flags_offset = 6;
 constexpr std::size_t body_size_offset = 7;
 constexpr std::size_t header_size = 15;
@@ -179,7 +180,16 @@ result<prelude> read_prelude(std::span<const std::byte> archive, const options& 
   FERRY_TRY_ASSIGN(const auto m, in.read_bytes(4));
   if (!std::equal(m.begin(), m.end(), std::begin(magic))) return errc::bad_magic;
   FERRY_TRY_ASSIGN(const auto version, in.read<std::uint8_t>(p.order));
-  if (version != format_version) return errc::unsupported_version;
+  if (version != format_version && version != format_version_1) return errc::unsupported_version;
+  p.version = version;
+  const std::uint8_t desc_version =
+      version == format_version_1 ? schema::descriptor_version_1 : schema::descriptor_version;
+  // A format-1 descriptor, kept in `upgraded` in the current version.
+  auto current = [&](std::span<const std::byte> d) -> std::span<const std::byte> {
+    if (desc_version == schema::descriptor_version) return d;
+    p.upgraded.push_back(schema::upgrade_descriptor(d));
+    return p.upgraded.back();
+  };
   FERRY_TRY_ASSIGN(const auto order, in.read<std::uint8_t>(p.order));
   if (order > 1) return errc::bad_byte_order;
   p.order = static_cast<byte_order>(order);
@@ -190,8 +200,7 @@ result<prelude> read_prelude(std::span<const std::byte> archive, const options& 
   if (body_size > in.remaining()) return errc::truncated;
   p.body = *in.read_bytes(static_cast<std::size_t>(body_size));
 
-  FERRY_TRY_ASSIGN(const auto s, schema::decode(in, opt.limits));
-  p.schema = std::move(s);
+  FERRY_TRY_ASSIGN(p.schema, schema::decode(in, opt.limits, desc_version));
 
   // Smallest run: count + ownership + one descriptor byte.
   FERRY_TRY_ASSIGN(const auto runs, in.read_count(3, opt.max_objects));
@@ -204,26 +213,28 @@ result<prelude> read_prelude(std::span<const std::byte> archive, const options& 
     total += static_cast<std::size_t>(count);
     FERRY_TRY_ASSIGN(const auto own, in.read<std::uint8_t>(p.order));
     if (own != owned_shared && own != owned_unique) return errc::bad_value;
-    FERRY_TRY_ASSIGN(const auto desc, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth));
+    FERRY_TRY_ASSIGN(const auto read, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth, desc_version));
+    const auto desc = current(read);
     if (static_cast<kind>((desc)[0]) == kind::structure) {
       wire::reader d(desc.subspan(1));
       if (p.schema.types[static_cast<std::size_t>(*d.read_varint())].abstract) return errc::bad_value;
     }
     p.objects.insert(p.objects.end(), static_cast<std::size_t>(count), prelude::entry{own, desc});
   }
-  FERRY_TRY_ASSIGN(const auto root, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth));
-  p.root = root;
+  FERRY_TRY_ASSIGN(const auto root, schema::read_descriptor(in, p.schema.types.size(), opt.limits.max_depth, desc_version));
+  p.root = current(root);
   if (!in.at_end()) return errc::trailing_bytes;
   return p;
 }
 
 result<void> reader_state::read_header() {
-  FERRY_TRY_ASSIGN(const auto p, read_prelude(archive_, opt_));
+  FERRY_TRY_ASSIGN(auto p, read_prelude(archive_, opt_));
   in_ = wire::reader(p.body);
   root_desc_ = p.root;
   order_ = p.order;
   track_ = p.raw_pointers;
   schema_ = std::move(p.schema);
+  upgraded_ = std::move(p.upgraded);  // root_desc_ and the objects' descriptors may point into it
   FERRY_TRY(charge(p.objects.size(), sizeof(read_object)));
   objects_.resize(p.objects.size());
   for (std::size_t i = 0; i < objects_.size(); ++i) {

@@ -2,8 +2,10 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <vector>
 
+#include "ferry/codec/half.h"
 #include "ferry/graph/detail/state.h"
 
 namespace ferry::graph {
@@ -69,6 +71,25 @@ void write_escaped(std::ostream& out, std::string_view s) {
     }
   }
   out << '"';
+}
+
+// An OCP FP8 pattern as a float (exact: every FP8 value is a float).
+// E4M3 (exponent bits 4, bias 7) has no infinities and one NaN pattern per
+// sign (all ones); E5M2 (5, bias 15) is IEEE-like, the top byte of an f16.
+float fp8_to_float(std::uint8_t b, int exponent_bits) {
+  if (exponent_bits == 5) return codec::to_float(f16{static_cast<std::uint16_t>(b << 8)});
+  const bool negative = (b & 0x80) != 0;
+  const int e = (b >> 3) & 0xF;
+  const int m = b & 0x7;
+  float v = 0;
+  if (e == 0xF && m == 0x7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), -9);  // subnormal: m * 2^-6 / 8
+  } else {
+    v = std::ldexp(static_cast<float>(8 + m), e - 10);  // (1 + m/8) * 2^(e-7)
+  }
+  return negative ? -v : v;
 }
 
 template <class F>
@@ -169,8 +190,12 @@ class json_emitter {
       case kind::i32: out_ << wire::load<std::int32_t>(b.data(), order); return;
       case kind::u64: out_ << wire::load<std::uint64_t>(b.data(), order); return;
       case kind::i64: out_ << wire::load<std::int64_t>(b.data(), order); return;
+      case kind::f16: write_float(out_, codec::to_float(wire::load<f16>(b.data(), order))); return;
+      case kind::bf16: write_float(out_, codec::to_float(wire::load<bf16>(b.data(), order))); return;
       case kind::f32: write_float(out_, wire::load<float>(b.data(), order)); return;
       case kind::f64: write_float(out_, wire::load<double>(b.data(), order)); return;
+      case kind::f8_e4m3: write_float(out_, fp8_to_float(std::to_integer<std::uint8_t>(b[0]), 4)); return;
+      case kind::f8_e5m2: write_float(out_, fp8_to_float(std::to_integer<std::uint8_t>(b[0]), 5)); return;
       default: out_ << "null"; return;
     }
   }

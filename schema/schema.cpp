@@ -11,14 +11,20 @@ using wire::reader;
 // Descriptors are single bytes and varints, so their own byte order is moot.
 constexpr byte_order desc_order = byte_order::little;
 
-bool is_scalar(std::uint8_t k) noexcept {
-  return k >= static_cast<std::uint8_t>(kind::boolean) && k <= static_cast<std::uint8_t>(kind::f64);
+static_assert(static_cast<int>(kind::f16) == static_cast<int>(codec::dtype::f16) &&
+                  static_cast<int>(kind::f8_e5m2) == static_cast<int>(codec::dtype::f8_e5m2) &&
+                  static_cast<int>(kind::boolean) == static_cast<int>(codec::dtype::boolean),
+              "scalar kinds are dtype codes");
+
+// The last scalar kind of a descriptor version: version 1 ended at f64 (0x0B).
+std::uint8_t last_scalar(std::uint8_t version) noexcept {
+  return version == descriptor_version_1 ? 0x0B : static_cast<std::uint8_t>(kind::f8_e5m2);
 }
 
-result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t depth_left) {
+result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t depth_left, std::uint8_t last) {
   if (depth_left == 0) return errc::depth_exceeded;
   FERRY_TRY_ASSIGN(const auto k, in.read<std::uint8_t>(desc_order));
-  if (is_scalar(k) || k == static_cast<std::uint8_t>(kind::string)) return {};
+  if ((k >= 1 && k <= last) || k == static_cast<std::uint8_t>(kind::string)) return {};
   switch (static_cast<kind>(k)) {
     case kind::sequence:
     case kind::set:
@@ -27,14 +33,14 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
     case kind::unique:
     case kind::weak:
     case kind::raw:
-      return check_descriptor(in, type_count, depth_left - 1);
+      return check_descriptor(in, type_count, depth_left - 1, last);
     case kind::array: {
       FERRY_TRY(in.read_varint());  // the length
-      return check_descriptor(in, type_count, depth_left - 1);
+      return check_descriptor(in, type_count, depth_left - 1, last);
     }
     case kind::map: {
-      FERRY_TRY(check_descriptor(in, type_count, depth_left - 1));
-      return check_descriptor(in, type_count, depth_left - 1);
+      FERRY_TRY(check_descriptor(in, type_count, depth_left - 1, last));
+      return check_descriptor(in, type_count, depth_left - 1, last);
     }
     case kind::variant:
     case kind::tuple: {
@@ -43,7 +49,7 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
       // Each element takes at least one byte, so the input bounds the loop.
       if (n > in.remaining()) return errc::truncated;
       for (std::uint64_t i = 0; i < n; ++i) {
-        FERRY_TRY(check_descriptor(in, type_count, depth_left - 1));
+        FERRY_TRY(check_descriptor(in, type_count, depth_left - 1, last));
       }
       return {};
     }
@@ -213,7 +219,7 @@ struct walker {
   // Descriptors were validated when the schema was read, so skipping one
   // cannot fail for depth; errors here mean a descriptor outside a schema.
   result<void> skip_descriptor(reader& desc) {
-    if (auto r = check_descriptor(desc, s.types.size(), lim.max_depth); !r) return schema_errc::bad_descriptor;
+    if (auto r = check_descriptor(desc, s.types.size(), lim.max_depth, last_scalar(descriptor_version)); !r) return schema_errc::bad_descriptor;
     return {};
   }
 };
@@ -237,8 +243,12 @@ std::string to_string(std::span<const std::byte> desc, const schema& s) {
       case kind::i32: out += "i32"; return;
       case kind::u64: out += "u64"; return;
       case kind::i64: out += "i64"; return;
+      case kind::f16: out += "f16"; return;
+      case kind::bf16: out += "bf16"; return;
       case kind::f32: out += "f32"; return;
       case kind::f64: out += "f64"; return;
+      case kind::f8_e4m3: out += "f8_e4m3"; return;
+      case kind::f8_e5m2: out += "f8_e5m2"; return;
       case kind::string: out += "string"; return;
       case kind::structure: {
         const auto i = param();
@@ -274,21 +284,15 @@ std::string to_string(std::span<const std::byte> desc, const schema& s) {
   return out;
 }
 
+std::optional<codec::dtype> scalar_dtype(kind k) noexcept {
+  const auto code = static_cast<std::uint8_t>(k);
+  if (code < 1 || code > static_cast<std::uint8_t>(kind::f8_e5m2)) return std::nullopt;
+  return static_cast<codec::dtype>(code);
+}
+
 std::size_t scalar_size(kind k) noexcept {
-  switch (k) {
-    case kind::boolean:
-    case kind::u8:
-    case kind::i8: return 1;
-    case kind::u16:
-    case kind::i16: return 2;
-    case kind::u32:
-    case kind::i32:
-    case kind::f32: return 4;
-    case kind::u64:
-    case kind::i64:
-    case kind::f64: return 8;
-    default: return 0;
-  }
+  const auto t = scalar_dtype(k);
+  return t ? codec::size_of(*t) : 0;
 }
 
 std::ptrdiff_t schema::find(std::string_view name) const noexcept {
@@ -313,13 +317,66 @@ void encode(const schema& s, wire::vector_writer& out) {
   }
 }
 
-result<std::span<const std::byte>> read_descriptor(reader& in, std::size_t type_count, std::size_t max_depth) {
+result<std::span<const std::byte>> read_descriptor(reader& in, std::size_t type_count, std::size_t max_depth,
+                                                   std::uint8_t version) {
   reader probe(in.rest());
-  FERRY_TRY(check_descriptor(probe, type_count, max_depth));
+  FERRY_TRY(check_descriptor(probe, type_count, max_depth, last_scalar(version)));
   return in.read_bytes(probe.position());  // within rest() by construction
 }
 
-result<schema> decode(reader& in, const limits& lim) {
+namespace {
+
+// Copies one validated version-1 descriptor from `in` to `out`, renumbering
+// its scalars. Validation bounded the depth.
+void upgrade(reader& in, descriptor& out) {
+  const auto k = *in.read<std::uint8_t>(desc_order);
+  if (k == 0x0A || k == 0x0B) {  // version 1's f32 and f64
+    out.push_back(static_cast<std::byte>(k == 0x0A ? kind::f32 : kind::f64));
+    return;
+  }
+  out.push_back(static_cast<std::byte>(k));
+  auto copy_varint = [&] {
+    const auto v = *in.read_varint();
+    std::byte buf[10];
+    out.insert(out.end(), buf, buf + wire::encode_varint(v, buf));
+    return v;
+  };
+  switch (static_cast<kind>(k)) {
+    case kind::sequence:
+    case kind::set:
+    case kind::optional:
+    case kind::shared:
+    case kind::unique:
+    case kind::weak:
+    case kind::raw: upgrade(in, out); return;
+    case kind::array:
+      copy_varint();
+      upgrade(in, out);
+      return;
+    case kind::map:
+      upgrade(in, out);
+      upgrade(in, out);
+      return;
+    case kind::variant:
+    case kind::tuple:
+      for (auto n = copy_varint(); n > 0; --n) upgrade(in, out);
+      return;
+    case kind::structure: copy_varint(); return;
+    default: return;  // the other scalars and string
+  }
+}
+
+}  // namespace
+
+descriptor upgrade_descriptor(std::span<const std::byte> v1) {
+  descriptor out;
+  out.reserve(v1.size());
+  reader in(v1);
+  upgrade(in, out);
+  return out;
+}
+
+result<schema> decode(reader& in, const limits& lim, std::uint8_t desc_version) {
   // Smallest type: name length + 1 name byte + version + flags + field count.
   FERRY_TRY_ASSIGN(const auto count, in.read_count(5, lim.max_types));
   schema s;
@@ -347,8 +404,12 @@ result<schema> decode(reader& in, const limits& lim) {
       FERRY_TRY_ASSIGN(const auto fname, read_name(in, lim));
       f.name = std::move(fname);
       if (!tags.insert(f.tag).second || !names.insert(f.name).second) return schema_errc::duplicate_field;
-      FERRY_TRY_ASSIGN(const auto d, read_descriptor(in, s.types.size(), lim.max_depth));
-      f.type.assign(d.begin(), d.end());
+      FERRY_TRY_ASSIGN(const auto d, read_descriptor(in, s.types.size(), lim.max_depth, desc_version));
+      if (desc_version == descriptor_version_1) {
+        f.type = upgrade_descriptor(d);
+      } else {
+        f.type.assign(d.begin(), d.end());
+      }
     }
   }
   return s;

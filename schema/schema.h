@@ -8,6 +8,9 @@
 // descriptors). A descriptor MUST be canonical (no trailing bytes) and MUST
 // NOT nest deeper than the reader's max_depth.
 //
+// The scalar kinds (0x01..0x0F) are the element codes of codec/dtype.h, so
+// a graph archive and a tensor checkpoint name a scalar type the same way.
+//
 //   kind  name      parameters              value encoding
 //   0x01  bool      -                       u8, 0 or 1 (other values: bad_value)
 //   0x02  u8        -                       1 byte
@@ -18,8 +21,12 @@
 //   0x07  i32       -                       4 bytes
 //   0x08  u64       -                       8 bytes
 //   0x09  i64       -                       8 bytes
-//   0x0A  f32       -                       4 bytes, IEEE 754 binary32 pattern
-//   0x0B  f64       -                       8 bytes, IEEE 754 binary64 pattern
+//   0x0A  f16       -                       2 bytes, IEEE 754 binary16 pattern
+//   0x0B  bf16      -                       2 bytes, bfloat16 pattern
+//   0x0C  f32       -                       4 bytes, IEEE 754 binary32 pattern
+//   0x0D  f64       -                       8 bytes, IEEE 754 binary64 pattern
+//   0x0E  f8_e4m3   -                       1 byte, OCP FP8 E4M3 pattern
+//   0x0F  f8_e5m2   -                       1 byte, OCP FP8 E5M2 pattern
 //   0x10  string    -                       varint length, then that many bytes
 //   0x11  sequence  elem                    varint count, then count elems
 //   0x12  array     varint n, elem          n elems (no count on the wire)
@@ -38,9 +45,15 @@
 //   0x1C  raw       pointee                 u32 reference in the archive's
 //                                           byte order (0: null); see graph/
 //
+// Descriptor version 1 (graph archive format 1) numbered f32 0x0A and f64
+// 0x0B and had no 16- or 8-bit floats. decode() and read_descriptor() of
+// version 1 accept exactly that grammar; upgrade_descriptor() rewrites a
+// version-1 descriptor into this one.
+//
 // C++ types map to descriptors as follows: bool; integers by width and
 // signedness (char as u8, so `char` reads the same on signed- and
-// unsigned-char targets); float; double; enums as their underlying type;
+// unsigned-char targets); float; double; ferry::f16 and ferry::bf16 (the
+// patterns of base/float16.h); enums as their underlying type;
 // std::string; std::vector/std::deque/std::list as sequence; std::array as
 // array; std::map/std::unordered_map as map; std::set/std::unordered_set as
 // set; std::optional; std::variant; std::pair/std::tuple as tuple; user
@@ -71,11 +84,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ferry/codec/dtype.h"
 #include "ferry/wire/byte_order.h"
 #include "ferry/wire/cursor.h"
 #include "ferry/schema/error.h"
@@ -92,8 +107,12 @@ enum class kind : std::uint8_t {
   i32 = 0x07,
   u64 = 0x08,
   i64 = 0x09,
-  f32 = 0x0A,
-  f64 = 0x0B,
+  f16 = 0x0A,
+  bf16 = 0x0B,
+  f32 = 0x0C,
+  f64 = 0x0D,
+  f8_e4m3 = 0x0E,
+  f8_e5m2 = 0x0F,
   string = 0x10,
   sequence = 0x11,
   array = 0x12,
@@ -108,6 +127,14 @@ enum class kind : std::uint8_t {
   weak = 0x1B,
   raw = 0x1C,
 };
+
+/// The current descriptor version, and the first one.
+inline constexpr std::uint8_t descriptor_version = 2;
+inline constexpr std::uint8_t descriptor_version_1 = 1;
+
+/// The dtype of a scalar kind (the codes are equal), or nothing for the
+/// other kinds.
+[[nodiscard]] std::optional<codec::dtype> scalar_dtype(kind k) noexcept;
 
 /// Fixed encoded size of a scalar kind (bool, integers, floats), else 0.
 [[nodiscard]] std::size_t scalar_size(kind k) noexcept;
@@ -166,17 +193,23 @@ struct schema {
 void encode(const schema& s, wire::vector_writer& out);
 
 /// Decodes a schema section and validates it: names, flags, tag and name
-/// uniqueness, descriptor syntax and struct indices.
+/// uniqueness, descriptor syntax (of descriptor version `version`) and
+/// struct indices. Field descriptors come back in the current version.
 /// Errors: truncated, varint errors, limit_exceeded, bad_descriptor,
 /// bad_type_index, depth_exceeded, duplicate_field, bad_value.
-result<schema> decode(wire::reader& in, const limits& lim);
+result<schema> decode(wire::reader& in, const limits& lim, std::uint8_t version = descriptor_version);
 
-/// Validates one descriptor at the front of `in` against a schema with
-/// `type_count` types and returns its bytes (a view into the input).
+/// Validates one descriptor of version `version` at the front of `in`
+/// against a schema with `type_count` types and returns its bytes (a view
+/// into the input, still in that version: see upgrade_descriptor()).
 /// Errors: truncated, varint errors, bad_descriptor, bad_type_index,
 /// depth_exceeded.
-result<std::span<const std::byte>> read_descriptor(wire::reader& in, std::size_t type_count,
-                                                   std::size_t max_depth);
+result<std::span<const std::byte>> read_descriptor(wire::reader& in, std::size_t type_count, std::size_t max_depth,
+                                                   std::uint8_t version = descriptor_version);
+
+/// A version-1 descriptor (validated by read_descriptor()) in the current
+/// version: f32 and f64 renumbered, everything else as it was.
+[[nodiscard]] descriptor upgrade_descriptor(std::span<const std::byte> v1);
 
 /// Callbacks of walk_value(): what a generic consumer (the dump tool, a
 /// skip) sees of a value. Every callback may be left empty.

@@ -8,6 +8,7 @@
 //   u32 / i32       4    the value, two's complement for i32
 //   u64 / i64       8    the value, two's complement for i64
 //   f16             2    IEEE 754 binary16 bit pattern (1 sign, 5 exponent, 10 fraction)
+//   f8_e4m3, f8_e5m2  1  OCP FP8 bit patterns (base/float16.h)
 //   bf16            2    bfloat16 bit pattern (1 sign, 8 exponent, 7 fraction):
 //                        the upper half of an IEEE 754 binary32
 //   f32             4    IEEE 754 binary32 bit pattern
@@ -66,7 +67,7 @@ concept scalar = std::same_as<T, std::uint8_t> || std::same_as<T, std::int8_t> |
                  std::same_as<T, std::uint32_t> || std::same_as<T, std::int32_t> ||
                  std::same_as<T, std::uint64_t> || std::same_as<T, std::int64_t> ||
                  std::same_as<T, float> || std::same_as<T, double> ||
-                 std::same_as<T, f16> || std::same_as<T, bf16>;
+                 float_pattern<T>;
 
 /// The unsigned integer that holds the bit pattern of T.
 template <scalar T>
@@ -93,7 +94,7 @@ template <std::unsigned_integral U>
 /// The bit pattern of v, and the value of a bit pattern.
 template <scalar T>
 [[nodiscard]] constexpr bits_t<T> to_bits(T v) noexcept {
-  if constexpr (std::same_as<T, f16> || std::same_as<T, bf16>) {
+  if constexpr (float_pattern<T>) {
     return v.bits;
   } else {
     return std::bit_cast<bits_t<T>>(v);
@@ -101,7 +102,7 @@ template <scalar T>
 }
 template <scalar T>
 [[nodiscard]] constexpr T from_bits(bits_t<T> u) noexcept {
-  if constexpr (std::same_as<T, f16> || std::same_as<T, bf16>) {
+  if constexpr (float_pattern<T>) {
     return T{u};
   } else {
     return std::bit_cast<T>(u);

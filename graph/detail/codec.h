@@ -1,6 +1,8 @@
 // ferry/graph/detail/codec.h: INTERNAL. How each C++ type is described,
-// written and read (the mapping is documented in ferry/schema/schema.h).
-// Not part of the API.
+// written and read (the mapping is documented in ferry/schema/schema.h):
+// one codec<T> per family of types, and the dispatchers describe_type,
+// write_value and read_value that every value goes through. Users extend
+// it through ferry::graph::value_codec (graph/codec.h). Not part of the API.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include <bit>
 #include <concepts>
 #include <cstring>
+#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +25,8 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/base/float16.h"
+#include "ferry/graph/codec.h"
 #include "ferry/graph/detail/state.h"
 #include "ferry/wire/bulk.h"
 
@@ -68,14 +74,16 @@ struct is_default_unique_ptr : std::false_type {};
 template <class E>
 struct is_default_unique_ptr<std::unique_ptr<E>> : std::true_type {};
 
-/// Arithmetic types moved as fixed-width scalars (bool excluded: 0/1 check).
+
+/// Scalars moved as fixed-width bit patterns: numbers (bool excluded: it
+/// has a 0/1 check) and the float patterns of base/float16.h.
 template <class T>
-inline constexpr bool is_number = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+concept scalar_value = (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) || float_pattern<T>;
 
 template <class T>
 constexpr kind scalar_kind() {
-  if constexpr (std::is_same_v<T, bool>) {
-    return kind::boolean;
+  if constexpr (float_pattern<T>) {
+    return static_cast<kind>(codec::dtype_of<T>);  // scalar kinds are dtype codes
   } else if constexpr (std::is_floating_point_v<T>) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "long double is not portable");
     return sizeof(T) == 4 ? kind::f32 : kind::f64;
@@ -92,25 +100,18 @@ constexpr kind scalar_kind() {
   }
 }
 
-/// The smallest encoding of a T, so a count can be checked against the
-/// bytes left (0 where a value may take no bytes).
 template <class T>
-constexpr std::size_t min_size() {
-  using U = std::remove_cv_t<T>;
-  if constexpr (std::is_enum_v<U>) {
-    return sizeof(U);
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    return sizeof(U);
-  } else if constexpr (is_std_array<U>::value) {
-    return std::tuple_size_v<U> * min_size<typename U::value_type>();
-  } else if constexpr (std::is_pointer_v<U>) {
-    return 4;
-  } else if constexpr (user_struct<U> || is_instance_v<U, std::tuple> || is_instance_v<U, std::pair>) {
-    return 0;
-  } else {
-    return 1;  // strings, containers, optionals, variants, owning pointers
-  }
-}
+concept sequence_container = is_instance_v<T, std::vector> || is_instance_v<T, std::deque> ||
+                             is_instance_v<T, std::list>;
+template <class T>
+concept map_container = is_instance_v<T, std::map> || is_instance_v<T, std::unordered_map>;
+template <class T>
+concept set_container = is_instance_v<T, std::set> || is_instance_v<T, std::unordered_set>;
+template <class T>
+concept owning_pointer = is_instance_v<T, std::shared_ptr> || is_instance_v<T, std::weak_ptr> ||
+                         is_default_unique_ptr<T>::value;
+template <class T>
+concept has_value_codec = requires { typename ::ferry::graph::value_codec<T>::wire_type; };
 
 // ------------------------------------------------------------- forwards
 
@@ -120,6 +121,10 @@ template <class T>
 void write_value(writer_state& w, const T& v);
 template <class T>
 result<void> read_value(reader_state& r, T& v);
+/// The smallest encoding of a T, so a count can be checked against the
+/// bytes left (0 where a value may take no bytes).
+template <class T>
+constexpr std::size_t min_size();
 
 template <class T>
 void write_erased(writer_state& w, const void* p) {
@@ -194,64 +199,8 @@ void describe_struct(desc_context& ctx, schema::descriptor& out) {
   put_varint(out, *index);
 }
 
-template <class... A>
-void describe_all(desc_context& ctx, schema::descriptor& out) {
-  (describe_type<A>(ctx, out), ...);
-}
 
-template <class T>
-void describe_type(desc_context& ctx, schema::descriptor& out) {
-  using U = std::remove_cv_t<T>;
-  if constexpr (std::is_enum_v<U>) {
-    describe_type<std::underlying_type_t<U>>(ctx, out);
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    put(out, scalar_kind<U>());
-  } else if constexpr (std::is_same_v<U, std::string>) {
-    put(out, kind::string);
-  } else if constexpr (is_instance_v<U, std::vector>) {
-    put(out, kind::sequence);
-    describe_type<typename U::value_type>(ctx, out);
-  } else if constexpr (is_std_array<U>::value) {
-    put(out, kind::array);
-    put_varint(out, std::tuple_size_v<U>);
-    describe_type<typename U::value_type>(ctx, out);
-  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>) {
-    put(out, kind::map);
-    describe_type<typename U::key_type>(ctx, out);
-    describe_type<typename U::mapped_type>(ctx, out);
-  } else if constexpr (is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
-    put(out, kind::set);
-    describe_type<typename U::key_type>(ctx, out);
-  } else if constexpr (is_instance_v<U, std::optional>) {
-    put(out, kind::optional);
-    describe_type<typename U::value_type>(ctx, out);
-  } else if constexpr (is_instance_v<U, std::variant>) {
-    put(out, kind::variant);
-    put_varint(out, std::variant_size_v<U>);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      describe_all<std::variant_alternative_t<I, U>...>(ctx, out);
-    }(std::make_index_sequence<std::variant_size_v<U>>{});
-  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
-    put(out, kind::tuple);
-    put_varint(out, std::tuple_size_v<U>);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      describe_all<std::tuple_element_t<I, U>...>(ctx, out);
-    }(std::make_index_sequence<std::tuple_size_v<U>>{});
-  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_default_unique_ptr<U>::value ||
-                       is_instance_v<U, std::weak_ptr>) {
-    put(out, is_instance_v<U, std::shared_ptr> ? kind::shared
-             : is_instance_v<U, std::weak_ptr> ? kind::weak
-                                               : kind::unique);
-    describe_type<typename U::element_type>(ctx, out);
-  } else if constexpr (std::is_pointer_v<U>) {
-    put(out, kind::raw);
-    describe_type<std::remove_cv_t<std::remove_pointer_t<U>>>(ctx, out);
-  } else if constexpr (user_struct<U>) {
-    describe_struct<U>(ctx, out);
-  } else {
-    static_assert(sizeof(U) == 0, "ferry::graph cannot describe this type: give it ferry_name and describe()");
-  }
-}
+// ------------------------------------------------------------ writing
 
 // ------------------------------------------------------------ writing
 
@@ -310,107 +259,6 @@ void write_reference(writer_state& w, const E* p, kind k) {
   w.out().write_varint(w.reference(target->address, target->type, k, target->write, target->describe));
 }
 
-template <class T>
-void write_value(writer_state& w, const T& v) {
-  using U = std::remove_cv_t<T>;
-  // Depth counts every value, as the reader does, so whatever is written
-  // with some limits reads back with the same limits.
-  if (!w.enter()) return;
-  struct leave_guard {
-    writer_state& w;
-    ~leave_guard() { w.leave(); }
-  } guard{w};
-  if constexpr (std::is_enum_v<U>) {
-    write_number(w, static_cast<std::underlying_type_t<U>>(v));
-  } else if constexpr (std::is_same_v<U, bool>) {
-    w.out().write<std::uint8_t>(v ? 1 : 0, w.order());
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    write_number(w, v);
-  } else if constexpr (std::is_same_v<U, std::string>) {
-    if (!w.count_ok(v.size())) return;
-    w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
-  } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
-    using E = typename U::value_type;
-    if (!w.count_ok(v.size())) return;
-    if constexpr (is_instance_v<U, std::vector>) w.out().write_varint(v.size());
-    if constexpr (is_number<E>) {
-      // Bulk: the whole array through the byte-order kernels.
-      w.out().write_elements(std::as_bytes(std::span(v.data(), v.size())), sizeof(E), w.order());
-    } else {
-      for (const auto& e : v) {
-        if (w.failed()) return;
-        write_value(w, e);
-      }
-    }
-  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map> ||
-                       is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
-    constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
-    if (!w.count_ok(v.size())) return;
-    w.out().write_varint(v.size());
-    auto one = [&](const auto& entry) {
-      w.suspend_tracking(1);
-      if constexpr (is_map) {
-        write_value(w, entry.first);
-      } else {
-        write_value(w, entry);
-      }
-      w.suspend_tracking(-1);
-      if constexpr (is_map) write_value(w, entry.second);
-    };
-    if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::set>) {
-      for (const auto& entry : v) one(entry);
-    } else {
-      // Unordered containers are written in key order: same graph, same bytes.
-      std::vector<const typename U::value_type*> sorted;
-      sorted.reserve(v.size());
-      for (const auto& entry : v) sorted.push_back(&entry);
-      std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-        if constexpr (is_map) {
-          return a->first < b->first;
-        } else {
-          return *a < *b;
-        }
-      });
-      for (auto* entry : sorted) one(*entry);
-    }
-  } else if constexpr (is_instance_v<U, std::optional>) {
-    w.out().write<std::uint8_t>(v.has_value() ? 1 : 0, w.order());
-    if (v) write_value(w, *v);
-  } else if constexpr (is_instance_v<U, std::variant>) {
-    w.out().write_varint(v.index());
-    std::visit([&](const auto& alt) { write_value(w, alt); }, v);
-  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
-    std::apply([&](const auto&... e) { (write_value(w, e), ...); }, v);
-  } else if constexpr (is_instance_v<U, std::shared_ptr>) {
-    write_reference(w, v.get(), kind::shared);
-  } else if constexpr (is_default_unique_ptr<U>::value) {
-    write_reference(w, v.get(), kind::unique);
-  } else if constexpr (is_instance_v<U, std::weak_ptr>) {
-    const auto locked = v.lock();
-    write_reference(w, locked.get(), kind::weak);
-  } else if constexpr (std::is_pointer_v<U>) {
-    using E = std::remove_cv_t<std::remove_pointer_t<U>>;
-    if (v == nullptr) {
-      w.raw_reference(nullptr, typeid(void));
-      return;
-    }
-    const auto target = identify<E>(w, v);
-    if (target) w.raw_reference(target->address, target->type);
-  } else if constexpr (user_struct<U>) {
-    w.track_value(&v, typeid(U));
-    field_writer f{w};
-    call_describe(f, const_cast<U&>(v));  // describe() only reads through the writer
-  } else {
-    static_assert(sizeof(U) == 0, "ferry::graph cannot write this type");
-  }
-}
-
-template <class T>
-void writer_state::write_root(const T& root) {
-  describe_type<T>(*this, root_desc_);
-  write_value(*this, root);
-  write_payloads();
-}
 
 // ------------------------------------------------------------ reading
 
@@ -456,7 +304,7 @@ result<void> read_number(reader_state& r, T& v) {
 template <class T>
 result<void> create_plain(reader_state& r, read_object& obj) {
   FERRY_TRY(r.charge(1, sizeof(T)));
-  if (obj.ownership == 1) {
+  if (obj.ownership == owned_shared) {
     auto sp = std::make_shared<T>();
     obj.address = sp.get();
     obj.shared = std::move(sp);
@@ -491,7 +339,7 @@ result<void> create_object(reader_state& r, read_object& obj) {
       // Never create an object of a registered type unrelated to T.
       if (entry->type != std::type_index(typeid(T)) && !entry->upcast_to(typeid(T))) return graph_errc::type_mismatch;
       FERRY_TRY(r.charge(1, entry->size));
-      if (obj.ownership == 1) {
+      if (obj.ownership == owned_shared) {
         obj.shared = entry->make_shared();
         obj.address = obj.shared.get();
       } else {
@@ -518,7 +366,7 @@ result<void> create_object(reader_state& r, read_object& obj) {
 /// first use and viewed as an E. Errors: ownership_conflict, type_mismatch.
 template <class E>
 result<E*> resolve(reader_state& r, read_object& o, kind k) {
-  const std::uint8_t wanted = k == kind::unique ? 2 : 1;
+  const std::uint8_t wanted = k == kind::unique ? owned_unique : owned_shared;
   if (o.ownership != wanted) return graph_errc::ownership_conflict;
   if (k == kind::unique && o.address != nullptr) return graph_errc::ownership_conflict;  // owned twice
   FERRY_TRY(create_object<E>(r, o));
@@ -557,79 +405,207 @@ bool strictly_after(const std::optional<K>& prev, const K& key) {
   return !prev || *prev < key;
 }
 
-template <class T>
-result<void> read_value(reader_state& r, T& v) {
-  using U = std::remove_cv_t<T>;
-  FERRY_TRY(r.enter());
-  struct leave_guard {
-    reader_state& r;
-    ~leave_guard() { r.leave(); }
-  } guard{r};
 
-  if constexpr (std::is_enum_v<U>) {
-    std::underlying_type_t<U> raw{};
-    FERRY_TRY(read_number(r, raw));
-    v = static_cast<U>(raw);
+// ------------------------------------------------------------- codecs
+//
+// codec<T> holds, for one family of types:
+//   static constexpr std::size_t min_bytes;   the smallest encoding
+//   static void describe(desc_context&, schema::descriptor&);
+//   static void write(writer_state&, const T&);
+//   static result<void> read(reader_state&, T&);
+// The dispatchers below count depth around every value, on both sides, so
+// whatever is written with some limits reads back with the same limits.
+
+template <class T>
+struct codec {
+  static_assert(sizeof(T) == 0,
+                "ferry::graph cannot serialise this type: give it ferry_name and describe(), or specialise "
+                "ferry::graph::value_codec for it");
+};
+
+template <scalar_value T>
+struct codec<T> {
+  static constexpr std::size_t min_bytes = sizeof(T);
+  static void describe(desc_context&, schema::descriptor& out) { put(out, scalar_kind<T>()); }
+  static void write(writer_state& w, const T& v) { write_number(w, v); }
+  static result<void> read(reader_state& r, T& v) { return read_number(r, v); }
+};
+
+template <>
+struct codec<bool> {
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context&, schema::descriptor& out) { put(out, kind::boolean); }
+  static void write(writer_state& w, const bool& v) { w.out().write<std::uint8_t>(v ? 1 : 0, w.order()); }
+  static result<void> read(reader_state& r, bool& v) {
+    FERRY_TRY_ASSIGN(const auto b, r.in().read<std::uint8_t>(r.order()));
+    if (b > 1) return errc::bad_value;
+    v = b == 1;
     return {};
-  } else if constexpr (std::is_same_v<U, bool>) {
-    auto b = r.in().read<std::uint8_t>(r.order());
-    if (!b) return b.error();
-    if (*b > 1) return errc::bad_value;
-    v = *b == 1;
+  }
+};
+
+template <class T>
+  requires std::is_enum_v<T>
+struct codec<T> {
+  using raw = std::underlying_type_t<T>;
+  static constexpr std::size_t min_bytes = sizeof(T);
+  static void describe(desc_context& ctx, schema::descriptor& out) { describe_type<raw>(ctx, out); }
+  static void write(writer_state& w, const T& v) { write_number(w, static_cast<raw>(v)); }
+  static result<void> read(reader_state& r, T& v) {
+    raw value{};
+    FERRY_TRY(read_number(r, value));
+    v = static_cast<T>(value);
     return {};
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    return read_number(r, v);
-  } else if constexpr (std::is_same_v<U, std::string>) {
-    auto b = r.in().read_length_prefixed(r.opts().limits.max_count);
-    if (!b) return b.error();
+  }
+};
+
+template <>
+struct codec<std::string> {
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context&, schema::descriptor& out) { put(out, kind::string); }
+  static void write(writer_state& w, const std::string& v) {
+    if (!w.count_ok(v.size())) return;
+    w.out().write_length_prefixed(std::as_bytes(std::span(v.data(), v.size())));
+  }
+  static result<void> read(reader_state& r, std::string& v) {
+    FERRY_TRY_ASSIGN(const auto b, r.in().read_length_prefixed(r.opts().limits.max_count));
     // A copy through char, which may alias any bytes.
-    v.assign(reinterpret_cast<const char*>(b->data()), b->size());  // NOLINT
+    v.assign(reinterpret_cast<const char*>(b.data()), b.size());  // NOLINT
     return {};
-  } else if constexpr (is_instance_v<U, std::vector> || is_std_array<U>::value) {
-    using E = typename U::value_type;
-    std::size_t count = 0;
-    if constexpr (is_instance_v<U, std::vector>) {
-      auto n = r.in().read_count(min_size<E>(), r.opts().limits.max_count);
-      if (!n) return n.error();
-      FERRY_TRY(r.charge(*n, sizeof(E)));
-      count = *n;
-      v.clear();
-      v.resize(count);
-    } else {
-      count = v.size();
+  }
+};
+
+/// The elements of a sequence or array, after any count: contiguous
+/// scalars in bulk through the byte-order kernels, others one by one.
+template <class R>
+void write_elements(writer_state& w, const R& v) {
+  using E = typename R::value_type;
+  if constexpr (scalar_value<E> && std::ranges::contiguous_range<R>) {
+    w.out().write_elements(std::as_bytes(std::span(v.data(), v.size())), sizeof(E), w.order());
+  } else {
+    for (const auto& e : v) {
+      if (w.failed()) return;
+      write_value(w, e);
     }
-    if constexpr (is_number<E>) {
-      auto bytes = r.in().read_bytes(count * sizeof(E));
-      if (!bytes) return bytes.error();
-      wire::convert(*bytes, r.order(), std::as_writable_bytes(std::span(v.data(), count)), wire::host_order,
-                    sizeof(E));
-      return {};
-    } else {
-      for (auto&& e : v) {
-        if constexpr (std::is_same_v<E, bool>) {
-          bool b = false;
-          FERRY_TRY(read_value(r, b));
-          e = b;
-        } else if (auto s = read_value(r, e); !s) {
-          return s;
-        }
+  }
+}
+
+template <class R>
+result<void> read_elements(reader_state& r, R& v) {
+  using E = typename R::value_type;
+  if constexpr (scalar_value<E> && std::ranges::contiguous_range<R>) {
+    FERRY_TRY_ASSIGN(const auto bytes, r.in().read_bytes(v.size() * sizeof(E)));
+    wire::convert(bytes, r.order(), std::as_writable_bytes(std::span(v.data(), v.size())), wire::host_order,
+                  sizeof(E));
+  } else {
+    for (auto&& e : v) {
+      if constexpr (std::is_same_v<E, bool>) {  // std::vector<bool>'s proxies
+        bool b = false;
+        FERRY_TRY(read_value(r, b));
+        e = b;
+      } else {
+        FERRY_TRY(read_value(r, e));
       }
-      return {};
     }
-  } else if constexpr (is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map> ||
-                       is_instance_v<U, std::set> || is_instance_v<U, std::unordered_set>) {
-    constexpr bool is_map = is_instance_v<U, std::map> || is_instance_v<U, std::unordered_map>;
-    using K = typename U::key_type;
+  }
+  return {};
+}
+
+/// std::vector, std::deque and std::list: a count, then the elements.
+template <sequence_container T>
+struct codec<T> {
+  using E = typename T::value_type;
+  // What one element costs in memory, for the allocation budget.
+  static constexpr std::size_t element_cost = sizeof(E) + (is_instance_v<T, std::list> ? 2 * sizeof(void*) : 0);
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::sequence);
+    describe_type<E>(ctx, out);
+  }
+  static void write(writer_state& w, const T& v) {
+    if (!w.count_ok(v.size())) return;
+    w.out().write_varint(v.size());
+    write_elements(w, v);
+  }
+  static result<void> read(reader_state& r, T& v) {
+    FERRY_TRY_ASSIGN(const auto n, r.in().read_count(min_size<E>(), r.opts().limits.max_count));
+    FERRY_TRY(r.charge(n, element_cost));
+    v.clear();
+    v.resize(n);
+    return read_elements(r, v);
+  }
+};
+
+template <class E, std::size_t N>
+struct codec<std::array<E, N>> {
+  static constexpr std::size_t min_bytes = N * min_size<E>();
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::array);
+    put_varint(out, N);
+    describe_type<E>(ctx, out);
+  }
+  static void write(writer_state& w, const std::array<E, N>& v) {
+    if (w.count_ok(N)) write_elements(w, v);
+  }
+  static result<void> read(reader_state& r, std::array<E, N>& v) { return read_elements(r, v); }
+};
+
+/// Maps and sets, ordered or not: a count, then the entries in strictly
+/// increasing key order (unordered containers are sorted, so the same
+/// graph gives the same bytes).
+template <class T>
+  requires map_container<T> || set_container<T>
+struct codec<T> {
+  static constexpr bool is_map = map_container<T>;
+  using K = typename T::key_type;
+  static constexpr std::size_t min_bytes = 1;
+
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, is_map ? kind::map : kind::set);
+    describe_type<K>(ctx, out);
+    if constexpr (is_map) describe_type<typename T::mapped_type>(ctx, out);
+  }
+
+  static void write(writer_state& w, const T& v) {
+    if (!w.count_ok(v.size())) return;
+    w.out().write_varint(v.size());
+    auto one = [&](const auto& entry) {
+      w.suspend_tracking(1);  // keys are not raw-pointer targets
+      if constexpr (is_map) {
+        write_value(w, entry.first);
+      } else {
+        write_value(w, entry);
+      }
+      w.suspend_tracking(-1);
+      if constexpr (is_map) write_value(w, entry.second);
+    };
+    if constexpr (is_instance_v<T, std::map> || is_instance_v<T, std::set>) {
+      for (const auto& entry : v) one(entry);
+    } else {
+      std::vector<const typename T::value_type*> sorted;
+      sorted.reserve(v.size());
+      for (const auto& entry : v) sorted.push_back(&entry);
+      std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
+        if constexpr (is_map) {
+          return a->first < b->first;
+        } else {
+          return *a < *b;
+        }
+      });
+      for (auto* entry : sorted) one(*entry);
+    }
+  }
+
+  static result<void> read(reader_state& r, T& v) {
     std::size_t per = min_size<K>();
-    if constexpr (is_map) per += min_size<typename U::mapped_type>();
+    if constexpr (is_map) per += min_size<typename T::mapped_type>();
     // Entries of empty structs take no bytes: then only max_count and the
     // allocation budget bound the count.
-    auto n = r.in().read_count(per, r.opts().limits.max_count);
-    if (!n) return n.error();
-    FERRY_TRY(r.charge(*n, sizeof(typename U::value_type) + 2 * sizeof(void*)));
+    FERRY_TRY_ASSIGN(const auto n, r.in().read_count(per, r.opts().limits.max_count));
+    FERRY_TRY(r.charge(n, sizeof(typename T::value_type) + 2 * sizeof(void*)));
     v.clear();
     std::optional<K> prev;
-    for (std::size_t i = 0; i < *n; ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       K key{};
       r.suspend_tracking(1);
       auto s = read_value(r, key);
@@ -638,7 +614,7 @@ result<void> read_value(reader_state& r, T& v) {
       if (!strictly_after(prev, key)) return errc::duplicate_key;
       prev = key;
       if constexpr (is_map) {
-        auto [it, inserted] = v.emplace(std::move(key), typename U::mapped_type{});
+        auto [it, inserted] = v.emplace(std::move(key), typename T::mapped_type{});
         if (!inserted) return errc::duplicate_key;
         FERRY_TRY(read_value(r, it->second));
       } else {
@@ -646,68 +622,220 @@ result<void> read_value(reader_state& r, T& v) {
       }
     }
     return {};
-  } else if constexpr (is_instance_v<U, std::optional>) {
-    auto flag = r.in().read<std::uint8_t>(r.order());
-    if (!flag) return flag.error();
-    if (*flag > 1) return errc::bad_value;
-    if (*flag == 0) {
+  }
+};
+
+template <class E>
+struct codec<std::optional<E>> {
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::optional);
+    describe_type<E>(ctx, out);
+  }
+  static void write(writer_state& w, const std::optional<E>& v) {
+    w.out().write<std::uint8_t>(v.has_value() ? 1 : 0, w.order());
+    if (v) write_value(w, *v);
+  }
+  static result<void> read(reader_state& r, std::optional<E>& v) {
+    FERRY_TRY_ASSIGN(const auto flag, r.in().read<std::uint8_t>(r.order()));
+    if (flag > 1) return errc::bad_value;
+    if (flag == 0) {
       v.reset();
       return {};
     }
     v.emplace();
     return read_value(r, *v);
-  } else if constexpr (is_instance_v<U, std::variant>) {
-    auto index = r.in().read_varint();
-    if (!index) return index.error();
-    if (*index >= std::variant_size_v<U>) return errc::bad_value;
+  }
+};
+
+template <class... A>
+struct codec<std::variant<A...>> {
+  using V = std::variant<A...>;
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::variant);
+    put_varint(out, sizeof...(A));
+    (describe_type<A>(ctx, out), ...);
+  }
+  static void write(writer_state& w, const V& v) {
+    w.out().write_varint(v.index());
+    std::visit([&](const auto& alt) { write_value(w, alt); }, v);
+  }
+  static result<void> read(reader_state& r, V& v) {
+    FERRY_TRY_ASSIGN(const auto index, r.in().read_varint());
+    if (index >= sizeof...(A)) return errc::bad_value;
     result<void> status{};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((*index == I ? (v.template emplace<I>(), status = read_value(r, std::get<I>(v)), 0) : 0), ...);
-    }(std::make_index_sequence<std::variant_size_v<U>>{});
+      ((index == I ? (v.template emplace<I>(), status = read_value(r, std::get<I>(v)), 0) : 0), ...);
+    }(std::index_sequence_for<A...>{});
     return status;
-  } else if constexpr (is_instance_v<U, std::pair> || is_instance_v<U, std::tuple>) {
+  }
+};
+
+/// std::pair and std::tuple: the elements in order, no count.
+template <class T>
+  requires is_instance_v<T, std::pair> || is_instance_v<T, std::tuple>
+struct codec<T> {
+  static constexpr std::size_t min_bytes = 0;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::tuple);
+    put_varint(out, std::tuple_size_v<T>);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (describe_type<std::tuple_element_t<I, T>>(ctx, out), ...);
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+  }
+  static void write(writer_state& w, const T& v) {
+    std::apply([&](const auto&... e) { (write_value(w, e), ...); }, v);
+  }
+  static result<void> read(reader_state& r, T& v) {
     result<void> status{};
     std::apply([&](auto&... e) { ((status ? (status = read_value(r, e), 0) : 0), ...); }, v);
     return status;
-  } else if constexpr (is_instance_v<U, std::shared_ptr> || is_instance_v<U, std::weak_ptr> ||
-                       is_default_unique_ptr<U>::value) {
-    using E = typename U::element_type;
-    constexpr kind k = is_instance_v<U, std::shared_ptr> ? kind::shared
-                       : is_instance_v<U, std::weak_ptr> ? kind::weak
-                                                         : kind::unique;
-    auto id = r.in().read_varint();
-    if (!id) return id.error();
-    if (*id == 0) {
+  }
+};
+
+/// shared_ptr, weak_ptr and unique_ptr: an object id (0 for null).
+template <owning_pointer T>
+struct codec<T> {
+  using E = typename T::element_type;
+  static constexpr kind k = is_instance_v<T, std::shared_ptr> ? kind::shared
+                            : is_instance_v<T, std::weak_ptr> ? kind::weak
+                                                              : kind::unique;
+  static constexpr std::size_t min_bytes = 1;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, k);
+    describe_type<E>(ctx, out);
+  }
+  static void write(writer_state& w, const T& v) {
+    if constexpr (k == kind::weak) {
+      const auto locked = v.lock();
+      write_reference(w, locked.get(), k);
+    } else {
+      write_reference(w, v.get(), k);
+    }
+  }
+  static result<void> read(reader_state& r, T& v) {
+    FERRY_TRY_ASSIGN(const auto id, r.in().read_varint());
+    if (id == 0) {
       v.reset();
       return {};
     }
-    auto obj = r.object(*id);
-    if (!obj) return obj.error();
-    auto p = resolve<E>(r, **obj, k);
-    if (!p) return p.error();
+    FERRY_TRY_ASSIGN(read_object* const obj, r.object(id));
+    FERRY_TRY_ASSIGN(E* const p, resolve<E>(r, *obj, k));
     if constexpr (k == kind::unique) {
-      (*obj)->unique = nullptr;  // ownership moves to v
-      (*obj)->claimed = true;
-      v.reset(*p);
+      obj->unique = nullptr;  // ownership moves to v
+      obj->claimed = true;
+      v.reset(p);
     } else {
-      v = std::shared_ptr<E>((*obj)->shared, *p);
+      v = std::shared_ptr<E>(obj->shared, p);
     }
     return {};
-  } else if constexpr (std::is_pointer_v<U>) {
-    using E = std::remove_cv_t<std::remove_pointer_t<U>>;
-    auto ref = r.in().read<std::uint32_t>(r.order());
-    if (!ref) return ref.error();
+  }
+};
+
+/// Raw pointers: a u32 reference, resolved once the whole archive is read.
+template <class T>
+  requires std::is_pointer_v<T>
+struct codec<T> {
+  using E = std::remove_cv_t<std::remove_pointer_t<T>>;
+  static constexpr std::size_t min_bytes = 4;
+  static void describe(desc_context& ctx, schema::descriptor& out) {
+    put(out, kind::raw);
+    describe_type<E>(ctx, out);
+  }
+  static void write(writer_state& w, const T& v) {
+    if (v == nullptr) {
+      w.raw_reference(nullptr, typeid(void));
+      return;
+    }
+    const auto target = identify<E>(w, v);
+    if (target) w.raw_reference(target->address, target->type);
+  }
+  static result<void> read(reader_state& r, T& v) {
+    FERRY_TRY_ASSIGN(const auto ref, r.in().read<std::uint32_t>(r.order()));
     v = nullptr;
-    r.add_raw({&v, *ref, typeid(E), [](void* slot, void* target) {
-                 *static_cast<U*>(slot) = static_cast<E*>(target);
+    r.add_raw({&v, ref, typeid(E), [](void* slot, void* target) {
+                 *static_cast<T*>(slot) = static_cast<E*>(target);
                }});
     return {};
-  } else if constexpr (user_struct<U>) {
-    return read_struct(r, v);
-  } else {
-    static_assert(sizeof(U) == 0, "ferry::graph cannot read this type");
   }
+};
+
+/// Structs with ferry_name and describe(): their fields, in schema order.
+template <user_struct T>
+struct codec<T> {
+  static constexpr std::size_t min_bytes = 0;
+  static void describe(desc_context& ctx, schema::descriptor& out) { describe_struct<T>(ctx, out); }
+  static void write(writer_state& w, const T& v) {
+    w.track_value(&v, typeid(T));
+    field_writer f{w};
+    call_describe(f, const_cast<T&>(v));  // describe() only reads through the writer
+  }
+  static result<void> read(reader_state& r, T& v) { return read_struct(r, v); }
+};
+
+template <class T>
+struct surrogate_codec;
+/// The codec of T: a user's value_codec if there is one, else ferry's.
+template <class T>
+using codec_for = std::conditional_t<has_value_codec<T>, surrogate_codec<T>, codec<T>>;
+
+/// A type with a user's ferry::graph::value_codec: it travels as its
+/// wire_type, so every check of the built-in codecs applies to it.
+template <class T>
+struct surrogate_codec {
+  using user = ::ferry::graph::value_codec<T>;
+  using W = typename user::wire_type;
+  static constexpr std::size_t min_bytes = min_size<W>();
+  static void describe(desc_context& ctx, schema::descriptor& out) { describe_type<W>(ctx, out); }
+  static void write(writer_state& w, const T& v) { codec_for<W>::write(w, user::to_wire(v)); }
+  static result<void> read(reader_state& r, T& v) {
+    W wire_value{};
+    FERRY_TRY(codec_for<W>::read(r, wire_value));
+    return user::from_wire(std::move(wire_value), v);
+  }
+};
+
+// ---------------------------------------------------------- dispatchers
+
+template <class T>
+constexpr std::size_t min_size() {
+  return codec_for<std::remove_cv_t<T>>::min_bytes;
 }
+
+template <class T>
+void describe_type(desc_context& ctx, schema::descriptor& out) {
+  codec_for<std::remove_cv_t<T>>::describe(ctx, out);
+}
+
+template <class T>
+void write_value(writer_state& w, const T& v) {
+  if (!w.enter()) return;
+  struct leave_guard {
+    writer_state& w;
+    ~leave_guard() { w.leave(); }
+  } guard{w};
+  codec_for<std::remove_cv_t<T>>::write(w, v);
+}
+
+template <class T>
+result<void> read_value(reader_state& r, T& v) {
+  FERRY_TRY(r.enter());
+  struct leave_guard {
+    reader_state& r;
+    ~leave_guard() { r.leave(); }
+  } guard{r};
+  return codec_for<std::remove_cv_t<T>>::read(r, v);
+}
+
+
+template <class T>
+void writer_state::write_root(const T& root) {
+  describe_type<T>(*this, root_desc_);
+  write_value(*this, root);
+  write_payloads();
+}
+
 
 template <class T>
 result<void> reader_state::read_root(T& root) {

@@ -172,12 +172,16 @@ class writer_state final : public desc_context {
   void write_payloads();
 };
 
+/// How an object of the table is owned (archive.h, "objects").
+inline constexpr std::uint8_t owned_shared = 1;  ///< by std::shared_ptr, or only weakly
+inline constexpr std::uint8_t owned_unique = 2;  ///< by exactly one std::unique_ptr
+
 /// One object of the archive in the reader.
 struct read_object {
   std::uint8_t ownership = 0;          // from the table
   std::span<const std::byte> desc;     // from the table
-  std::shared_ptr<void> shared;        // ownership 1
-  void* unique = nullptr;              // ownership 2, until claimed
+  std::shared_ptr<void> shared;        // owned_shared
+  void* unique = nullptr;              // owned_unique, until claimed
   void (*destroy)(void*) = nullptr;    // for an unclaimed unique object
   void* address = nullptr;             // most derived
   std::type_index type = typeid(void);
@@ -272,6 +276,7 @@ class reader_state final : public desc_context {
   std::span<const std::byte> archive_;
   wire::reader in_;  // the body
   std::span<const std::byte> root_desc_;
+  std::vector<schema::descriptor> upgraded_;  // a format-1 archive's descriptors, renumbered
   byte_order order_ = byte_order::little;
   schema::schema schema_;
   std::vector<read_object> objects_;
@@ -295,16 +300,20 @@ class reader_state final : public desc_context {
 
 /// The header and footer of an archive, validated: everything but the body.
 struct prelude {
+  std::uint8_t version = 0;
   byte_order order = byte_order::little;
   bool raw_pointers = false;
   std::span<const std::byte> body;
   schema::schema schema;
   struct entry {
-    std::uint8_t ownership;             // 1 shared, 2 unique
-    std::span<const std::byte> type;    // descriptor, a view into the input
+    std::uint8_t ownership;             // owned_shared or owned_unique
+    std::span<const std::byte> type;    // descriptor: a view into the input or into `upgraded`
   };
   std::vector<entry> objects;
-  std::span<const std::byte> root;      // descriptor
+  std::span<const std::byte> root;      // descriptor, as `type`
+  /// Format 1: its table and root descriptors in the current descriptor
+  /// version (schema descriptors are upgraded by schema::decode()).
+  std::vector<schema::descriptor> upgraded;
 };
 /// Errors: truncated, bad_magic, unsupported_version, bad_byte_order,
 /// bad_value, limit_exceeded, and the schema's errors.

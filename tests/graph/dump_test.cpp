@@ -32,6 +32,10 @@ TEST(Dump, ShowsSharingAndCyclesByIdWithoutTheCppTypes) {
             std::string::npos);
   EXPECT_NE(json.find(R"("names": [[1, "one"], [2, "two"], [3, "three"]])"), std::string::npos);
   EXPECT_NE(json.find(R"("choice": {"$variant": 1, "value": "alt"})"), std::string::npos);
+  // 16- and 8-bit floats print as their values, described by their kinds.
+  EXPECT_NE(json.find(R"("brains": [1, "-Infinity", 9.1835e-41])"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("tiny": -1, "tinies": [1, "Infinity"])"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("type": "sequence<f8_e5m2>")"), std::string::npos) << json;
 }
 
 TEST(Dump, NonFiniteFloatsAndInvalidUtf8StayValidJson) {

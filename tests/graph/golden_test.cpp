@@ -2,6 +2,8 @@
 // in both byte orders) must be what every architecture writes for the same
 // graph, byte for byte, and must read back identically everywhere.
 // Regenerate with FERRY_WRITE_GOLDEN=1 (only when the format changes).
+// The format-1 archives (golden-v1-*) are kept as they were written by
+// ferry 0.1: every reader still reads them.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,9 +16,9 @@
 namespace ferry::testing {
 namespace {
 
-std::string golden_path(wire::byte_order order) {
-  return std::string(FERRY_TEST_DATA_DIR "/graph/golden-") + (order == wire::byte_order::little ? "little" : "big") +
-         ".fga";
+std::string golden_path(wire::byte_order order, int format = 2) {
+  return std::string(FERRY_TEST_DATA_DIR "/graph/golden-") + (format == 1 ? "v1-" : "") +
+         (order == wire::byte_order::little ? "little" : "big") + ".fga";
 }
 
 TEST(Golden, EveryArchitectureWritesTheSameBytes) {
@@ -36,10 +38,12 @@ TEST(Golden, EveryArchitectureWritesTheSameBytes) {
   }
 }
 
-TEST(Golden, BothByteOrdersReadIdentically) {
+TEST(Golden, BothByteOrdersAndBothFormatsReadIdentically) {
+  for (int format : {1, 2})
   for (auto order : {wire::byte_order::little, wire::byte_order::big}) {
+    SCOPED_TRACE(golden_path(order, format));
     golden g;
-    ASSERT_TRUE(graph::read_file_into(golden_path(order), g));
+    ASSERT_TRUE(graph::read_file_into(golden_path(order, format), g));
     ASSERT_EQ(g.nodes.size(), 2u);
     const auto& a = g.nodes[0];
     const auto& b = g.nodes[1];
@@ -60,6 +64,20 @@ TEST(Golden, BothByteOrdersReadIdentically) {
     EXPECT_EQ(g.all.points, expected.points);
     EXPECT_EQ(g.all.choice, expected.choice);
     EXPECT_EQ(*g.all.owned, *expected.owned);
+    if (format == 1) {  // fields added with format 2 keep their defaults
+      EXPECT_EQ(g.all.half, f16{});
+      EXPECT_TRUE(g.all.brains.empty());
+      EXPECT_TRUE(g.all.words.empty());
+    } else {
+      EXPECT_EQ(g.all.half, expected.half);
+      EXPECT_EQ(g.all.brain, expected.brain);
+      EXPECT_EQ(g.all.brains, expected.brains);
+      EXPECT_EQ(g.all.halves, expected.halves);
+      EXPECT_EQ(g.all.queue, expected.queue);
+      EXPECT_EQ(g.all.words, expected.words);
+      EXPECT_EQ(g.all.tiny, expected.tiny);
+      EXPECT_EQ(g.all.tinies, expected.tinies);
+    }
     break_golden(g);
   }
 }

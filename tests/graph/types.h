@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +90,15 @@ struct everything {
   std::pair<std::string, double> pair;
   std::tuple<bool, std::int64_t, std::string> tuple;
   std::unique_ptr<point> owned;
+  // Added with format 2 (a format-1 archive reads them as defaults).
+  f16 half{};
+  bf16 brain{};
+  std::vector<bf16> brains;
+  std::array<f16, 2> halves{};
+  std::deque<std::int16_t> queue;
+  std::list<std::string> words;
+  f8_e4m3 tiny{};
+  std::vector<f8_e5m2> tinies;
   template <class F>
   void describe(F& f) {
     f(1, "flag", flag)(2, "letter", letter)(3, "i8", i8)(4, "u16", u16)(5, "i32", i32)(6, "u64", u64);
@@ -95,6 +106,8 @@ struct everything {
     f(13, "points", points)(14, "triple", triple)(15, "counts", counts)(16, "names", names);
     f(17, "ids", ids)(18, "maybe", maybe)(19, "nothing", nothing)(20, "choice", choice);
     f(21, "pair", pair)(22, "tuple", tuple)(23, "owned", owned);
+    f(24, "half", half)(25, "brain", brain)(26, "brains", brains)(27, "halves", halves)(28, "queue", queue);
+    f(29, "words", words)(30, "tiny", tiny)(31, "tinies", tinies);
   }
 };
 
@@ -122,6 +135,14 @@ inline everything make_everything() {
   e.pair = {"pi", 3.14159};
   e.tuple = {true, -42, "t"};
   e.owned = std::make_unique<point>(point{5, 6});
+  e.half = f16{0x8001};                                     // -(smallest subnormal)
+  e.brain = bf16{0x7FC1};                                   // a NaN with a payload
+  e.brains = {bf16{0x3F80}, bf16{0xFF80}, bf16{0x0001}};  // 1, -inf, a subnormal
+  e.halves = {f16{0x7E01}, f16{0x3C00}};                    // a NaN with a payload, 1
+  e.queue = {-7, 0, 7};
+  e.words = {"x", "", "yz"};
+  e.tiny = f8_e4m3{0xB8};                    // -1
+  e.tinies = {f8_e5m2{0x3C}, f8_e5m2{0x7C}};  // 1, +inf
   return e;
 }
 
