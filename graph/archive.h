@@ -22,16 +22,20 @@
 //   auto back  = ferry::graph::read<std::shared_ptr<node>>(*bytes);   // result<shared_ptr<node>>
 //
 // A free function `template <class F> void describe(F&, node&)` found by ADL
-// works too. Polymorphic types are registered once, before use:
+// works too. A type that cannot describe itself (a library's type, a
+// fixed-point number) travels as another type through a
+// ferry::graph::value_codec specialisation (graph/codec.h).
+// Polymorphic types are registered once, before use:
 //   ferry::graph::register_type<circle, shape>();   // circle derives from shape
 // and then a std::shared_ptr<shape> comes back as a circle. Types read
 // through pointers must be default-constructible.
 //
-// ARCHIVE LAYOUT (version 1)
+// ARCHIVE LAYOUT (version 2; version 1 differs only in its scalar kind
+// numbers, see schema/schema.h, and is still read)
 //
 //   header (15 bytes)
 //     magic      4 bytes  "FGA1" (46 47 41 31)
-//     version    u8       1
+//     version    u8       2 (1 is read too)
 //     order      u8       0 little, 1 big: the byte order of every fixed-width
 //                         scalar in the archive (any other value: bad_byte_order)
 //     flags      u8       bit 0: the archive holds raw pointers (readers then
@@ -85,6 +89,7 @@
 #include <vector>
 
 #include "ferry/base/file.h"
+#include "ferry/graph/codec.h"
 #include "ferry/graph/detail/codec.h"
 #include "ferry/graph/options.h"
 #include "ferry/schema/schema.h"
