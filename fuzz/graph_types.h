@@ -1,12 +1,14 @@
-// The C++ types the graph fuzzers read archives into: a copy of the
-// subset of tests/graph/types.h they use (the fuzz build does not reach into
-// tests/). Names, tags and field types MUST stay those of tests/graph/types.h:
-// the seeds in corpus/graph_reader are archives of these types, so a
-// change here silently turns them into type_mismatch inputs.
+// The C++ types of the graph tests and fuzzers, defined once here (the
+// fuzz build does not reach into tests/; tests/graph/types.h includes this
+// and adds the test helpers). The seeds in corpus/graph_reader are archives
+// of these types: change a name, tag or field type and they turn into
+// type_mismatch inputs.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +77,15 @@ struct everything {
   std::pair<std::string, double> pair;
   std::tuple<bool, std::int64_t, std::string> tuple;
   std::unique_ptr<point> owned;
+  // Added with format 2 (a format-1 archive reads them as defaults).
+  f16 half{};
+  bf16 brain{};
+  std::vector<bf16> brains;
+  std::array<f16, 2> halves{};
+  std::deque<std::int16_t> queue;
+  std::list<std::string> words;
+  f8_e4m3 tiny{};
+  std::vector<f8_e5m2> tinies;
   template <class F>
   void describe(F& f) {
     f(1, "flag", flag)(2, "letter", letter)(3, "i8", i8)(4, "u16", u16)(5, "i32", i32)(6, "u64", u64);
@@ -82,8 +93,11 @@ struct everything {
     f(13, "points", points)(14, "triple", triple)(15, "counts", counts)(16, "names", names);
     f(17, "ids", ids)(18, "maybe", maybe)(19, "nothing", nothing)(20, "choice", choice);
     f(21, "pair", pair)(22, "tuple", tuple)(23, "owned", owned);
+    f(24, "half", half)(25, "brain", brain)(26, "brains", brains)(27, "halves", halves)(28, "queue", queue);
+    f(29, "words", words)(30, "tiny", tiny)(31, "tinies", tinies);
   }
 };
+
 
 // Polymorphism.
 struct shape {

@@ -16,6 +16,20 @@ static_assert(static_cast<int>(kind::f16) == static_cast<int>(codec::dtype::f16)
                   static_cast<int>(kind::boolean) == static_cast<int>(codec::dtype::boolean),
               "scalar kinds are dtype codes");
 
+// Kinds whose only parameter is one element descriptor.
+bool single_element(kind k) noexcept {
+  switch (k) {
+    case kind::sequence:
+    case kind::set:
+    case kind::optional:
+    case kind::shared:
+    case kind::unique:
+    case kind::weak:
+    case kind::raw: return true;
+    default: return false;
+  }
+}
+
 // The last scalar kind of a descriptor version: version 1 ended at f64 (0x0B).
 std::uint8_t last_scalar(std::uint8_t version) noexcept {
   return version == descriptor_version_1 ? 0x0B : static_cast<std::uint8_t>(kind::f8_e5m2);
@@ -25,15 +39,8 @@ result<void> check_descriptor(reader& in, std::size_t type_count, std::size_t de
   if (depth_left == 0) return errc::depth_exceeded;
   FERRY_TRY_ASSIGN(const auto k, in.read<std::uint8_t>(desc_order));
   if ((k >= 1 && k <= last) || k == static_cast<std::uint8_t>(kind::string)) return {};
+  if (single_element(static_cast<kind>(k))) return check_descriptor(in, type_count, depth_left - 1, last);
   switch (static_cast<kind>(k)) {
-    case kind::sequence:
-    case kind::set:
-    case kind::optional:
-    case kind::shared:
-    case kind::unique:
-    case kind::weak:
-    case kind::raw:
-      return check_descriptor(in, type_count, depth_left - 1, last);
     case kind::array: {
       FERRY_TRY(in.read_varint());  // the length
       return check_descriptor(in, type_count, depth_left - 1, last);
@@ -341,14 +348,11 @@ void upgrade(reader& in, descriptor& out) {
     out.insert(out.end(), buf, buf + wire::encode_varint(v, buf));
     return v;
   };
+  if (single_element(static_cast<kind>(k))) {
+    upgrade(in, out);
+    return;
+  }
   switch (static_cast<kind>(k)) {
-    case kind::sequence:
-    case kind::set:
-    case kind::optional:
-    case kind::shared:
-    case kind::unique:
-    case kind::weak:
-    case kind::raw: upgrade(in, out); return;
     case kind::array:
       copy_varint();
       upgrade(in, out);
