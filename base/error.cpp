@@ -1,5 +1,6 @@
 #include "ferry/base/error.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -29,7 +30,10 @@ const error_info* find(error_code e) noexcept {
 }  // namespace
 
 bool register_errors(std::span<const error_info> table) noexcept {
-  for ([[maybe_unused]] const error_info& i : table) assert(find(error_code::from_value(i.value)) == nullptr);
+  for ([[maybe_unused]] const error_info& i : table) {
+    assert(find(error_code::from_value(i.value)) == nullptr);  // claimed by another module
+    assert(std::count_if(table.begin(), table.end(), [&](const error_info& j) { return j.value == i.value; }) == 1);
+  }
   const std::size_t slot = table_count.load(std::memory_order_relaxed);
   assert(slot < max_tables);
   if (slot >= max_tables) return false;

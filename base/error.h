@@ -16,8 +16,8 @@
 // are base codes, ferry::errc, whichever block their number first appeared
 // in. Module enums live in namespace ferry under distinct names, so code in
 // any namespace writes `errc::truncated` and `graph_errc::type_mismatch`
-// without one hiding the other. A module makes its enum an error enum with
-// FERRY_ERROR_ENUM and registers its names and messages with a table.
+// without one hiding the other. A module declares its enum, names and
+// messages from one list with FERRY_DEFINE_ERRORS, which registers them.
 //
 // `error_code` holds any of them (two bytes); name() and message() find the
 // text of every registered code.
@@ -224,6 +224,7 @@ class [[nodiscard]] result {
   }
   constexpr result& operator=(result o) noexcept(std::is_nothrow_move_constructible_v<T>) {
     destroy();
+    has_ = false;  // until the new value exists, should its move throw
     error_ = std::move(o.error_);
     has_ = o.has_;
     if (o.has_) std::construct_at(&value_, std::move(o.value_));
@@ -284,12 +285,13 @@ class [[nodiscard]] result<void, E> {
   using error_type = E;
 
   constexpr result() noexcept = default;
-  constexpr result(const E& e) : error_(e) {}  // NOLINT: implicit by design
-  constexpr result(E&& e) noexcept : error_(std::move(e)) {}  // NOLINT
+  // Requires: e is an error, not errc::ok (a success is result<void>{}).
+  constexpr result(const E& e) : error_(e) { assert(failed()); }  // NOLINT: implicit by design
+  constexpr result(E&& e) noexcept : error_(std::move(e)) { assert(failed()); }  // NOLINT
   template <class X>
     requires(!std::is_same_v<std::remove_cvref_t<X>, E> && !std::is_same_v<std::remove_cvref_t<X>, result> &&
              std::is_convertible_v<X, E>)
-  constexpr result(X&& e) : error_(E(std::forward<X>(e))) {}  // NOLINT: implicit by design
+  constexpr result(X&& e) : error_(E(std::forward<X>(e))) { assert(failed()); }  // NOLINT: implicit by design
 
   [[nodiscard]] constexpr bool has_value() const noexcept { return !failed(); }
   constexpr explicit operator bool() const noexcept { return !failed(); }

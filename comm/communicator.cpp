@@ -61,7 +61,7 @@ struct chunking {
   }
   [[nodiscard]] std::size_t block_start(std::size_t k) const { return base * k + std::min(k, rem); }
   [[nodiscard]] std::size_t block_size(std::size_t k) const { return base + (k < rem ? 1 : 0); }
-  // Offset and length of chunk c of block k.
+  // Offset and length of chunk c of block k. Requires grain >= 1.
   [[nodiscard]] std::pair<std::size_t, std::size_t> chunk(std::size_t k, std::size_t c) const {
     const std::size_t size = block_size(k);
     const std::size_t from = std::min(size, c * grain);
@@ -253,7 +253,8 @@ struct copy_plan final : detail::plan {
 
   copy_plan(detail::link& l_, codec::dtype t, std::span<std::byte> d, std::size_t blocks, bool gather_)
       : l(l_), data(d), type(t), width(codec::size_of(t)),
-        ch(d.size() / codec::size_of(t), blocks, l_.config().chunk_bytes / codec::size_of(t)), gather(gather_) {
+        ch(d.size() / codec::size_of(t), blocks, std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))),
+        gather(gather_) {
     name = gather ? "allgather" : "broadcast";
   }
 
@@ -311,7 +312,8 @@ void communicator::impl::broadcast(codec::dtype type, std::span<std::byte> data,
   }
   copy_plan p(link, type, data, 1, false);
   p.forward = link.next() != root;
-  p.expected = link.rank() == root ? 0 : frame_count(link, p.ch.m);
+  const std::uint32_t frames = frame_count(link, p.ch.m);  // on every rank, the root too
+  p.expected = link.rank() == root ? 0 : frames;
   p.sends = p.forward ? p.ch.m : 0;
   link.run(p, [&] {
     if (link.rank() == root) {

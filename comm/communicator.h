@@ -20,9 +20,8 @@
 // (sequence_mismatch), not mixed in. Collectives run one at a time in call
 // order; the start_* forms queue them on the communicator's worker thread.
 //
-// Every collective has a start_* form that queues it on the
-// communicator's worker thread and returns a `work` handle; buffers must
-// outlive its wait().
+// Every collective has a start_* form that returns a `work` handle;
+// buffers must outlive its wait().
 //
 // Failures throw comm_error. A rank that detects one (a closed connection,
 // a CRC error, a timeout) tells both neighbours with an ABORT message that
@@ -85,11 +84,13 @@ struct allreduce_options {
 /// Multi-byte values arrive in the receiver's byte order.
 template <class T>
 concept element = std::same_as<T, std::byte> || float_pattern<T> ||
-                  (std::is_arithmetic_v<T> && sizeof(T) <= 8);
+                  (std::is_arithmetic_v<T> && sizeof(T) <= 8 && !std::same_as<T, long double>);
 
+/// The dtype an element travels as. `char` is u8 whatever its signedness
+/// (signed on x86, unsigned on ARM and s390x), so mixed rings agree.
 template <element T>
 inline constexpr codec::dtype element_dtype = [] {
-  if constexpr (std::is_same_v<T, std::byte>) {
+  if constexpr (std::is_same_v<T, std::byte> || std::is_same_v<T, char>) {
     return codec::dtype::u8;
   } else {
     return codec::dtype_of<T>;

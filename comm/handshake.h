@@ -35,7 +35,7 @@
 //
 // REJECT (8 + n bytes)
 //   0      4    magic        "FDR1"
-//   4      2    code         u16 ferry::errc (auth_failed, version_mismatch,
+//   4      2    code         u16 ferry::comm_errc (auth_failed, version_mismatch,
 //                            config_mismatch, protocol_error)
 //   6      2    n            u16 text length, at most 1024
 //   8      n    text         UTF-8, the refusing side's explanation

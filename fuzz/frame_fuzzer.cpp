@@ -1,9 +1,13 @@
 // The receiving side of a ring link on arbitrary bytes: the stream goes
-// through frame_decoder, the decoder the communicator runs, once whole and
-// once cut into pieces chosen by the input's first byte. Both must report
+// through frame_decoder, the decoder the communicator runs, three ways:
+// whole, cut into pieces chosen by the input's first byte, and as the
+// communicator reads a socket (buffers() with and without read-ahead,
+// bytes spread over up to three spans, advance()). All three must report
 // the same frames, ABORTs and error. Every frame decoded re-encodes to the
 // bytes it came from and converts to floats when it is F32; the header's
 // size check bounds every allocation before its payload is read.
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +26,7 @@ struct recorder final : comm::frame_sink {
   std::vector<std::byte> payload;
   std::string log;
   std::size_t frames = 0;
+  std::size_t aborts = 0;
 
   result<std::span<std::byte>> on_header(const comm::frame_header& h) override {
     const auto size = comm::payload_size(h);
@@ -44,6 +49,7 @@ struct recorder final : comm::frame_sink {
   }
   result<void> on_abort(const comm::abort_message& a) override {
     FUZZ_CHECK(a.code);
+    ++aborts;
     log += "A" + std::to_string(a.code.value()) + "," + std::to_string(a.reporter) + "," +
            std::to_string(a.sequence) + ";";
     return {};
@@ -72,13 +78,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     r2 = d2.feed(in.subspan(at, n), split);
     at += n;
   }
-  FUZZ_CHECK(r1.has_value() == r2.has_value());
-  FUZZ_CHECK(r1.error() == r2.error());
-  FUZZ_CHECK(whole.log == split.log);
-  FUZZ_CHECK(d1.idle() == d2.idle());
+  // The same stream as a socket reader takes it (link.cpp): buffers() with
+  // or without read-ahead, bytes spread over the spans, then advance().
+  recorder spans;
+  comm::frame_decoder d3(max_frame);
+  result<void> r3;
+  for (std::size_t at = 0; at < in.size() && r3;) {
+    state = state * 1103515245u + 12345u;
+    std::array<std::span<std::byte>, 3> bufs;
+    const std::size_t k = d3.buffers(bufs, (state >> 8) & 1);
+    std::size_t room = 0;
+    for (std::size_t i = 0; i < k; ++i) room += bufs[i].size();
+    std::size_t n = std::min({room, in.size() - at, std::size_t{1} + (state >> 16) % 64});
+    const std::size_t got = n;
+    for (std::size_t i = 0; i < k && n > 0; ++i) {
+      const std::size_t take = std::min(n, bufs[i].size());
+      std::memcpy(bufs[i].data(), in.data() + at, take);
+      at += take;
+      n -= take;
+    }
+    r3 = d3.advance(got, spans);
+  }
+  FUZZ_CHECK(r1.has_value() == r2.has_value() && r1.has_value() == r3.has_value());
+  FUZZ_CHECK(r1.error() == r2.error() && r1.error() == r3.error());
+  FUZZ_CHECK(whole.log == split.log && whole.log == spans.log);
+  FUZZ_CHECK(d1.idle() == d2.idle() && d1.idle() == d3.idle());
 
-  // A successful stream is exactly its frames and ABORTs, re-encoded.
-  if (r1 && d1.idle() && whole.frames == 1) {
+  // A stream of exactly one frame is that frame, re-encoded.
+  if (r1 && d1.idle() && whole.frames == 1 && whole.aborts == 0) {
     const auto f = comm::decode_frame(in, max_frame);
     FUZZ_CHECK(f.has_value());
     const auto again = comm::encode_frame(f->header, f->payload);

@@ -71,7 +71,7 @@
 //
 // READING HOSTILE INPUT
 //
-// read() treats its input as hostile. Every failure is an errc value (see
+// read() treats its input as hostile. Every failure is an error code (see
 // base/error.h, graph/error.h); nothing partially built is handed back, and everything
 // built before the error is freed, cycles included (each object read so far
 // is reset to a default-constructed value before release). A reference to

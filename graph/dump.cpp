@@ -212,7 +212,7 @@ result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, co
   FERRY_TRY_ASSIGN(const auto p, detail::read_prelude(archive, opt));
   wire::reader in(p.body);
 
-  out << "{\"format\": \"ferry graph archive\", \"version\": 1, \"byte_order\": \""
+  out << "{\"format\": \"ferry graph archive\", \"version\": " << +p.version << ", \"byte_order\": \""
       << (p.order == wire::byte_order::little ? "little" : "big") << "\",\n \"schema\": [";
   for (std::size_t i = 0; i < p.schema.types.size(); ++i) {
     const schema::type_def& t = p.schema.types[i];

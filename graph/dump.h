@@ -2,7 +2,7 @@
 // embedded in it, without the C++ types.
 //
 // Output shape:
-//   {"format": "ferry graph archive", "version": 1, "byte_order": "little",
+//   {"format": "ferry graph archive", "version": 2, "byte_order": "little",
 //    "schema": [{"name": ..., "version": ..., "abstract": false,
 //                "fields": [{"tag": 1, "name": ..., "type": "sequence<f32>"}]}],
 //    "root": VALUE,

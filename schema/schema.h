@@ -52,8 +52,8 @@
 //
 // C++ types map to descriptors as follows: bool; integers by width and
 // signedness (char as u8, so `char` reads the same on signed- and
-// unsigned-char targets); float; double; ferry::f16 and ferry::bf16 (the
-// patterns of base/float16.h); enums as their underlying type;
+// unsigned-char targets); float; double; ferry::f16, bf16, f8_e4m3 and
+// f8_e5m2 (the patterns of base/float16.h); enums as their underlying type;
 // std::string; std::vector/std::deque/std::list as sequence; std::array as
 // array; std::map/std::unordered_map as map; std::set/std::unordered_set as
 // set; std::optional; std::variant; std::pair/std::tuple as tuple; user
@@ -207,8 +207,10 @@ result<schema> decode(wire::reader& in, const limits& lim, std::uint8_t version 
 result<std::span<const std::byte>> read_descriptor(wire::reader& in, std::size_t type_count, std::size_t max_depth,
                                                    std::uint8_t version = descriptor_version);
 
-/// A version-1 descriptor (validated by read_descriptor()) in the current
-/// version: f32 and f64 renumbered, everything else as it was.
+/// A version-1 descriptor in the current version: f32 and f64 renumbered,
+/// everything else as it was.
+// Requires: v1 passed read_descriptor(..., descriptor_version_1), which
+// bounds its depth; unvalidated bytes are a caller bug.
 [[nodiscard]] descriptor upgrade_descriptor(std::span<const std::byte> v1);
 
 /// Callbacks of walk_value(): what a generic consumer (the dump tool, a

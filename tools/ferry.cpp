@@ -42,6 +42,6 @@ int main(int argc, char** argv) {
   if (!bytes) return fail(bytes.error());
   if (auto r = ferry::graph::dump_json(*bytes, std::cout); !r) return fail(ferry::error(r.error(), path));
   std::cout.flush();
-  if (!std::cout) return fail(ferry::error::from_errno(0, "standard output"));
+  if (!std::cout) return fail(ferry::error(ferry::errc::io_error, "standard output"));
   return 0;
 }

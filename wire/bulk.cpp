@@ -53,7 +53,7 @@ void reverse_bytes(const std::byte* in, std::byte* out, std::size_t count,
     case 2: return k.r16(in, out, count);
     case 4: return k.r32(in, out, count);
     case 8: return k.r64(in, out, count);
-    default: assert(!"reverse_bytes: width must be 1, 2, 4 or 8");
+    default: assert(false && "reverse_bytes: width must be 1, 2, 4 or 8");
   }
 }
 

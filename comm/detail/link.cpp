@@ -211,7 +211,7 @@ bool link::try_recv(plan& p, receiver& r) {
     if (e == errc::checksum_mismatch) {
       fail(e, prev_,
            "CRC32C mismatch in chunk " + std::to_string(received_) + " of collective #" + std::to_string(sequence_) +
-               " from " + rank_name(prev_) + ": the frame was corrupted on the way");
+               " (or in an ABORT) from " + rank_name(prev_) + ": the bytes were corrupted on the way");
     }
     fail(e, prev_, "malformed frame or ABORT from " + rank_name(prev_));
   }

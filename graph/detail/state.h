@@ -300,6 +300,13 @@ class reader_state final : public desc_context {
 
 /// The header and footer of an archive, validated: everything but the body.
 struct prelude {
+  prelude() = default;
+  // Not copyable: `objects` and `root` may point into `upgraded`.
+  prelude(const prelude&) = delete;
+  prelude& operator=(const prelude&) = delete;
+  prelude(prelude&&) noexcept = default;
+  prelude& operator=(prelude&&) noexcept = default;
+
   std::uint8_t version = 0;
   byte_order order = byte_order::little;
   bool raw_pointers = false;
