@@ -98,9 +98,12 @@
 
 namespace ferry::graph {
 
-/// Writes the graph reachable from `root`. Errors: untracked_pointer,
-/// unregistered_type, ownership_conflict, depth_exceeded, limit_exceeded
-/// (max_count, max_objects), duplicate_key (two C++ types share one
+/// Writes the graph reachable from `root`. The writer enforces the limits
+/// the reader does (depth, counts, values, objects), counted the same way,
+/// so an archive written with some options reads back with the same
+/// options. Errors: untracked_pointer, unregistered_type,
+/// ownership_conflict, depth_exceeded, limit_exceeded (max_count,
+/// max_values, max_objects), duplicate_key (two C++ types share one
 /// ferry_name).
 template <class T>
 result<std::vector<std::byte>> write(const T& root, const options& opt = {}) {

@@ -127,10 +127,16 @@ class writer_state final : public desc_context {
   /// Structs inside map keys and set elements are not counted (their
   /// addresses do not survive reading).
   void suspend_tracking(int delta) noexcept { untracked_ += delta; }
-  /// Depth; false (and the writer fails) past max_depth.
+  /// Depth and value count, counted exactly as the reader counts them, so
+  /// that what is written with some limits reads back with the same
+  /// limits; false (and the writer fails) past max_depth or max_values.
   bool enter() noexcept {
     if (depth_ >= opt_.limits.max_depth) [[unlikely]] {
       fail(errc::depth_exceeded);
+      return false;
+    }
+    if (++values_ > opt_.limits.max_values) [[unlikely]] {
+      fail(errc::limit_exceeded);
       return false;
     }
     ++depth_;
@@ -166,6 +172,7 @@ class writer_state final : public desc_context {
   std::vector<raw_slot> raws_;
   schema::descriptor root_desc_;
   std::size_t depth_ = 0;
+  std::size_t values_ = 0;
   int untracked_ = 0;
   error_code error_;
 

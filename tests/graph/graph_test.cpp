@@ -370,6 +370,26 @@ TEST(ValueCodec, UserTypesTravelAsTheirWireType) {
   EXPECT_EQ(graph::read<palette>(*bytes).error(), errc::bad_value);
 }
 
+// The writer counts depth and values as the reader does: the smallest
+// max_values a graph can be written with is the smallest it reads with.
+TEST(Limits, WriterAndReaderAgreeOnValueCounts) {
+  const everything e = make_everything();
+  const auto bytes = graph::write(e);
+  ASSERT_TRUE(bytes);
+  graph::options opt;
+  std::size_t n = 1;
+  for (; n < 10000; ++n) {
+    opt.limits.max_values = n;
+    if (graph::write(e, opt)) break;
+    EXPECT_EQ(graph::write(e, opt).error(), errc::limit_exceeded);
+  }
+  ASSERT_LT(n, 10000u);
+  opt.limits.max_values = n;
+  EXPECT_TRUE(graph::read<everything>(*bytes, opt));
+  opt.limits.max_values = n - 1;
+  EXPECT_EQ(graph::read<everything>(*bytes, opt).error(), errc::limit_exceeded);
+}
+
 TEST(Graph, OutputIsDeterministicAndOrderTagged) {
   const everything e = make_everything();
   auto a = graph::write(e), b = graph::write(e);
