@@ -11,6 +11,7 @@
 //   100..199  codec/              ferry::codec_errc (codec/error.h)
 //   200..299  schema/, graph/     ferry::schema_errc, ferry::graph_errc
 //   300..399  comm/               ferry::comm_errc (comm/error.h)
+//   400..499  checkpoint/         ferry::checkpoint_errc (checkpoint/error.h)
 //
 // Failures every format shares (bad magic, a checksum, trailing bytes, I/O)
 // are base codes, ferry::errc, whichever block their number first appeared

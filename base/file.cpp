@@ -1,15 +1,18 @@
 #include "ferry/base/file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace ferry::base {
 namespace {
@@ -104,32 +107,112 @@ result<std::vector<std::byte>, error> read_file(const std::filesystem::path& pat
   return bytes;
 }
 
-result<void, error> write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  const std::filesystem::path tmp = folder / temporary_name(path);
+result<atomic_file, error> atomic_file::create(const std::filesystem::path& target, bool sync) {
+  remove_stale_temporaries(target);
+  const std::filesystem::path folder =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  atomic_file f;
+  f.target_ = target;
+  f.temporary_ = folder / temporary_name(target);
+  f.sync_ = sync;
+  f.fd_ = ::open(f.temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (f.fd_ < 0) {
+    f.temporary_.clear();
+    return os_error(errno, target);
+  }
+  // Held until the descriptor closes, so cleaners know the file is live.
+  if (::flock(f.fd_, LOCK_EX | LOCK_NB) != 0) return os_error(errno, target);
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(f.fd_, st.st_mode & 07777) != 0) {
+    return os_error(errno, target);
+  }
+  return f;
+}
 
-  struct stat target {};
-  const bool existed = ::stat(path.c_str(), &target) == 0 && S_ISREG(target.st_mode);
+atomic_file::atomic_file(atomic_file&& other) noexcept
+    : target_(std::move(other.target_)),
+      temporary_(std::exchange(other.temporary_, {})),
+      fd_(std::exchange(other.fd_, -1)),
+      sync_(other.sync_),
+      size_(other.size_),
+      failed_errno_(other.failed_errno_) {}
 
-  file_descriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-  if (fd.get() < 0) return os_error(errno, path);
-  // From here on, every failure removes the temporary.
+atomic_file& atomic_file::operator=(atomic_file&& other) noexcept {
+  if (this != &other) {
+    discard();
+    target_ = std::move(other.target_);
+    temporary_ = std::exchange(other.temporary_, {});
+    fd_ = std::exchange(other.fd_, -1);
+    sync_ = other.sync_;
+    size_ = other.size_;
+    failed_errno_ = other.failed_errno_;
+  }
+  return *this;
+}
+
+atomic_file::~atomic_file() { discard(); }
+
+void atomic_file::discard() noexcept {
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
+  if (fd_ >= 0) ::close(fd_);
+  temporary_.clear();
+  fd_ = -1;
+}
+
+result<void, error> atomic_file::write(std::span<const std::byte> bytes) {
+  assert(fd_ >= 0 && "write() after commit()");
+  if (failed_errno_ == 0) failed_errno_ = write_all(fd_, bytes);
+  if (failed_errno_ != 0) return os_error(failed_errno_, target_);
+  size_ += bytes.size();
+  return {};
+}
+
+result<void, error> atomic_file::commit() {
+  assert(fd_ >= 0 && "commit() twice");
   const auto fail = [&](int sys_errno) {
-    ::unlink(tmp.c_str());
-    return os_error(sys_errno, path);
+    discard();
+    return os_error(sys_errno, target_);
   };
-  if (existed && ::fchmod(fd.get(), target.st_mode & 07777) != 0) return fail(errno);
-  if (const int e = write_all(fd.get(), bytes); e != 0) return fail(e);
-  if (::fsync(fd.get()) != 0) return fail(errno);
-  if (const int e = fd.close(); e != 0) return fail(e);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(errno);
-
+  if (failed_errno_ != 0) return fail(failed_errno_);
+  if (sync_ && ::fsync(fd_) != 0) return fail(errno);
+  if (::rename(temporary_.c_str(), target_.c_str()) != 0) return fail(errno);
+  temporary_.clear();
+  // Closing releases the lock; the name is already the target's.
+  file_descriptor fd(std::exchange(fd_, -1));
+  if (const int e = fd.close(); e != 0) return os_error(e, target_);
+  if (!sync_) return {};
   // Make the rename durable. Some file systems cannot fsync a folder
   // (EINVAL); there is nothing more to do on them.
+  const std::filesystem::path folder =
+      target_.has_parent_path() ? target_.parent_path() : std::filesystem::path(".");
   file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) return os_error(errno, folder);
   if (::fsync(dir.get()) != 0 && errno != EINVAL) return os_error(errno, folder);
   return {};
+}
+
+std::size_t remove_stale_temporaries(const std::filesystem::path& target) noexcept {
+  const std::filesystem::path folder =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  const std::string prefix = "." + target.filename().string() + ".ferry-tmp.";
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    file_descriptor fd(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (fd.get() < 0) continue;
+    // A live writer holds the lock; one that was killed holds nothing.
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (::unlink(it->path().c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
+result<void, error> write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  FERRY_TRY_ASSIGN(auto file, atomic_file::create(path));
+  FERRY_TRY(file.write(bytes));
+  return file.commit();
 }
 
 }  // namespace ferry::base

@@ -1,15 +1,16 @@
-// ferry/base/file.h: whole-file reads and atomic whole-file writes, with
-// the operating system's reason when they fail.
+// ferry/base/file.h: whole-file reads, atomic file writes (whole or
+// streamed), with the operating system's reason when they fail.
 //
 // Errors are `ferry::error` values with code errc::io_error, the path as
 // context and the errno the OS reported, so error::what() reads
 // "model.ferry: No such file or directory". Nothing here throws except
 // std::bad_alloc.
 //
-// POSIX only (open, fstat, read, write, fsync, rename).
+// POSIX only (open, fstat, read, write, fsync, rename, flock).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <vector>
@@ -45,5 +46,52 @@ namespace ferry::base {
 /// EACCES for an unwritable one, EISDIR if `path` is a directory, ENOSPC, ...).
 [[nodiscard]] result<void, error> write_file_atomic(const std::filesystem::path& path,
                                                     std::span<const std::byte> bytes);
+
+/// A file written in a temporary beside `target` and published over it
+/// by commit(), atomically, as write_file_atomic() does (which is built on
+/// it). For writers that stream: write() any number of times, then commit().
+///
+/// - The temporary is `.<name>.ferry-tmp.<pid>.<random>` and is held under an
+///   exclusive flock() while open. create() first removes the temporaries of
+///   the same target that no live writer holds: those a killed process left.
+/// - Destroyed (or moved from) without commit(), it removes its temporary.
+///   A process killed at any moment leaves `target` as it was; its
+///   temporary is removed by the next create() for the same target.
+/// - commit() fsyncs the file (unless sync is off), renames it over
+///   `target` and fsyncs the folder; the target's permission bits are kept.
+/// Not thread-safe; one writer per object.
+class atomic_file {
+ public:
+  [[nodiscard]] static result<atomic_file, error> create(const std::filesystem::path& target, bool sync = true);
+  atomic_file(atomic_file&& other) noexcept;
+  atomic_file& operator=(atomic_file&& other) noexcept;
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+  ~atomic_file();
+
+  /// Appends `bytes`. After a failure the file is unusable: commit() fails.
+  [[nodiscard]] result<void, error> write(std::span<const std::byte> bytes);
+  /// Publishes the file at the target. The object is finished afterwards.
+  [[nodiscard]] result<void, error> commit();
+  /// Bytes written so far.
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+  [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
+  [[nodiscard]] const std::filesystem::path& temporary() const noexcept { return temporary_; }
+
+ private:
+  atomic_file() = default;
+  void discard() noexcept;
+
+  std::filesystem::path target_;
+  std::filesystem::path temporary_;
+  int fd_ = -1;
+  bool sync_ = true;
+  std::uint64_t size_ = 0;
+  int failed_errno_ = 0;
+};
+
+/// Removes the temporaries of `target` that no live writer holds (left by a
+/// killed one). Returns how many it removed. atomic_file::create() calls it.
+std::size_t remove_stale_temporaries(const std::filesystem::path& target) noexcept;
 
 }  // namespace ferry::base

@@ -21,6 +21,10 @@ add_library(ferry_test_warnings INTERFACE)
 target_compile_options(ferry_test_warnings INTERFACE -Wall -Wextra -Wpedantic -Wshadow
   $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
 
+# 64-bit off_t on 32-bit hosts (armhf): checkpoints larger than 2 GiB are
+# read with pread and mmap at 64-bit offsets. No ferry header exposes off_t.
+add_compile_definitions(_FILE_OFFSET_BITS=64)
+
 if(FERRY_SANITIZE)
   add_compile_options(-fsanitize=${FERRY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${FERRY_SANITIZE})

@@ -270,7 +270,13 @@ void link::pump(plan& p) {
                std::to_string(sequence_) + " (" + p.name + ") " + (receiving ? "waiting for " : "sending to ") +
                rank_name(silent));
     }
-    if (watch_next && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) watch_next = check_upstream(sending_done);
+    // When the previous rank has data too, read it first: an error in the
+    // data path names its cause, while a relayed ABORT from upstream only
+    // echoes a failure that the data would have shown here.
+    const bool prev_ready = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    if (watch_next && !prev_ready && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      watch_next = check_upstream(sending_done);
+    }
   }
 }
 

@@ -65,11 +65,6 @@ template <class T, template <class...> class Tmpl>
 inline constexpr bool is_instance_v = is_instance<std::remove_cv_t<T>, Tmpl>::value;
 
 template <class T>
-struct is_std_array : std::false_type {};
-template <class E, std::size_t N>
-struct is_std_array<std::array<E, N>> : std::true_type {};
-
-template <class T>
 struct is_default_unique_ptr : std::false_type {};
 template <class E>
 struct is_default_unique_ptr<std::unique_ptr<E>> : std::true_type {};

@@ -1,0 +1,40 @@
+// ferry/checkpoint/detail/parsed.h: INTERNAL. What a reader knows of a file
+// once its structure is checked; built by the .ferry parser (reader.cpp)
+// and the safetensors parser (safetensors.cpp). Not part of the API.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/checkpoint/options.h"
+#include "ferry/checkpoint/reader.h"
+
+namespace ferry::checkpoint::detail {
+
+struct parsed_file {
+  file_format format = file_format::ferry;
+  wire::byte_order order = wire::byte_order::little;
+  std::uint32_t alignment = 64;
+  std::uint64_t data_end = 0;  ///< where the storage area ends (.ferry: the manifest)
+  std::vector<tensor_info> tensors;
+  std::vector<storage_info> storages;
+  std::map<std::string, std::string> metadata;
+};
+
+/// Reads exactly `out.size()` bytes at `offset`. Errors: io_error, truncated.
+result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept;
+
+/// Parses a safetensors header. `file_size` is the file's length; the first
+/// 8 bytes, the header's length, are `header_length`.
+result<parsed_file, error> parse_safetensors(int fd, std::uint64_t file_size, std::uint64_t header_length,
+                                             const limits& lim);
+
+/// Parses a header in memory (the fuzzer's and the tests' entry, and what
+/// parse_safetensors() calls). `data_size` is the bytes after the header.
+result<parsed_file, error> parse_safetensors_header(std::string_view json, std::uint64_t data_offset,
+                                                    std::uint64_t data_size, const limits& lim);
+
+}  // namespace ferry::checkpoint::detail

@@ -1,0 +1,41 @@
+// ferry/checkpoint/error.h: the error codes of checkpoints (checkpoint/).
+//
+// Numbers are stable (see ferry/base/error.h); new codes take the next free
+// number of the 400..499 block. Failures every format shares are
+// ferry::errc: truncated (a file cut short), bad_magic, unsupported_version,
+// bad_byte_order, duplicate_key (a tensor or metadata name twice),
+// trailing_bytes, limit_exceeded (a limits field), checksum_mismatch and
+// io_error (with the OS's errno). A dtype code or name that does not exist
+// is codec_errc::unknown_dtype.
+//
+// Functions that take or give a file return result<T, error>, whose context
+// names the file and, where there is one, the tensor: "model.ferry: tensor
+// 'fc.weight'".
+#pragma once
+
+#include "ferry/base/error.h"
+
+namespace ferry {
+
+#define FERRY_CHECKPOINT_ERRORS(X)                                                                         \
+  X(not_a_checkpoint, 400, "neither a ferry checkpoint nor a safetensors file")                            \
+  X(bad_alignment, 401, "alignment is not a power of two in the allowed range")                            \
+  X(bad_layout, 402, "storages overlap, leave a gap, or lie outside the data area")                        \
+  X(view_out_of_bounds, 403, "tensor view reaches past the end of its storage")                            \
+  X(bad_storage_reference, 404, "tensor refers to a storage that does not exist")                          \
+  X(shape_overflow, 405, "shape or byte count overflows 64 bits")                                          \
+  X(shape_size_mismatch, 406, "tensor byte count disagrees with its shape and dtype")                      \
+  X(bad_name, 407, "name is empty, too long or not valid UTF-8")                                           \
+  X(tensor_not_found, 408, "no tensor of this name")                                                       \
+  X(header_too_large, 409, "safetensors header length exceeds the limit or the file")                     \
+  X(bad_json, 410, "safetensors header is not JSON of the specified grammar")                              \
+  X(bad_metadata, 411, "metadata is not a map of strings to strings")                                      \
+  X(shared_storage, 412, "tensors share storage, which safetensors cannot express")                        \
+  X(element_size_mismatch, 413, "tensors over one storage have different element sizes")                   \
+  X(storage_too_large, 414, "storage does not fit this machine's address space")                           \
+  X(header_mismatch, 415, "the file's header and trailer disagree")                                        \
+  X(bad_padding, 416, "padding between storages is not zero")                                             \
+  X(bad_utf8, 417, "text that must be UTF-8 is not")
+FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
+
+}  // namespace ferry

@@ -1,0 +1,97 @@
+#include "ferry/checkpoint/detail/layout.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "ferry/checkpoint/error.h"
+#include "ferry/codec/crc32c.h"
+
+namespace ferry::checkpoint::detail {
+namespace {
+
+constexpr std::uint8_t byte_of(wire::byte_order o) noexcept { return static_cast<std::uint8_t>(o); }
+
+bool valid_alignment(std::uint32_t a) noexcept {
+  return std::has_single_bit(a) && a >= min_alignment && a <= max_alignment;
+}
+
+// version, order, flags, reserved: the four single bytes header and trailer share.
+result<wire::byte_order> decode_flags(const std::byte* p) noexcept {
+  if (std::to_integer<std::uint8_t>(p[0]) != format_version) return errc::unsupported_version;
+  const auto order = std::to_integer<std::uint8_t>(p[1]);
+  if (order > 1) return errc::bad_byte_order;
+  if (p[2] != std::byte{0} || p[3] != std::byte{0}) return errc::bad_value;
+  return static_cast<wire::byte_order>(order);
+}
+
+void encode_flags(std::byte* p, wire::byte_order order) noexcept {
+  p[0] = std::byte{format_version};
+  p[1] = std::byte{byte_of(order)};
+  p[2] = p[3] = std::byte{0};
+}
+
+}  // namespace
+
+std::array<std::byte, header_size> encode_header(const header_fields& h) noexcept {
+  std::array<std::byte, header_size> out{};
+  std::memcpy(out.data(), file_magic, sizeof file_magic);
+  encode_flags(out.data() + 8, h.order);
+  wire::store(h.alignment, out.data() + 12, h.order);
+  return out;
+}
+
+result<header_fields> decode_header(std::span<const std::byte, header_size> in) noexcept {
+  if (std::memcmp(in.data(), file_magic, sizeof file_magic) != 0) return errc::bad_magic;
+  FERRY_TRY_ASSIGN(const auto order, decode_flags(in.data() + 8));
+  header_fields h{order, wire::load<std::uint32_t>(in.data() + 12, order)};
+  if (!valid_alignment(h.alignment)) return checkpoint_errc::bad_alignment;
+  for (std::size_t i = 16; i < header_size; ++i) {
+    if (in[i] != std::byte{0}) return errc::bad_value;
+  }
+  return h;
+}
+
+std::array<std::byte, trailer_size> encode_trailer(const trailer_fields& t) noexcept {
+  std::array<std::byte, trailer_size> out{};
+  const auto o = t.header.order;
+  wire::store(t.manifest_offset, out.data() + 0, o);
+  wire::store(t.manifest_size, out.data() + 8, o);
+  wire::store(t.file_size, out.data() + 16, o);
+  wire::store(t.manifest_crc, out.data() + 24, o);
+  wire::store(t.header.alignment, out.data() + 28, o);
+  encode_flags(out.data() + 32, o);
+  wire::store(codec::crc32c(std::span(out).first(36)), out.data() + 36, o);
+  std::memcpy(out.data() + 40, end_magic, sizeof end_magic);
+  return out;
+}
+
+result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> in) noexcept {
+  if (std::memcmp(in.data() + 40, end_magic, sizeof end_magic) != 0) return errc::truncated;
+  // The order byte is read before the CRC: a flipped order byte then fails
+  // the CRC like any other bit instead of being trusted.
+  const auto order_byte = std::to_integer<std::uint8_t>(in[33]);
+  const auto o = order_byte == 1 ? wire::byte_order::big : wire::byte_order::little;
+  if (wire::load<std::uint32_t>(in.data() + 36, o) != codec::crc32c(in.first(36))) return errc::checksum_mismatch;
+  FERRY_TRY_ASSIGN(const auto order, decode_flags(in.data() + 32));
+  trailer_fields t;
+  t.manifest_offset = wire::load<std::uint64_t>(in.data() + 0, order);
+  t.manifest_size = wire::load<std::uint64_t>(in.data() + 8, order);
+  t.file_size = wire::load<std::uint64_t>(in.data() + 16, order);
+  t.manifest_crc = wire::load<std::uint32_t>(in.data() + 24, order);
+  t.header = {order, wire::load<std::uint32_t>(in.data() + 28, order)};
+  if (!valid_alignment(t.header.alignment)) return checkpoint_errc::bad_alignment;
+  return t;
+}
+
+graph::options manifest_options(const limits& lim, wire::byte_order order) noexcept {
+  graph::options g;
+  g.order = order;
+  // A name is a string and a shape a container: both stay under max_count,
+  // and the archive holds one object per storage.
+  g.limits.max_count = std::max<std::size_t>(g.limits.max_count, std::max(lim.max_tensors, lim.max_name_bytes));
+  g.limits.max_depth = 8;
+  g.max_objects = std::max<std::size_t>(lim.max_tensors, 1);
+  return g;
+}
+
+}  // namespace ferry::checkpoint::detail

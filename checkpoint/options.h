@@ -1,0 +1,49 @@
+// ferry/checkpoint/options.h: the limits of checkpoint readers and the
+// settings of writers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ferry/wire/byte_order.h"
+
+namespace ferry::checkpoint {
+
+/// What a reader accepts. A file over a limit is refused with
+/// errc::limit_exceeded (header_too_large for a safetensors header) before
+/// anything it announces is allocated. Writers enforce the same limits, so a
+/// file written with some limits opens with the same limits.
+struct limits {
+  /// Tensors in one file (and storages, which are never more). Each costs
+  /// a record and a name in memory, so a small manifest cannot announce
+  /// millions of them.
+  std::size_t max_tensors = std::size_t{1} << 20;
+  /// Dimensions of one tensor. PyTorch allows 64; hostile shapes with
+  /// millions of extents are refused.
+  std::size_t max_dims = 64;
+  /// Bytes of a tensor name or a metadata key.
+  std::size_t max_name_bytes = 4096;
+  /// Bytes of a .ferry manifest: it is read into memory whole.
+  std::uint64_t max_manifest_bytes = std::uint64_t{1} << 28;
+  /// Bytes of a safetensors JSON header. The reference implementation
+  /// refuses headers over 100,000,000 bytes; so does ferry by default.
+  std::uint64_t max_header_bytes = 100'000'000;
+};
+
+/// How a writer lays the file out.
+struct write_options {
+  /// Byte order of the storages (and the manifest). The default, the
+  /// host's, means the writer never swaps; readers convert when theirs
+  /// differs.
+  wire::byte_order order = wire::host_order;
+  /// Boundary every storage starts on: a power of two from 64 to 2^30.
+  /// 64 suits SIMD loads; 4096 lets a reader map each storage by pages.
+  std::uint32_t alignment = 64;
+  /// fsync the file and its folder on commit. Off only for throwaway files
+  /// (tests, benchmarks of the format without the disk).
+  bool sync = true;
+  /// Limits checked while writing (the reader's defaults).
+  checkpoint::limits limits;
+};
+
+}  // namespace ferry::checkpoint

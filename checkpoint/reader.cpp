@@ -1,0 +1,374 @@
+#include "ferry/checkpoint/reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/codec/crc32c.h"
+#include "ferry/wire/bulk.h"
+
+namespace ferry::checkpoint {
+namespace detail {
+
+result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept {
+  while (!out.empty()) {
+    const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      sys_errno = errno;
+      return errc::io_error;
+    }
+    if (n == 0) return errc::truncated;  // the file shrank under us
+    out = out.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::parsed_file;
+
+std::string tensor_context(const std::filesystem::path& file, std::string_view name) {
+  return file.string() + ": tensor '" + std::string(name) + "'";
+}
+
+error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {}) {
+  std::string ctx = file.string();
+  if (!what.empty()) ctx += ": " + std::string(what);
+  return error(c, std::move(ctx), sys_errno);
+}
+
+// A storage's bytes mapped from the file (possibly converted in place in a
+// private copy-on-write mapping).
+class mapped_storage final : public storage_buffer {
+ public:
+  mapped_storage(void* base, std::size_t length, std::size_t delta, std::size_t nbytes) noexcept
+      : base_(base), length_(length) {
+    bytes_ = std::span(static_cast<const std::byte*>(base) + delta, nbytes);
+  }
+  ~mapped_storage() override { ::munmap(base_, length_); }
+  mapped_storage(const mapped_storage&) = delete;
+  mapped_storage& operator=(const mapped_storage&) = delete;
+  std::span<std::byte> writable() noexcept { return {const_cast<std::byte*>(bytes_.data()), bytes_.size()}; }
+
+ private:
+  void* base_;
+  std::size_t length_;
+};
+
+// A storage read with pread (files that cannot be mapped, and empty storages).
+class owned_storage final : public storage_buffer {
+ public:
+  explicit owned_storage(std::size_t n) : data_(n) { bytes_ = data_; }
+  std::span<std::byte> writable() noexcept { return data_; }
+
+ private:
+  std::vector<std::byte> data_;
+};
+
+result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
+                                       std::span<const std::byte, header_size> head, const limits& lim) {
+  const auto fail = [&](error_code c, std::string_view what = {}) { return file_error(path, c, 0, what); };
+  auto header = detail::decode_header(head);
+  if (!header) return fail(header.error(), "header");
+  if (size < header_size + trailer_size) return fail(errc::truncated);
+
+  std::array<std::byte, trailer_size> tail{};
+  int sys_errno = 0;
+  if (auto r = detail::pread_exact(fd, size - trailer_size, tail, sys_errno); !r) {
+    return file_error(path, r.error(), sys_errno);
+  }
+  auto trailer = detail::decode_trailer(tail);
+  if (!trailer) return fail(trailer.error(), "trailer");
+  const auto& t = *trailer;
+  if (t.file_size > size) return fail(errc::truncated);
+  if (t.file_size < size) return fail(errc::trailing_bytes);
+  if (t.header.order != header->order || t.header.alignment != header->alignment) {
+    return fail(checkpoint_errc::header_mismatch);
+  }
+  const std::uint64_t body_end = size - trailer_size;
+  if (t.manifest_size > body_end || t.manifest_offset != body_end - t.manifest_size ||
+      t.manifest_offset < header_size) {
+    return fail(checkpoint_errc::bad_layout, "manifest");
+  }
+  if (t.manifest_size > lim.max_manifest_bytes || t.manifest_size > SIZE_MAX) {
+    return fail(errc::limit_exceeded, "manifest");
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(t.manifest_size));
+  if (auto r = detail::pread_exact(fd, t.manifest_offset, bytes, sys_errno); !r) {
+    return file_error(path, r.error(), sys_errno, "manifest");
+  }
+  if (codec::crc32c(bytes) != t.manifest_crc) return fail(errc::checksum_mismatch, "manifest");
+  auto m = graph::read<manifest>(bytes, detail::manifest_options(lim, t.header.order));
+  if (!m) return fail(m.error(), "manifest");
+
+  parsed_file out;
+  out.format = file_format::ferry;
+  out.order = t.header.order;
+  out.alignment = t.header.alignment;
+  out.data_end = t.manifest_offset;
+  const std::uint64_t align = t.header.alignment;
+
+  // Storages: packed in file order from the first aligned offset.
+  if (m->storages.size() > lim.max_tensors) return fail(errc::limit_exceeded, "storages");
+  std::unordered_map<const storage_record*, std::uint32_t> index_of;
+  std::uint64_t end = header_size;
+  for (std::size_t i = 0; i < m->storages.size(); ++i) {
+    const std::string what = "storage " + std::to_string(i);
+    const storage_record* s = m->storages[i].get();
+    if (s == nullptr) return fail(checkpoint_errc::bad_storage_reference, what);
+    if (!index_of.emplace(s, static_cast<std::uint32_t>(i)).second) return fail(checkpoint_errc::bad_layout, what);
+    auto dtype = codec::dtype_from_code(s->dtype);
+    if (!dtype) return fail(dtype.error(), what);
+    std::uint64_t start = 0;
+    if (!align_up(end, align, start) || s->offset != start || s->nbytes > t.manifest_offset - start) {
+      return fail(checkpoint_errc::bad_layout, what);
+    }
+    if (s->nbytes % codec::size_of(*dtype) != 0) return fail(checkpoint_errc::shape_size_mismatch, what);
+    end = start + s->nbytes;
+    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c});
+  }
+  std::uint64_t manifest_start = 0;
+  if (!align_up(end, align, manifest_start) || manifest_start != t.manifest_offset) {
+    return fail(checkpoint_errc::bad_layout, "manifest");
+  }
+
+  if (m->tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
+  std::unordered_set<std::string_view> seen;
+  out.tensors.reserve(m->tensors.size());
+  for (auto& rec : m->tensors) {
+    if (!valid_name(rec.name, lim.max_name_bytes)) {
+      return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(out.tensors.size()));
+    }
+    const auto tfail = [&](error_code c) { return error(c, tensor_context(path, rec.name)); };
+    if (seen.contains(rec.name)) return tfail(errc::duplicate_key);
+    auto dtype = codec::dtype_from_code(rec.dtype);
+    if (!dtype) return tfail(dtype.error());
+    const auto it = index_of.find(rec.storage.get());
+    if (it == index_of.end()) return tfail(checkpoint_errc::bad_storage_reference);
+    const storage_info& st = out.storages[it->second];
+    if (codec::size_of(st.dtype) != codec::size_of(*dtype)) return tfail(checkpoint_errc::element_size_mismatch);
+    if (auto r = check_view(*dtype, rec.shape, rec.strides, rec.offset, st.nbytes, lim.max_dims); !r) {
+      return tfail(r.error());
+    }
+    out.tensors.push_back({std::move(rec.name), *dtype, std::move(rec.shape), std::move(rec.strides), rec.offset,
+                           it->second});
+    seen.insert(out.tensors.back().name);  // stable: reserved above
+  }
+  for (const auto& [k, v] : m->metadata) {
+    if (!valid_name(k, lim.max_name_bytes) || !valid_utf8(v)) return fail(checkpoint_errc::bad_metadata, "metadata");
+  }
+  out.metadata = std::move(m->metadata);
+  return out;
+}
+
+}  // namespace
+
+struct reader::state {
+  std::filesystem::path path;
+  int fd = -1;
+  std::uint64_t size = 0;
+  parsed_file file;
+  std::unordered_map<std::string_view, std::size_t> by_name;
+  std::vector<std::uint32_t> first_tensor_of;  // per storage, for error messages
+
+  mutable std::mutex mu;
+  mutable std::vector<std::weak_ptr<const storage_buffer>> cache;
+  mutable std::vector<bool> verified;
+  mutable std::uint64_t loaded = 0;
+
+  ~state() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  error storage_error(std::uint32_t i, error_code c, int sys_errno = 0) const {
+    const std::uint32_t t = first_tensor_of[i];
+    if (t == UINT32_MAX) return file_error(path, c, sys_errno, "storage " + std::to_string(i));
+    return error(c, tensor_context(path, file.tensors[t].name), sys_errno);
+  }
+
+  // Maps (or reads) storage i, checks its CRC if `check` and converts it to
+  // host order. Called with mu held.
+  result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check) const {
+    const storage_info& st = file.storages[i];
+    if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
+    const auto n = static_cast<std::size_t>(st.nbytes);
+    const std::size_t width = codec::size_of(st.dtype);
+    const bool swap = file.order != wire::host_order && width > 1;
+    std::shared_ptr<storage_buffer> buf;
+    std::span<std::byte> writable;
+    if (n > 0) {
+      static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      const std::uint64_t map_offset = st.offset & ~(page - 1);
+      const auto delta = static_cast<std::size_t>(st.offset - map_offset);
+      const std::size_t length = delta + n;
+      const int prot = swap ? PROT_READ | PROT_WRITE : PROT_READ;
+      void* base = ::mmap(nullptr, length, prot, MAP_PRIVATE | MAP_POPULATE, fd, static_cast<off_t>(map_offset));
+      if (base != MAP_FAILED) {
+        auto m = std::make_shared<mapped_storage>(base, length, delta, n);
+        writable = m->writable();
+        buf = std::move(m);
+      } else if (errno == ENOMEM || errno == EOVERFLOW) {
+        return storage_error(i, checkpoint_errc::storage_too_large);
+      }
+    }
+    if (!buf) {  // empty, or a file system without mmap
+      auto o = std::make_shared<owned_storage>(n);
+      int sys_errno = 0;
+      if (auto r = detail::pread_exact(fd, st.offset, o->writable(), sys_errno); !r) {
+        return storage_error(i, r.error(), sys_errno);
+      }
+      writable = o->writable();
+      buf = std::move(o);
+    }
+    if (check && st.crc32c && !verified[i]) {
+      if (codec::crc32c(writable) != *st.crc32c) return storage_error(i, errc::checksum_mismatch);
+      verified[i] = true;
+    }
+    if (swap) wire::convert_in_place(writable, width, file.order, wire::host_order);
+    loaded += n;
+    return std::shared_ptr<const storage_buffer>(std::move(buf));
+  }
+};
+
+reader::reader(std::unique_ptr<state> s) noexcept : s_(std::move(s)) {}
+reader::reader(reader&&) noexcept = default;
+reader& reader::operator=(reader&&) noexcept = default;
+reader::~reader() = default;
+
+result<reader, error> reader::open(const std::filesystem::path& path, const limits& lim) {
+  auto s = std::make_unique<state>();
+  s->path = path;
+  s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s->fd < 0) return error::from_errno(errno, path.string());
+  struct stat st {};
+  if (::fstat(s->fd, &st) != 0) return error::from_errno(errno, path.string());
+  if (S_ISDIR(st.st_mode)) return error::from_errno(EISDIR, path.string());
+  if (!S_ISREG(st.st_mode)) return file_error(path, checkpoint_errc::not_a_checkpoint, 0, "not a regular file");
+  s->size = static_cast<std::uint64_t>(st.st_size);
+
+  std::array<std::byte, header_size> head{};
+  const auto have = static_cast<std::size_t>(std::min<std::uint64_t>(s->size, header_size));
+  int sys_errno = 0;
+  if (auto r = detail::pread_exact(s->fd, 0, std::span(head).first(have), sys_errno); !r) {
+    return file_error(path, r.error(), sys_errno);
+  }
+  const auto prefix = std::min<std::size_t>(have, sizeof file_magic);
+  result<parsed_file, error> parsed = file_error(path, checkpoint_errc::not_a_checkpoint);
+  if (have > 0 && std::memcmp(head.data(), file_magic, prefix) == 0) {
+    if (have < header_size) return file_error(path, errc::truncated);
+    parsed = parse_ferry(s->fd, s->size, path, head, lim);
+  } else if (have > 8 && head[8] == std::byte{'{'}) {
+    const auto n = wire::load<std::uint64_t>(head.data(), wire::byte_order::little);
+    parsed = detail::parse_safetensors(s->fd, s->size, n, lim);
+    if (!parsed) return parsed.error().wrap(path.string());
+  } else if (have < 9) {
+    return file_error(path, errc::truncated);  // too short to be either format
+  }
+  if (!parsed) return parsed.error();
+  s->file = std::move(*parsed);
+
+  const auto& f = s->file;
+  s->first_tensor_of.assign(f.storages.size(), UINT32_MAX);
+  for (std::size_t i = 0; i < f.tensors.size(); ++i) {
+    s->by_name.emplace(f.tensors[i].name, i);
+    auto& first = s->first_tensor_of[f.tensors[i].storage];
+    if (first == UINT32_MAX) first = static_cast<std::uint32_t>(i);
+  }
+  s->cache.resize(f.storages.size());
+  s->verified.assign(f.storages.size(), false);
+  return reader(std::move(s));
+}
+
+const std::filesystem::path& reader::path() const noexcept { return s_->path; }
+file_format reader::format() const noexcept { return s_->file.format; }
+wire::byte_order reader::order() const noexcept { return s_->file.order; }
+std::uint32_t reader::alignment() const noexcept { return s_->file.alignment; }
+std::uint64_t reader::file_size() const noexcept { return s_->size; }
+std::span<const tensor_info> reader::tensors() const noexcept { return s_->file.tensors; }
+std::span<const storage_info> reader::storages() const noexcept { return s_->file.storages; }
+const std::map<std::string, std::string>& reader::metadata() const noexcept { return s_->file.metadata; }
+
+const tensor_info* reader::find(std::string_view name) const noexcept {
+  const auto it = s_->by_name.find(name);
+  return it == s_->by_name.end() ? nullptr : &s_->file.tensors[it->second];
+}
+
+std::vector<std::string> reader::shared_with(const tensor_info& t) const {
+  std::vector<std::string> out;
+  for (const auto& other : s_->file.tensors) {
+    if (other.storage == t.storage && other.name != t.name) out.push_back(other.name);
+  }
+  return out;
+}
+
+result<tensor, error> reader::get(std::string_view name) const {
+  const tensor_info* t = find(name);
+  if (t == nullptr) return error(checkpoint_errc::tensor_not_found, tensor_context(s_->path, name));
+  return get(*t);
+}
+
+result<tensor, error> reader::get(const tensor_info& t) const {
+  std::lock_guard lock(s_->mu);
+  auto buf = s_->cache[t.storage].lock();
+  if (!buf) {
+    FERRY_TRY_ASSIGN(buf, s_->load(t.storage, true));
+    s_->cache[t.storage] = buf;
+  }
+  return tensor(t, std::move(buf));
+}
+
+result<void, error> reader::verify(const std::function<void(std::uint64_t)>& progress) const {
+  const auto& st = s_->file.storages;
+  std::uint64_t done = 0;
+  std::uint64_t end = header_size;
+  std::vector<std::byte> gap;
+  const auto check_zero = [&](std::uint64_t from, std::uint64_t to, std::uint32_t i) -> result<void, error> {
+    if (to <= from) return {};
+    gap.resize(static_cast<std::size_t>(to - from));
+    int sys_errno = 0;
+    if (auto r = detail::pread_exact(s_->fd, from, gap, sys_errno); !r) return s_->storage_error(i, r.error(), sys_errno);
+    if (std::any_of(gap.begin(), gap.end(), [](std::byte b) { return b != std::byte{0}; })) {
+      return s_->storage_error(i, checkpoint_errc::bad_padding);
+    }
+    return {};
+  };
+  for (std::uint32_t i = 0; i < st.size(); ++i) {
+    if (s_->file.format == file_format::ferry) {
+      FERRY_TRY(check_zero(end, st[i].offset, i));
+    }
+    {
+      std::lock_guard lock(s_->mu);
+      if (st[i].crc32c && !s_->verified[i]) {
+        FERRY_TRY(s_->load(i, true));
+      }
+    }
+    end = st[i].offset + st[i].nbytes;
+    done += st[i].nbytes;
+    if (progress) progress(done);
+  }
+  if (s_->file.format == file_format::ferry && !st.empty()) {
+    FERRY_TRY(check_zero(end, s_->file.data_end, static_cast<std::uint32_t>(st.size() - 1)));
+  }
+  return {};
+}
+
+std::uint64_t reader::bytes_loaded() const noexcept {
+  std::lock_guard lock(s_->mu);
+  return s_->loaded;
+}
+
+}  // namespace ferry::checkpoint

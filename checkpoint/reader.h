@@ -1,0 +1,112 @@
+// ferry/checkpoint/reader.h: opening checkpoints, .ferry (format.h) or
+// .safetensors (safetensors.h), lazily.
+//
+//   auto ckpt = ferry::checkpoint::open("model.ferry").value();
+//   for (const auto& t : ckpt.tensors()) std::cout << t.name << '\n';
+//   ferry::checkpoint::tensor w = ckpt.get("fc.weight").value();
+//   std::span<const std::byte> host_order = w.bytes();   // contiguous tensors
+//
+// open() reads the file's header, trailer and manifest (a safetensors
+// file's JSON header) and checks every structural rule of the format
+// before it returns; no tensor data is read. get() maps the tensor's
+// storage, checks the storage's CRC32C the first time it is fetched, and
+// hands out a view in host order: the mapping itself when the file's byte
+// order is the host's (zero-copy), a converted private copy otherwise.
+// Tensors over one storage share one storage_buffer, so sharing in the file
+// is sharing in memory. verify() checks every CRC and the zero padding.
+//
+// The file is mapped per storage, never whole, so a file larger than the
+// address space (a 32-bit armhf board) opens, and any storage that fits is
+// fetched. Every input is hostile: a malformed file gives an error naming
+// the file and, where there is one, the tensor (checkpoint/error.h); the
+// limits are in `limits`. If another process truncates the file while it is
+// mapped, touching the lost pages raises SIGBUS, as with any mapping.
+//
+// A reader is safe to use from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/base/error.h"
+#include "ferry/checkpoint/options.h"
+#include "ferry/checkpoint/tensor.h"
+#include "ferry/wire/byte_order.h"
+
+namespace ferry::checkpoint {
+
+enum class file_format : std::uint8_t { ferry, safetensors };
+
+/// Where a storage lies in the file.
+struct storage_info {
+  std::uint64_t offset = 0;  ///< absolute file offset
+  std::uint64_t nbytes = 0;
+  codec::dtype dtype = codec::dtype::u8;  ///< element type (its size is the swap width)
+  std::optional<std::uint32_t> crc32c;    ///< .ferry only: safetensors has none
+};
+
+class reader {
+ public:
+  /// Opens `path`, of either format (told apart by its first bytes).
+  /// Errors: io_error (with the OS's reason), not_a_checkpoint (a zip, an
+  /// HTML page, a Git LFS pointer, ...), and every structural error of the
+  /// formats.
+  [[nodiscard]] static result<reader, error> open(const std::filesystem::path& path, const limits& lim = {});
+
+  reader(reader&&) noexcept;
+  reader& operator=(reader&&) noexcept;
+  ~reader();
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept;
+  [[nodiscard]] file_format format() const noexcept;
+  /// The order the storages are stored in (little for safetensors).
+  [[nodiscard]] wire::byte_order order() const noexcept;
+  /// The file's storage alignment (for safetensors, the largest power of two
+  /// up to 4096 that divides the data area's offset).
+  [[nodiscard]] std::uint32_t alignment() const noexcept;
+  [[nodiscard]] std::uint64_t file_size() const noexcept;
+
+  /// Tensors in file order (.ferry: as written; safetensors: as listed).
+  [[nodiscard]] std::span<const tensor_info> tensors() const noexcept;
+  [[nodiscard]] std::span<const storage_info> storages() const noexcept;
+  /// The tensor called `name`, or nullptr.
+  [[nodiscard]] const tensor_info* find(std::string_view name) const noexcept;
+  /// Names of the other tensors over `t`'s storage.
+  [[nodiscard]] std::vector<std::string> shared_with(const tensor_info& t) const;
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept;
+
+  /// The tensor called `name`, in host order. Errors: tensor_not_found,
+  /// checksum_mismatch (its storage's CRC, checked on first fetch),
+  /// storage_too_large (does not fit the address space), io_error.
+  [[nodiscard]] result<tensor, error> get(std::string_view name) const;
+  [[nodiscard]] result<tensor, error> get(const tensor_info& t) const;
+
+  /// Checks every storage's CRC32C and the zero padding between storages
+  /// (.ferry), reading the whole file once. The error names the first bad
+  /// tensor. `progress`, if given, is called with the bytes checked so far.
+  [[nodiscard]] result<void, error> verify(const std::function<void(std::uint64_t)>& progress = {}) const;
+
+  /// Bytes of storage mapped or copied so far (what lazy loading costs).
+  [[nodiscard]] std::uint64_t bytes_loaded() const noexcept;
+
+  struct state;
+
+ private:
+  explicit reader(std::unique_ptr<state> s) noexcept;
+  std::unique_ptr<state> s_;
+};
+
+/// reader::open.
+[[nodiscard]] inline result<reader, error> open(const std::filesystem::path& path, const limits& lim = {}) {
+  return reader::open(path, lim);
+}
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,77 @@
+// ferry/checkpoint/writer.h: writing .ferry checkpoints (format.h) in one
+// streaming pass, committed atomically.
+//
+//   auto w = ferry::checkpoint::writer::create("model.ferry").value();
+//   const std::uint64_t shape[] = {4, 3};
+//   w.add({.name = "fc.weight", .dtype = codec::dtype::f32, .shape = shape,
+//          .storage = std::as_bytes(std::span(weights))}).value();
+//   w.set_metadata("epoch", "3");
+//   w.commit().value();
+//
+// Each add() writes the tensor's storage to the file at once (in the chosen
+// byte order, with its CRC32C), so only one tensor need be in memory.
+// Tensors whose tensor_ref::storage spans are equal share one storage in the
+// file: add the embedding and the tied output weight, or a view and its
+// base, and the bytes are written once. The manifest and trailer are
+// written by commit(), which publishes the file atomically
+// (base::atomic_file): until then the target keeps its old content, and a
+// writer destroyed without commit() removes its temporary.
+//
+// Errors name the file and the tensor: "model.ferry: tensor 'fc.weight'".
+// A rejected tensor (bad name, view out of bounds, ...) leaves the writer
+// usable; an I/O failure makes every later call fail with it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ferry/base/error.h"
+#include "ferry/checkpoint/options.h"
+#include "ferry/checkpoint/tensor.h"
+
+namespace ferry::checkpoint {
+
+class writer {
+ public:
+  /// Starts a checkpoint that commit() will publish at `target`.
+  /// Errors: io_error (the folder is not writable, ...), bad_alignment.
+  [[nodiscard]] static result<writer, error> create(const std::filesystem::path& target,
+                                                    const write_options& opt = {});
+  writer(writer&&) noexcept;
+  writer& operator=(writer&&) noexcept;
+  ~writer();
+
+  /// Adds a tensor, writing its storage unless an earlier tensor's storage
+  /// span is the same. Errors: bad_name, duplicate_key, bad_value (strides
+  /// count), shape_overflow, view_out_of_bounds, element_size_mismatch
+  /// (a shared storage seen with another element size), limit_exceeded,
+  /// io_error.
+  [[nodiscard]] result<void, error> add(const tensor_ref& t);
+
+  /// Sets a metadata entry (replacing an earlier value for the key).
+  /// Errors: bad_metadata (key not valid UTF-8 or empty or too long).
+  [[nodiscard]] result<void, error> set_metadata(std::string key, std::string value);
+
+  /// Writes the manifest and trailer and publishes the file.
+  [[nodiscard]] result<void, error> commit();
+
+  /// Storages written so far and their bytes (for progress reports).
+  [[nodiscard]] std::size_t tensor_count() const noexcept;
+  [[nodiscard]] std::uint64_t bytes_written() const noexcept;
+
+ private:
+  struct state;
+  explicit writer(std::unique_ptr<state> s) noexcept;
+  std::unique_ptr<state> s_;
+};
+
+/// Writes `tensors` and `metadata` as a .ferry file: writer in one call.
+[[nodiscard]] result<void, error> save(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                                       const std::map<std::string, std::string>& metadata = {},
+                                       const write_options& opt = {});
+
+}  // namespace ferry::checkpoint
