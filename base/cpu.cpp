@@ -5,7 +5,7 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#elif defined(__aarch64__)
+#elif defined(__aarch64__) || defined(__arm__)
 #include <sys/auxv.h>
 #endif
 
@@ -33,6 +33,9 @@ cpu_feature_set detect() noexcept {
   s |= static_cast<cpu_feature_set>(cpu_feature::neon);
   const unsigned long hw = getauxval(AT_HWCAP);
   if (hw & (1ul << 7)) s = s | cpu_feature::arm_crc32;  // HWCAP_CRC32
+#elif defined(__arm__)
+  const unsigned long hw2 = getauxval(AT_HWCAP2);
+  if (hw2 & (1ul << 4)) s = s | cpu_feature::arm_crc32;  // HWCAP2_CRC32
 #endif
   return s;
 }

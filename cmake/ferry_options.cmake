@@ -21,6 +21,19 @@ add_library(ferry_test_warnings INTERFACE)
 target_compile_options(ferry_test_warnings INTERFACE -Wall -Wextra -Wpedantic -Wshadow
   $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
 
+# Header-only, architecture-independent dependencies (nlohmann-json, CLI11)
+# come from the host's /usr/include, in cross builds too, through a folder
+# holding only links to their own folders: putting /usr/include itself on a
+# cross compiler's path would shadow its C headers with the host's.
+set(FERRY_THIRD_PARTY_INCLUDE "${PROJECT_BINARY_DIR}/third_party/include")
+file(MAKE_DIRECTORY "${FERRY_THIRD_PARTY_INCLUDE}")
+# ferry_header_only(VAR HEADER FOLDER): links /usr/include/FOLDER into
+# FERRY_THIRD_PARTY_INCLUDE; VAR caches where HEADER was found.
+function(ferry_header_only var header folder)
+  find_path(${var} ${header} PATHS /usr/include NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+  file(CREATE_LINK "${${var}}/${folder}" "${FERRY_THIRD_PARTY_INCLUDE}/${folder}" SYMBOLIC)
+endfunction()
+
 # 64-bit off_t on 32-bit hosts (armhf): checkpoints larger than 2 GiB are
 # read with pread and mmap at 64-bit offsets. No ferry header exposes off_t.
 add_compile_definitions(_FILE_OFFSET_BITS=64)

@@ -59,7 +59,7 @@ path choose() noexcept {
     return {&detail::crc32c_vpclmul, "avx512-vpclmulqdq"};
   }
   if (has(f, cpu_feature::sse4_2)) return {&detail::crc32c_sse42, "sse4.2"};
-#elif defined(__aarch64__)
+#elif defined(__aarch64__) || defined(__arm__)
   if (has(f, cpu_feature::arm_crc32)) return {&detail::crc32c_armv8, "armv8-crc"};
 #endif
   return {&crc32c_table, "table"};

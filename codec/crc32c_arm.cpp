@@ -1,5 +1,7 @@
-// The ARMv8 CRC32C path of codec/crc32c.h (aarch64), compiled with
-// -march=armv8-a+crc and called only when HWCAP reports CRC32.
+// The ARMv8 CRC32C path of codec/crc32c.h, compiled with -march=armv8-a+crc
+// and called only when the kernel reports the instructions: HWCAP_CRC32 on
+// aarch64, HWCAP2_CRC32 on 32-bit ARM (AArch32 state of an ARMv8 core, where
+// __crc32cd is two 32-bit steps).
 #include <arm_acle.h>
 
 #include "ferry/codec/detail/crc32c_kernels.h"

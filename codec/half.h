@@ -97,6 +97,25 @@ namespace ferry::codec {
   return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(113 - k) << 23) | (norm << 13));
 }
 
+/// FP8 E5M2 is the top byte of an f16: exact.
+[[nodiscard]] constexpr float to_float(f8_e5m2 h) noexcept {
+  return to_float(f16{static_cast<std::uint16_t>(h.bits << 8)});
+}
+
+/// FP8 E4M3 ("fn" variant, as PyTorch's float8_e4m3fn and safetensors'
+/// F8_E4M3): bias 7, no infinities, S.1111.111 is NaN. Exact.
+[[nodiscard]] constexpr float to_float(f8_e4m3 h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x80u) << 24;
+  const std::uint32_t e = (h.bits >> 3) & 0x0Fu;
+  const std::uint32_t m = h.bits & 0x07u;
+  if (e == 0x0F && m == 0x07) return std::bit_cast<float>(sign | 0x7FC0'0000u);
+  if (e != 0) return std::bit_cast<float>(sign | ((e + 120) << 23) | (m << 20));
+  if (m == 0) return std::bit_cast<float>(sign);
+  const int k = std::countl_zero(m) - 28;  // 3 - index of the top set bit
+  const std::uint32_t norm = (m << k) & 0x07u;
+  return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(121 - k) << 23) | (norm << 20));
+}
+
 /// Bulk forms: out[i] is the scalar conversion of in[i].
 // Requires: in.size() == out.size().
 void to_bf16(std::span<const float> in, std::span<bf16> out) noexcept;

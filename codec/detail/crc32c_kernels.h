@@ -104,7 +104,7 @@ std::uint32_t crc32c_sse42(std::uint32_t reg, const std::byte* p, std::size_t n)
 /// Folding with 512-bit carry-less multiplies (AVX-512 VPCLMULQDQ); short
 /// inputs and the final bytes go through crc32c_sse42.
 std::uint32_t crc32c_vpclmul(std::uint32_t reg, const std::byte* p, std::size_t n) noexcept;
-#elif defined(__aarch64__)
+#elif defined(__aarch64__) || defined(__arm__)
 std::uint32_t crc32c_armv8(std::uint32_t reg, const std::byte* p, std::size_t n) noexcept;
 #endif
 

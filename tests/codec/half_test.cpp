@@ -216,3 +216,33 @@ TEST(Scalar, IsConstexpr) {
 
 }  // namespace
 }  // namespace ferry::codec
+
+namespace ferry::codec {
+namespace {
+
+// All 256 patterns of each FP8 format against the definition.
+double fp8_reference(unsigned bits, int exp_bits, int bias, bool e4m3fn) {
+  const int man_bits = 7 - exp_bits;
+  const double sign = (bits & 0x80u) ? -1.0 : 1.0;
+  const unsigned e = (bits >> man_bits) & ((1u << exp_bits) - 1);
+  const unsigned m = bits & ((1u << man_bits) - 1);
+  const unsigned e_max = (1u << exp_bits) - 1;
+  if (e4m3fn && e == e_max && m == (1u << man_bits) - 1) return std::nan("");
+  if (!e4m3fn && e == e_max) return m == 0 ? sign * INFINITY : std::nan("");
+  if (e == 0) return sign * std::ldexp(m, 1 - bias - man_bits);
+  return sign * std::ldexp((1u << man_bits) + m, static_cast<int>(e) - bias - man_bits);
+}
+
+TEST(Fp8, EveryPatternDecodesExactly) {
+  for (unsigned b = 0; b < 256; ++b) {
+    const auto u8 = static_cast<std::uint8_t>(b);
+    const double e4 = fp8_reference(b, 4, 7, true), e5 = fp8_reference(b, 5, 15, false);
+    const float g4 = to_float(f8_e4m3{u8}), g5 = to_float(f8_e5m2{u8});
+    EXPECT_TRUE(std::isnan(e4) ? std::isnan(g4) : static_cast<double>(g4) == e4) << b;
+    EXPECT_TRUE(std::isnan(e5) ? std::isnan(g5) : static_cast<double>(g5) == e5) << b;
+    EXPECT_EQ(std::signbit(g4), (b & 0x80u) != 0) << b;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::codec

@@ -1,0 +1,176 @@
+// The `ferry` tool as a user runs it: exit statuses, the one-line errors,
+// --help on stdout, and each command's output (tables and --json).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "../checkpoint/helpers.h"
+
+namespace ferry::checkpoint::testing {
+namespace {
+
+struct run_result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string read_text(const fs::path& p) {
+  const auto b = slurp(p);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+class Cli : public scratch_dir {
+ protected:
+  run_result run(const std::string& args) {
+    const auto out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = "'" + std::string(FERRY_CLI) + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+    const int rc = std::system(cmd.c_str());
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
+  }
+  static std::string golden(const char* name) { return (fs::path(FERRY_TEST_DATA_DIR) / "checkpoint" / name).string(); }
+  std::string path(const char* name) { return (dir_ / name).string(); }
+};
+
+// One line, starting "ferry: ".
+void expect_one_error_line(const run_result& r, const std::string& text) {
+  EXPECT_EQ(r.err, "ferry: " + text + "\n");
+}
+
+TEST_F(Cli, HelpGoesToStdoutAndExitsZero) {
+  const auto r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("Usage: ferry"), std::string::npos);
+  for (const char* cmd : {"inspect", "verify", "convert", "diff", "dump"}) EXPECT_NE(r.out.find(cmd), std::string::npos);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(run("convert --help").status, 0);
+}
+
+TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
+  for (const char* args : {"", "dunp x", "inspect", "convert a", "convert a b --order middle"}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err.rfind("ferry: ", 0), 0u) << args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+TEST_F(Cli, FileErrorsNameTheOsReason) {
+  for (const char* cmd : {"dump", "inspect", "verify"}) {
+    const auto r = run(std::string(cmd) + " /nonexistent");
+    EXPECT_EQ(r.status, 1) << cmd;
+    expect_one_error_line(r, "/nonexistent: No such file or directory");
+  }
+  const auto r = run("inspect " + std::string(FERRY_TEST_DATA_DIR) + "/safetensors/README.md");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("neither a ferry checkpoint nor a safetensors file"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, DumpPrintsAGraphArchive) {
+  const auto r = run("dump " + std::string(FERRY_TEST_DATA_DIR) + "/graph/golden-big.fga");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find(R"("byte_order": "big")"), std::string::npos);
+}
+
+TEST_F(Cli, InspectTableAndJson) {
+  auto r = run("inspect " + golden("golden-big.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("ferry, big-endian, alignment 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NAME"), std::string::npos);
+  EXPECT_NE(r.out.find("decoder.out.weight, encoder.embed.column1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: caf\xC3\xA9"), std::string::npos);
+
+  r = run("inspect --json " + golden("golden-little.ferry"));
+  EXPECT_EQ(r.status, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "ferry");
+  EXPECT_EQ(j["byte_order"], "little");
+  EXPECT_EQ(j["alignment"], 64);
+  EXPECT_EQ(j["tensors"].size(), 7u);
+  EXPECT_EQ(j["tensors"][2]["name"], "encoder.embed.column1");
+  EXPECT_EQ(j["tensors"][2]["strides"], nlohmann::json::array({3}));
+  EXPECT_EQ(j["tensors"][0]["shared_with"].size(), 2u);
+  EXPECT_EQ(j["metadata"]["epoch"], "3");
+  EXPECT_EQ(j["storages"].size(), 5u);
+}
+
+TEST_F(Cli, VerifyNamesTheFirstBadTensor) {
+  auto r = run("verify " + golden("golden-big.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("every CRC32C matches"), std::string::npos);
+
+  // Flip a byte of the bf16 tensor's storage.
+  auto file = slurp(golden("golden-little.ferry"));
+  const auto ck = open(golden("golden-little.ferry")).value();
+  file[ck.storages()[ck.find("half")->storage].offset + 1] ^= std::byte{0x40};
+  spit(dir_ / "bad.ferry", file);
+  r = run("verify " + path("bad.ferry"));
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, path("bad.ferry") + ": tensor 'half': CRC32C does not match the bytes it covers");
+}
+
+TEST_F(Cli, ConvertBothWaysAndDiff) {
+  // Shared storage: refused by default, naming the tied tensors.
+  auto r = run("convert " + golden("golden-big.ferry") + " " + path("a.safetensors"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("encoder.embed.weight, decoder.out.weight, encoder.embed.column1"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "a.safetensors"));
+
+  r = run("convert --shared copy " + golden("golden-big.ferry") + " " + path("a.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("convert " + path("a.safetensors") + " " + path("b.ferry") + " --order big");
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("diff " + golden("golden-little.ferry") + " " + path("b.ferry"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("7 of 7 tensors bit-identical; the checkpoints are identical"), std::string::npos) << r.out;
+
+  // Converting to a fixed order reproduces the golden file byte for byte.
+  r = run("convert " + golden("golden-big.ferry") + " " + path("c.ferry") + " --order little");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(slurp(dir_ / "c.ferry") == slurp(golden("golden-little.ferry")));
+
+  r = run("convert " + golden("golden-big.ferry") + " " + path("d.ferry") + " --cast bf16");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto d = open(dir_ / "d.ferry").value();
+  EXPECT_EQ(d.find("encoder.embed.weight")->dtype, codec::dtype::bf16);
+  EXPECT_EQ(d.find("step")->dtype, codec::dtype::i64);
+  EXPECT_EQ(d.shared_with(*d.find("encoder.embed.weight")).size(), 2u);  // sharing survives the cast
+  r = run("diff --json " + golden("golden-big.ferry") + " " + path("d.ferry"));
+  EXPECT_EQ(r.status, 1);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["identical"], false);
+  EXPECT_EQ(j["tensors"][0]["status"], "dtype_differs");
+  EXPECT_EQ(j["tensors"][3]["status"], "identical");
+
+  r = run("diff " + golden("golden-big.ferry") + " " + path("nope.ferry"));
+  EXPECT_EQ(r.status, 2);
+  expect_one_error_line(r, path("nope.ferry") + ": No such file or directory");
+}
+
+TEST_F(Cli, DiffReportsValuesMissingAndExtraTensors) {
+  sample s;
+  auto refs = s.refs();
+  write_options wo;
+  wo.sync = false;
+  ASSERT_TRUE(save(dir_ / "a.ferry", refs, {}, wo));
+  auto changed = s.weight;
+  float v = 0.5f;
+  std::memcpy(changed.data() + 20, &v, 4);  // 1.0 -> 0.5 in the last element
+  refs[0].storage = changed;
+  refs[1].storage = changed;
+  refs[2].storage = changed;
+  refs.pop_back();
+  const std::uint64_t shape[] = {1};
+  const std::vector<std::byte> extra(4);
+  refs.push_back({"extra", codec::dtype::f32, shape, {}, 0, extra});
+  ASSERT_TRUE(save(dir_ / "b.ferry", refs, {}, wo));
+  const auto r = run("diff " + path("a.ferry") + " " + path("b.ferry"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("~ encoder.embed.weight  1 elements differ, max abs 0.5, max rel 0.5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("- bytes  only in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("+ extra  only in"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint::testing
