@@ -7,7 +7,8 @@
 #                qemu-user, and the fuzz corpora under libFuzzer
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
-#                (the message benchmark a second time for s390x under qemu)
+#                (the message and checkpoint benchmarks again for s390x
+#                under qemu)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 
 FUZZ_SECONDS ?= 60
@@ -81,9 +82,11 @@ bench: bench-deps
 	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
 	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
 	build/bench/bench/comm_bench --benchmark_out=bench-results/comm.json
+	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)
-	scripts/run-s390x-bench
+	scripts/run-s390x-bench message
+	scripts/run-s390x-bench checkpoint
 
 clean:
 	rm -rf build
