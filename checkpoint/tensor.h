@@ -53,8 +53,9 @@ struct tensor_ref {
   /// Empty for row-major (contiguous) strides.
   std::span<const std::uint64_t> strides;
   std::uint64_t offset = 0;
-  /// All of the storage the tensor views, in host order. Refs whose storage
-  /// spans are equal (same pointer and size) share one storage in the file.
+  /// All of the storage the tensor views, in host order. In one call that
+  /// takes several refs (save(), save_safetensors()), refs whose storage
+  /// spans are equal (same address and size) share one storage.
   std::span<const std::byte> storage;
 };
 

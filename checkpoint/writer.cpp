@@ -28,8 +28,6 @@ struct writer::state {
   write_options opt;
   manifest m;
   std::set<std::string, std::less<>> names;
-  // Storage spans already written, by (address, size).
-  std::map<std::pair<const std::byte*, std::size_t>, std::size_t> storage_of;
   std::vector<std::byte> buffer;
   std::optional<error> broken;
 
@@ -90,13 +88,17 @@ result<writer, error> writer::create(const std::filesystem::path& target, const 
     return error(checkpoint_errc::bad_alignment, target.string() + ": alignment " + std::to_string(a));
   }
   FERRY_TRY_ASSIGN(auto file, base::atomic_file::create(target, opt.sync));
-  auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}, {}});
+  auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}});
   const auto header = detail::encode_header({opt.order, opt.alignment});
   FERRY_TRY(s->io(s->file.write(header)));
   return writer(std::move(s));
 }
 
-result<void, error> writer::add(const tensor_ref& t) {
+result<storage_id, error> writer::add(const tensor_ref& t) { return add_tensor(t, std::nullopt); }
+
+result<storage_id, error> writer::add(const tensor_ref& t, storage_id shared) { return add_tensor(t, shared); }
+
+result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<storage_id> shared) {
   state& s = *s_;
   if (s.broken) return *s.broken;
   const auto fail = [&](error_code c) { return error(c, tensor_context(s.file.target(), t.name)); };
@@ -104,26 +106,31 @@ result<void, error> writer::add(const tensor_ref& t) {
   if (s.names.contains(t.name)) return fail(errc::duplicate_key);
   if (s.m.tensors.size() >= s.opt.limits.max_tensors) return fail(errc::limit_exceeded);
   const std::size_t width = codec::size_of(t.dtype);
-  if (t.storage.size() % width != 0) return fail(checkpoint_errc::shape_size_mismatch);
+  std::uint64_t storage_bytes = t.storage.size();
+  if (shared) {
+    if (shared->index >= s.m.storages.size()) return fail(checkpoint_errc::bad_storage_reference);
+    const storage_record& rec = *s.m.storages[shared->index];
+    if (codec::size_of(static_cast<codec::dtype>(rec.dtype)) != width) {
+      return fail(checkpoint_errc::element_size_mismatch);
+    }
+    storage_bytes = rec.nbytes;
+  } else if (t.storage.size() % width != 0) {
+    return fail(checkpoint_errc::shape_size_mismatch);
+  }
 
   std::vector<std::uint64_t> strides(t.strides.begin(), t.strides.end());
   if (strides.empty() && !t.shape.empty()) strides = contiguous_strides(t.shape);
-  if (auto r = check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), s.opt.limits.max_dims); !r) {
+  if (auto r = check_view(t.dtype, t.shape, strides, t.offset, storage_bytes, s.opt.limits.max_dims); !r) {
     return fail(r.error());
   }
 
-  const auto key = std::make_pair(t.storage.data(), t.storage.size());
   std::size_t index = 0;
-  if (const auto it = s.storage_of.find(key); it != s.storage_of.end() && !t.storage.empty()) {
-    index = it->second;
-    if (codec::size_of(static_cast<codec::dtype>(s.m.storages[index]->dtype)) != width) {
-      return fail(checkpoint_errc::element_size_mismatch);
-    }
+  if (shared) {
+    index = shared->index;
   } else {
     auto written = s.write_storage(t.dtype, t.storage);
     if (!written) return written.error().wrap(tensor_context(s.file.target(), t.name));
     index = *written;
-    if (!t.storage.empty()) s.storage_of.emplace(key, index);
   }
 
   tensor_record rec;
@@ -135,7 +142,7 @@ result<void, error> writer::add(const tensor_ref& t) {
   rec.storage = s.m.storages[index];
   s.m.tensors.push_back(std::move(rec));
   s.names.insert(std::string(t.name));
-  return {};
+  return storage_id{static_cast<std::uint32_t>(index)};
 }
 
 result<void, error> writer::set_metadata(std::string key, std::string value) {
@@ -173,7 +180,18 @@ std::uint64_t writer::bytes_written() const noexcept { return s_->file.size(); }
 result<void, error> save(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                          const std::map<std::string, std::string>& metadata, const write_options& opt) {
   FERRY_TRY_ASSIGN(auto w, writer::create(target, opt));
-  for (const auto& t : tensors) FERRY_TRY(w.add(t));
+  // Every span is alive for the whole call, so equal spans are one storage.
+  std::map<std::pair<const std::byte*, std::size_t>, storage_id> written;
+  for (const auto& t : tensors) {
+    const auto key = std::make_pair(t.storage.data(), t.storage.size());
+    const auto it = t.storage.empty() ? written.end() : written.find(key);
+    if (it != written.end()) {
+      FERRY_TRY(w.add(t, it->second));
+    } else {
+      FERRY_TRY_ASSIGN(const auto id, w.add(t));
+      if (!t.storage.empty()) written.emplace(key, id);
+    }
+  }
   for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
   return w.commit();
 }

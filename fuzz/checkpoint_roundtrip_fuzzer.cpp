@@ -89,8 +89,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto w = ckpt::writer::create(path, opt);
   FUZZ_CHECK(w.has_value());
   std::vector<std::size_t> accepted;
+  std::map<std::size_t, ckpt::storage_id> written;  // input storage -> file storage
   for (std::size_t i = 0; i < refs.size(); ++i) {
-    if (w->add(refs[i])) accepted.push_back(i);
+    const auto it = written.find(specs[i].storage);
+    const auto id = it == written.end() ? w->add(refs[i]) : w->add(refs[i], it->second);
+    if (!id) continue;
+    accepted.push_back(i);
+    written.emplace(specs[i].storage, *id);
   }
   FUZZ_CHECK(w->set_metadata("k", "v").has_value());
   FUZZ_CHECK(w->commit().has_value());
@@ -105,10 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto t = r->get(std::string(refs[i].name));
     FUZZ_CHECK(t.has_value());
     FUZZ_CHECK(t->contiguous_copy() == ckpt::gather(refs[i]));
-    if (!refs[i].storage.empty()) {
-      const auto [it, fresh] = storage_seen.emplace(specs[i].storage, t->storage().get());
-      FUZZ_CHECK(fresh || it->second == t->storage().get());  // sharing comes back
-    }
+    const auto [it, fresh] = storage_seen.emplace(specs[i].storage, t->storage().get());
+    FUZZ_CHECK(fresh || it->second == t->storage().get());  // sharing comes back
     held.push_back(std::move(*t));
   }
 

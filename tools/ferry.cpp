@@ -285,11 +285,15 @@ int convert(const std::string& in, const std::string& out, const convert_options
   wo.alignment = o.alignment;
   auto w = ckpt::writer::create(out, wo);
   if (!w) return fail(w.error());
+  std::vector<std::optional<ckpt::storage_id>> written(r.storages().size());
   for (std::size_t i = 0; i < r.tensors().size(); ++i) {
     const auto& t = r.tensors()[i];
     auto ref = fetch(t);
     if (!ref) return fail(ref.error());
-    if (auto a = w->add(*ref); !a) return fail(a.error());
+    auto& id = written[t.storage];
+    auto a = id ? w->add(*ref, *id) : w->add(*ref);
+    if (!a) return fail(a.error());
+    id = *a;
     if (last_use[t.storage] == i) {
       live[t.storage].reset();
       done += r.storages()[t.storage].nbytes;

@@ -249,20 +249,32 @@ std::string path_string(const std::filesystem::path& p) { return p.string(); }
 
 result<void, error> save(const std::filesystem::path& path, const tensor_map& tensors, const metadata_map& metadata,
                          const checkpoint::write_options& opt) {
-  FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, opt));
+  // Every tensor stays alive through the call, so checkpoint::save() can
+  // find shared storages by address.
+  std::vector<at::Tensor> cpu;
+  std::vector<std::vector<std::uint64_t>> shapes, strides;
+  std::vector<ckpt::tensor_ref> refs;
+  cpu.reserve(tensors.size());
   for (const auto& [name, original] : tensors) {
     const auto dtype = to_dtype(original.scalar_type());
-    if (!dtype) return error(codec_errc::unknown_dtype, tensor_context(path, name) + ": " + c10::toString(original.scalar_type()));
+    if (!dtype) {
+      return error(codec_errc::unknown_dtype, tensor_context(path, name) + ": " + c10::toString(original.scalar_type()));
+    }
     if (original.layout() != at::kStrided) return error(errc::bad_value, tensor_context(path, name) + ": not a strided tensor");
-    const at::Tensor t = original.device().is_cpu() ? original : original.cpu();
-    const c10::Storage& st = t.storage();
-    const auto shape = std::vector<std::uint64_t>(t.sizes().begin(), t.sizes().end());
-    const auto strides = std::vector<std::uint64_t>(t.strides().begin(), t.strides().end());
-    const std::span<const std::byte> storage(static_cast<const std::byte*>(st.data()), st.nbytes());
-    FERRY_TRY(w.add({name, *dtype, shape, strides, static_cast<std::uint64_t>(t.storage_offset()), storage}));
+    cpu.push_back(original.device().is_cpu() ? original : original.cpu());
+    const at::Tensor& t = cpu.back();
+    shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    strides.emplace_back(t.strides().begin(), t.strides().end());
   }
-  for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
-  return w.commit();
+  std::size_t i = 0;
+  for (const auto& [name, original] : tensors) {
+    const at::Tensor& t = cpu[i];
+    const c10::Storage& st = t.storage();
+    refs.push_back({name, *to_dtype(t.scalar_type()), shapes[i], strides[i], static_cast<std::uint64_t>(t.storage_offset()),
+                    std::span(static_cast<const std::byte*>(st.data()), st.nbytes())});
+    ++i;
+  }
+  return ckpt::save(path, refs, metadata, opt);
 }
 
 result<loaded, error> load(const std::filesystem::path& path, const checkpoint::limits& lim) {

@@ -118,6 +118,34 @@ TEST_F(Checkpoint, TiedTensorsAreStoredOnce) {
   EXPECT_EQ(shared, (std::vector<std::string>{"decoder.out.weight", "encoder.embed.column1"}));
 }
 
+TEST_F(Checkpoint, AReusedBufferIsNotSharing) {
+  // Streaming writers fill one staging buffer per tensor: same address,
+  // different data. Each add() is its own storage.
+  const auto p = dir_ / "staged.ferry";
+  std::vector<std::uint32_t> staging(4);
+  const std::uint64_t shape[] = {4};
+  {
+    auto w = writer::create(p);
+    ASSERT_TRUE(w);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      std::fill(staging.begin(), staging.end(), i);
+      const std::string name = "t" + std::to_string(i);
+      ASSERT_TRUE(w->add({name, codec::dtype::u32, shape, {}, 0, std::as_bytes(std::span(staging))}));
+    }
+    ASSERT_TRUE(w->commit());
+  }
+  auto r = open(p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->storages().size(), 3u);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    auto t = r->get("t" + std::to_string(i));
+    ASSERT_TRUE(t);
+    std::uint32_t v = 99;
+    std::memcpy(&v, t->bytes().data() + 12, 4);
+    EXPECT_EQ(v, i);
+  }
+}
+
 TEST_F(Checkpoint, TenThousandSmallTensors) {
   const auto p = dir_ / "many.ferry";
   constexpr std::size_t n = 10000;
@@ -211,15 +239,20 @@ TEST_F(Checkpoint, WriterRejectsBadTensorsAndStaysUsable) {
   EXPECT_EQ(code({"x", codec::dtype::f32, shape, {}, 1, four}), checkpoint_errc::view_out_of_bounds);
   EXPECT_EQ(code({"x", codec::dtype::f32, huge, strides, 0, four}), checkpoint_errc::shape_overflow);
   EXPECT_EQ(code({"x", codec::dtype::f32, shape, strides, 0, four}), errc::bad_value);
-  ASSERT_TRUE(w->add({"x", codec::dtype::f32, shape, {}, 0, four}));
+  const auto id = w->add({"x", codec::dtype::f32, shape, {}, 0, four});
+  ASSERT_TRUE(id);
   EXPECT_EQ(code({"x", codec::dtype::f32, shape, {}, 0, four}), errc::duplicate_key);
-  EXPECT_EQ(code({"y", codec::dtype::f64, std::span(shape).first(0), {}, 0, four}),
-            checkpoint_errc::element_size_mismatch);
+  const auto shared = [&](const tensor_ref& t, storage_id s) { return w->add(t, s).error().code(); };
+  EXPECT_EQ(shared({"y", codec::dtype::f64, {}, {}, 0, {}}, *id), checkpoint_errc::element_size_mismatch);
+  EXPECT_EQ(shared({"y", codec::dtype::f32, {}, {}, 0, {}}, storage_id{7}), checkpoint_errc::bad_storage_reference);
+  EXPECT_EQ(shared({"y", codec::dtype::f32, {}, {}, 4, {}}, *id), checkpoint_errc::view_out_of_bounds);
+  EXPECT_EQ(w->add({"y", codec::dtype::i32, {}, {}, 3, {}}, *id).value(), *id);  // the last element, as int32
   EXPECT_EQ(w->set_metadata("", "v").error().code(), checkpoint_errc::bad_metadata);
   ASSERT_TRUE(w->commit());
   auto r = open(p);
   ASSERT_TRUE(r) << r.error();
-  EXPECT_EQ(r->tensors().size(), 1u);
+  EXPECT_EQ(r->tensors().size(), 2u);
+  EXPECT_EQ(r->storages().size(), 1u);
 }
 
 TEST_F(Checkpoint, BadAlignmentIsRefusedWhenWriting) {
