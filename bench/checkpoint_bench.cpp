@@ -2,7 +2,8 @@
 // physical limits, on a 1 GiB state dict: 256 f32 tensors of 4 MiB, 200
 // small ones, one tied pair (lm_head.weight = layers.0.weight).
 //
-//   load: ferry (open, fetch every tensor, every CRC32C checked), ferry from
+//   load: ferry (open, get_all(): every tensor, every CRC32C checked, one
+//         thread per core), ferry from
 //         the same tensors as .safetensors, torch::load (LibTorch C++, a file
 //         written by torch::save), Python torch.load (python3-torch, run by
 //         /usr/bin/python3, timed inside Python), read() of the whole file,
@@ -129,15 +130,10 @@ void load_ferry(benchmark::State& state, const fs::path& p) {
   for (auto _ : state) {
     auto r = ckpt::open(p);
     check(r.has_value(), "open");
-    std::vector<ckpt::tensor> all;
-    all.reserve(r->tensors().size());
-    for (const auto& t : r->tensors()) {
-      auto got = r->get(t);
-      check(got.has_value(), "get");
-      all.push_back(std::move(*got));
-    }
+    auto all = r->get_all();  // every storage mapped and CRC-checked, one thread per core
+    check(all.has_value(), "get_all");
     bytes = r->bytes_loaded();
-    benchmark::DoNotOptimize(all.data());
+    benchmark::DoNotOptimize(all->data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes * state.iterations()));
 }

@@ -89,6 +89,11 @@ class reader {
   [[nodiscard]] result<tensor, error> get(std::string_view name) const;
   [[nodiscard]] result<tensor, error> get(const tensor_info& t) const;
 
+  /// Every tensor, in file order, as get() gives them, with the storages
+  /// loaded (and their CRCs checked) by `threads` threads at once (0: one
+  /// per core). The error names the first bad storage's first tensor.
+  [[nodiscard]] result<std::vector<tensor>, error> get_all(unsigned threads = 0) const;
+
   /// Checks every storage's CRC32C and the zero padding between storages
   /// (.ferry), reading the whole file once. The error names the first bad
   /// tensor. `progress`, if given, is called with the bytes checked so far.

@@ -204,6 +204,31 @@ TEST_F(Checkpoint, OpenIsLazyAndChecksEachStorageWhenFetched) {
   const auto v = r->verify();
   ASSERT_FALSE(v);
   EXPECT_EQ(v.error().code(), errc::checksum_mismatch);
+  for (const unsigned threads : {1u, 2u, 8u}) {
+    const auto all = open(p)->get_all(threads);
+    ASSERT_FALSE(all);
+    EXPECT_EQ(all.error().context(), p.string() + ": tensor 'half'");
+  }
+}
+
+TEST_F(Checkpoint, GetAllLoadsEveryTensorWithSharing) {
+  const auto p = dir_ / "all.ferry";
+  write_sample(p, byte_order::big);
+  for (const unsigned threads : {0u, 1u, 3u}) {
+    auto r = open(p);
+    ASSERT_TRUE(r);
+    auto all = r->get_all(threads);
+    ASSERT_TRUE(all) << all.error();
+    ASSERT_EQ(all->size(), r->tensors().size());
+    sample s;
+    const auto refs = s.refs();
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      EXPECT_EQ((*all)[i].name(), refs[i].name);
+      EXPECT_EQ((*all)[i].contiguous_copy(), gather(refs[i]));
+    }
+    EXPECT_EQ((*all)[0].storage(), (*all)[1].storage());
+    EXPECT_EQ((*all)[0].storage(), r->get("encoder.embed.column1")->storage());
+  }
 }
 
 TEST_F(Checkpoint, ErrorsNameTheFileTheTensorAndTheOsReason) {
