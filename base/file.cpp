@@ -56,6 +56,10 @@ int write_all(int fd, std::span<const std::byte> bytes) noexcept {
   return 0;
 }
 
+std::filesystem::path folder_of(const std::filesystem::path& target) {
+  return target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+}
+
 // A name no other writer picks: pid, then 64 random bits (the clock if
 // the system has no random device).
 std::string temporary_name(const std::filesystem::path& target) {
@@ -72,6 +76,10 @@ std::string temporary_name(const std::filesystem::path& target) {
 }
 
 }  // namespace
+
+namespace detail {
+void (*commit_hook)(commit_stage) = nullptr;
+}  // namespace detail
 
 result<std::vector<std::byte>, error> read_file(const std::filesystem::path& path) {
   file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -109,19 +117,30 @@ result<std::vector<std::byte>, error> read_file(const std::filesystem::path& pat
 
 result<atomic_file, error> atomic_file::create(const std::filesystem::path& target, bool sync) {
   remove_stale_temporaries(target);
-  const std::filesystem::path folder =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   atomic_file f;
   f.target_ = target;
-  f.temporary_ = folder / temporary_name(target);
   f.sync_ = sync;
-  f.fd_ = ::open(f.temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (f.fd_ < 0) {
+  // A cleaner may take a temporary in the moment between its creation and
+  // its lock; then the name no longer leads to our file. Try another name.
+  for (int attempt = 0;; ++attempt) {
+    f.temporary_ = folder_of(target) / temporary_name(target);
+    f.fd_ = ::open(f.temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (f.fd_ < 0) {
+      f.temporary_.clear();
+      return os_error(errno, target);
+    }
+    // Held until the descriptor closes, so cleaners know the file is live.
+    struct stat mine {}, named {};
+    if (::flock(f.fd_, LOCK_EX | LOCK_NB) == 0 && ::fstat(f.fd_, &mine) == 0 &&
+        ::stat(f.temporary_.c_str(), &named) == 0 && mine.st_ino == named.st_ino && mine.st_dev == named.st_dev) {
+      break;
+    }
+    const int e = errno;
+    ::close(f.fd_);
+    f.fd_ = -1;
     f.temporary_.clear();
-    return os_error(errno, target);
+    if (attempt == 8) return os_error(e == 0 ? EEXIST : e, target);
   }
-  // Held until the descriptor closes, so cleaners know the file is live.
-  if (::flock(f.fd_, LOCK_EX | LOCK_NB) != 0) return os_error(errno, target);
   struct stat st {};
   if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(f.fd_, st.st_mode & 07777) != 0) {
     return os_error(errno, target);
@@ -175,16 +194,17 @@ result<void, error> atomic_file::commit() {
   };
   if (failed_errno_ != 0) return fail(failed_errno_);
   if (sync_ && ::fsync(fd_) != 0) return fail(errno);
+  if (detail::commit_hook != nullptr) detail::commit_hook(detail::commit_stage::synced);
   if (::rename(temporary_.c_str(), target_.c_str()) != 0) return fail(errno);
   temporary_.clear();
+  if (detail::commit_hook != nullptr) detail::commit_hook(detail::commit_stage::renamed);
   // Closing releases the lock; the name is already the target's.
   file_descriptor fd(std::exchange(fd_, -1));
   if (const int e = fd.close(); e != 0) return os_error(e, target_);
   if (!sync_) return {};
   // Make the rename durable. Some file systems cannot fsync a folder
   // (EINVAL); there is nothing more to do on them.
-  const std::filesystem::path folder =
-      target_.has_parent_path() ? target_.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path folder = folder_of(target_);
   file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) return os_error(errno, folder);
   if (::fsync(dir.get()) != 0 && errno != EINVAL) return os_error(errno, folder);
@@ -192,8 +212,7 @@ result<void, error> atomic_file::commit() {
 }
 
 std::size_t remove_stale_temporaries(const std::filesystem::path& target) noexcept {
-  const std::filesystem::path folder =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path folder = folder_of(target);
   const std::string prefix = "." + target.filename().string() + ".ferry-tmp.";
   std::size_t removed = 0;
   std::error_code ec;

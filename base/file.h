@@ -90,6 +90,15 @@ class atomic_file {
   int failed_errno_ = 0;
 };
 
+namespace detail {
+/// Fault injection for the atomicity tests: when set, commit() calls it
+/// after the fsync (before the rename) and after the rename (before the
+/// folder's fsync), so a test can kill the process at exactly those points.
+/// Never set in production.
+enum class commit_stage { synced, renamed };
+extern void (*commit_hook)(commit_stage);
+}  // namespace detail
+
 /// Removes the temporaries of `target` that no live writer holds (left by a
 /// killed one). Returns how many it removed. atomic_file::create() calls it.
 std::size_t remove_stale_temporaries(const std::filesystem::path& target) noexcept;

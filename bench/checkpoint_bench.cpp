@@ -334,8 +334,10 @@ void print_table(const ferry::bench::results& r, double python_s) {
   row("save rate / write()+fsync rate", save, ">= 0.8x", save >= 0.8);
   const double lazy = ms("BM_lazy_one_tensor_of_1GiB") / ms("BM_lazy_one_tensor_alone");
   row("cold fetch from 1 GiB / from a one-tensor file", lazy, "<= 1.5x", lazy <= 1.5);
+  // safetensors has no CRCs to check, so its path does less work: the goal
+  // is that it costs no more than 10% over the .ferry path.
   const double st = ms("BM_load_ferry_safetensors") / ferry;
-  row("safetensors load time / .ferry load time", st, "within 1.1x", st <= 1.1 && st >= 1 / 1.1);
+  row("safetensors load time / .ferry load time", st, "<= 1.1x", st <= 1.1);
 }
 
 void print_order_table(const ferry::bench::results& r) {

@@ -2,7 +2,7 @@
 //
 // Numbers are stable (see ferry/base/error.h); new codes take the next free
 // number of the 400..499 block. Failures every format shares are
-// ferry::errc: truncated (a file cut short), bad_magic, unsupported_version,
+// ferry::errc: truncated (a file cut short, or under 9 bytes), unsupported_version,
 // bad_byte_order, duplicate_key (a tensor or metadata name twice),
 // trailing_bytes, limit_exceeded (a limits field), checksum_mismatch and
 // io_error (with the OS's errno). A dtype code or name that does not exist
@@ -27,7 +27,7 @@ namespace ferry {
   X(shape_size_mismatch, 406, "tensor byte count disagrees with its shape and dtype")                      \
   X(bad_name, 407, "name is empty, too long or not valid UTF-8")                                           \
   X(tensor_not_found, 408, "no tensor of this name")                                                       \
-  X(header_too_large, 409, "safetensors header length exceeds the limit or the file")                     \
+  X(header_too_large, 409, "safetensors header length exceeds the limit")                                 \
   X(bad_json, 410, "safetensors header is not JSON of the specified grammar")                              \
   X(bad_metadata, 411, "metadata is not a map of strings to strings")                                      \
   X(shared_storage, 412, "tensors share storage, which safetensors cannot express")                        \

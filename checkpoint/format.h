@@ -20,7 +20,8 @@
 // HEADER (64 bytes)
 //   0   magic       8 bytes  89 46 45 52 52 59 0D 0A ("\x89FERRY\r\n": the
 //                            high byte and CR LF catch 7-bit and text-mode
-//                            transfers) [bad_magic]
+//                            transfers); a file without it is not taken for
+//                            a .ferry file [not_a_checkpoint]
 //   8   version     u8       1 [unsupported_version]
 //   9   order       u8       0 little-endian, 1 big-endian [bad_byte_order]
 //   10  flags       u8       MUST be 0 [bad_value]
@@ -75,7 +76,8 @@
 //   Otherwise its last element, offset + sum((shape[k]-1) * strides[k]),
 //   MUST lie inside the storage [view_out_of_bounds]; the arithmetic MUST
 //   NOT overflow 64 bits [shape_overflow].
-//   Metadata keys and every name are valid UTF-8 [bad_name, bad_metadata].
+//   Names, metadata keys and metadata values are valid UTF-8 [bad_name,
+//   bad_metadata].
 //
 // TRAILER (48 bytes, integers in `order`)
 //   0   manifest_offset  u64  where the manifest starts

@@ -11,10 +11,6 @@ namespace {
 
 constexpr std::uint8_t byte_of(wire::byte_order o) noexcept { return static_cast<std::uint8_t>(o); }
 
-bool valid_alignment(std::uint32_t a) noexcept {
-  return std::has_single_bit(a) && a >= min_alignment && a <= max_alignment;
-}
-
 // version, order, flags, reserved: the four single bytes header and trailer share.
 result<wire::byte_order> decode_flags(const std::byte* p) noexcept {
   if (std::to_integer<std::uint8_t>(p[0]) != format_version) return errc::unsupported_version;
@@ -31,6 +27,10 @@ void encode_flags(std::byte* p, wire::byte_order order) noexcept {
 }
 
 }  // namespace
+
+bool valid_alignment(std::uint32_t a) noexcept {
+  return std::has_single_bit(a) && a >= min_alignment && a <= max_alignment;
+}
 
 std::array<std::byte, header_size> encode_header(const header_fields& h) noexcept {
   std::array<std::byte, header_size> out{};

@@ -10,9 +10,11 @@
 namespace ferry::checkpoint {
 
 /// What a reader accepts. A file over a limit is refused with
-/// errc::limit_exceeded (header_too_large for a safetensors header) before
-/// anything it announces is allocated. Writers enforce the same limits, so a
-/// file written with some limits opens with the same limits.
+/// errc::limit_exceeded (header_too_large for a safetensors header). The
+/// manifest and the header are read whole, once their size is checked, and
+/// what they announce costs memory in proportion to their size (the graph
+/// reader's allocation budget), never more. Writers enforce the same
+/// limits, so a file written with some limits opens with the same limits.
 struct limits {
   /// Tensors in one file (and storages, which are never more). Each costs
   /// a record and a name in memory, so a small manifest cannot announce

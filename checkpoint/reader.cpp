@@ -44,10 +44,6 @@ namespace {
 
 using detail::parsed_file;
 
-std::string tensor_context(const std::filesystem::path& file, std::string_view name) {
-  return file.string() + ": tensor '" + std::string(name) + "'";
-}
-
 error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {}) {
   std::string ctx = file.string();
   if (!what.empty()) ctx += ": " + std::string(what);
@@ -72,16 +68,6 @@ class mapped_storage final : public storage_buffer {
   std::size_t length_;
 };
 
-// A storage read with pread (files that cannot be mapped, and empty storages).
-class owned_storage final : public storage_buffer {
- public:
-  explicit owned_storage(std::size_t n) : data_(n) { bytes_ = data_; }
-  std::span<std::byte> writable() noexcept { return data_; }
-
- private:
-  std::vector<std::byte> data_;
-};
-
 result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
                                        std::span<const std::byte, header_size> head, const limits& lim) {
   const auto fail = [&](error_code c, std::string_view what = {}) { return file_error(path, c, 0, what); };
@@ -89,16 +75,12 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   if (!header) return fail(header.error(), "header");
   if (size < header_size + trailer_size) return fail(errc::truncated);
 
-  // One read for the trailer and, usually, the manifest before it: a cold
-  // open then costs the header's read and this one.
-  constexpr std::uint64_t tail_read = 64 * 1024;
-  std::vector<std::byte> tail(static_cast<std::size_t>(std::min(size - header_size, tail_read)));
-  const std::uint64_t tail_offset = size - tail.size();
+  std::array<std::byte, trailer_size> tail{};
   int sys_errno = 0;
-  if (auto r = detail::pread_exact(fd, tail_offset, tail, sys_errno); !r) {
+  if (auto r = detail::pread_exact(fd, size - trailer_size, tail, sys_errno); !r) {
     return file_error(path, r.error(), sys_errno);
   }
-  auto trailer = detail::decode_trailer(std::span(tail).last<trailer_size>());
+  auto trailer = detail::decode_trailer(tail);
   if (!trailer) return fail(trailer.error(), "trailer");
   const auto& t = *trailer;
   if (t.file_size > size) return fail(errc::truncated);
@@ -114,15 +96,9 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   if (t.manifest_size > lim.max_manifest_bytes || t.manifest_size > SIZE_MAX) {
     return fail(errc::limit_exceeded, "manifest");
   }
-  std::vector<std::byte> bytes;
-  if (t.manifest_offset >= tail_offset) {
-    const auto at = tail.begin() + static_cast<std::ptrdiff_t>(t.manifest_offset - tail_offset);
-    bytes.assign(at, at + static_cast<std::ptrdiff_t>(t.manifest_size));
-  } else {
-    bytes.resize(static_cast<std::size_t>(t.manifest_size));
-    if (auto r = detail::pread_exact(fd, t.manifest_offset, bytes, sys_errno); !r) {
-      return file_error(path, r.error(), sys_errno, "manifest");
-    }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(t.manifest_size));
+  if (auto r = detail::pread_exact(fd, t.manifest_offset, bytes, sys_errno); !r) {
+    return file_error(path, r.error(), sys_errno, "manifest");
   }
   if (codec::crc32c(bytes) != t.manifest_crc) return fail(errc::checksum_mismatch, "manifest");
   auto m = graph::read<manifest>(bytes, detail::manifest_options(lim, t.header.order));
@@ -166,7 +142,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     if (!valid_name(rec.name, lim.max_name_bytes)) {
       return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(out.tensors.size()));
     }
-    const auto tfail = [&](error_code c) { return error(c, tensor_context(path, rec.name)); };
+    const auto tfail = [&](error_code c) { return error(c, detail::tensor_context(path.string(), rec.name)); };
     if (seen.contains(rec.name)) return tfail(errc::duplicate_key);
     auto dtype = codec::dtype_from_code(rec.dtype);
     if (!dtype) return tfail(dtype.error());
@@ -208,9 +184,10 @@ struct reader::state {
   }
 
   error storage_error(std::uint32_t i, error_code c, int sys_errno = 0) const {
+    if (i == UINT32_MAX) return file_error(path, c, sys_errno);
     const std::uint32_t t = first_tensor_of[i];
     if (t == UINT32_MAX) return file_error(path, c, sys_errno, "storage " + std::to_string(i));
-    return error(c, tensor_context(path, file.tensors[t].name), sys_errno);
+    return error(c, detail::tensor_context(path.string(), file.tensors[t].name), sys_errno);
   }
 
   // Maps (or reads) storage i, checks its CRC if `check` and converts it to
@@ -250,7 +227,12 @@ struct reader::state {
       }
     }
     if (!buf) {  // empty, beyond 4 GiB on 32-bit, or a file system without mmap
-      auto o = std::make_shared<owned_storage>(n);
+      std::shared_ptr<owned_storage> o;
+      try {
+        o = std::make_shared<owned_storage>(std::vector<std::byte>(n));
+      } catch (const std::bad_alloc&) {
+        return storage_error(i, checkpoint_errc::storage_too_large);
+      }
       int sys_errno = 0;
       if (auto r = detail::pread_exact(fd, st.offset, o->writable(), sys_errno); !r) {
         return storage_error(i, r.error(), sys_errno);
@@ -271,6 +253,62 @@ struct reader::state {
     std::byte b;
     iovec v{&b, 1};
     return ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) == 1;
+  }
+
+  // CRC32C of storage i's bytes as stored, through windows of the file
+  // mapped one at a time: verify() needs no address space for the whole
+  // storage (a 32-bit host checks storages larger than it could map) and
+  // does not convert anything.
+  result<std::uint32_t, error> file_crc(std::uint32_t i, const std::function<void(std::uint64_t)>& progress) const {
+    constexpr std::uint64_t window = std::uint64_t{64} << 20;
+    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const storage_info& st = file.storages[i];
+    std::uint32_t crc = 0;
+    std::vector<std::byte> buffer;
+    for (std::uint64_t at = 0; at < st.nbytes;) {
+      const std::uint64_t offset = st.offset + at;
+      const auto n = static_cast<std::size_t>(std::min(window, st.nbytes - at));
+      const std::uint64_t map_offset = offset & ~(page - 1);
+      const auto delta = static_cast<std::size_t>(offset - map_offset);
+      const bool mappable = sizeof(void*) == 8 || offset + n <= (std::uint64_t{1} << 32);  // see load()
+      if (mappable && !cached(offset)) {
+        (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+      }
+      void* base = mappable ? ::mmap(nullptr, delta + n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd,
+                                     static_cast<off_t>(map_offset))
+                            : MAP_FAILED;
+      if (base != MAP_FAILED) {
+        crc = codec::crc32c_extend(crc, std::span(static_cast<const std::byte*>(base) + delta, n));
+        ::munmap(base, delta + n);
+      } else {
+        buffer.resize(n);
+        int sys_errno = 0;
+        if (auto r = detail::pread_exact(fd, offset, buffer, sys_errno); !r) return storage_error(i, r.error(), sys_errno);
+        crc = codec::crc32c_extend(crc, buffer);
+      }
+      at += n;
+      if (progress) progress(at);
+    }
+    return crc;
+  }
+
+  // Whether [from, to) of the file is zero (padding), read in small pieces.
+  // Errors name storage i (UINT32_MAX: the file).
+  result<void, error> check_zero(std::uint64_t from, std::uint64_t to, std::uint32_t i) const {
+    std::array<std::byte, 64 * 1024> piece{};
+    while (from < to) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, piece.size()));
+      int sys_errno = 0;
+      if (auto r = detail::pread_exact(fd, from, std::span(piece).first(n), sys_errno); !r) {
+        return storage_error(i, r.error(), sys_errno);
+      }
+      if (std::any_of(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(n),
+                      [](std::byte b) { return b != std::byte{0}; })) {
+        return storage_error(i, checkpoint_errc::bad_padding);
+      }
+      from += n;
+    }
+    return {};
   }
 
   // Storage i in host order, from the cache or loaded (its CRC checked the
@@ -365,7 +403,7 @@ std::vector<std::string> reader::shared_with(const tensor_info& t) const {
 
 result<tensor, error> reader::get(std::string_view name) const {
   const tensor_info* t = find(name);
-  if (t == nullptr) return error(checkpoint_errc::tensor_not_found, tensor_context(s_->path, name));
+  if (t == nullptr) return error(checkpoint_errc::tensor_not_found, detail::tensor_context(s_->path.string(), name));
   return get(*t);
 }
 
@@ -383,9 +421,13 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
   const auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < n;) {
       if (s_->first_tensor_of[i] == UINT32_MAX) continue;  // no tensor views it
-      auto b = s_->fetch(static_cast<std::uint32_t>(i));
-      if (b) buffers[i] = std::move(*b);
-      else errors[i] = std::move(b.error());
+      try {
+        auto b = s_->fetch(static_cast<std::uint32_t>(i));
+        if (b) buffers[i] = std::move(*b);
+        else errors[i] = std::move(b.error());
+      } catch (const std::bad_alloc&) {  // not across the thread's edge
+        errors[i] = s_->storage_error(static_cast<std::uint32_t>(i), checkpoint_errc::storage_too_large);
+      }
     }
   };
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -406,30 +448,18 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
 
 result<void, error> reader::verify(const std::function<void(std::uint64_t)>& progress) const {
   const auto& st = s_->file.storages;
+  const bool ferry_format = s_->file.format == file_format::ferry;
   std::uint64_t done = 0;
   std::uint64_t end = header_size;
-  std::vector<std::byte> gap;
-  const auto check_zero = [&](std::uint64_t from, std::uint64_t to, std::uint32_t i) -> result<void, error> {
-    if (to <= from) return {};
-    gap.resize(static_cast<std::size_t>(to - from));
-    int sys_errno = 0;
-    if (auto r = detail::pread_exact(s_->fd, from, gap, sys_errno); !r) return s_->storage_error(i, r.error(), sys_errno);
-    if (std::any_of(gap.begin(), gap.end(), [](std::byte b) { return b != std::byte{0}; })) {
-      return s_->storage_error(i, checkpoint_errc::bad_padding);
-    }
-    return {};
-  };
   for (std::uint32_t i = 0; i < st.size(); ++i) {
-    if (s_->file.format == file_format::ferry) {
-      FERRY_TRY(check_zero(end, st[i].offset, i));
+    if (ferry_format) {
+      FERRY_TRY(s_->check_zero(end, st[i].offset, i));
     }
-    bool check = false;
-    {
-      std::lock_guard lock(s_->mu);
-      check = st[i].crc32c && !s_->verified[i];
-    }
-    if (check) {
-      FERRY_TRY(s_->load(i, true));
+    if (st[i].crc32c) {
+      FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(i, [&](std::uint64_t n) {
+        if (progress) progress(done + n);
+      }));
+      if (crc != *st[i].crc32c) return s_->storage_error(i, errc::checksum_mismatch);
       std::lock_guard lock(s_->mu);
       s_->verified[i] = true;
     }
@@ -437,8 +467,8 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
     done += st[i].nbytes;
     if (progress) progress(done);
   }
-  if (s_->file.format == file_format::ferry && !st.empty()) {
-    FERRY_TRY(check_zero(end, s_->file.data_end, static_cast<std::uint32_t>(st.size() - 1)));
+  if (ferry_format) {
+    FERRY_TRY(s_->check_zero(end, s_->file.data_end, st.empty() ? UINT32_MAX : static_cast<std::uint32_t>(st.size() - 1)));
   }
   return {};
 }

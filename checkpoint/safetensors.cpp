@@ -192,9 +192,11 @@ class header_grammar final : public nlohmann::json_sax<nlohmann::json> {
   enum class in : std::uint8_t { start, top, metadata, tensor, shape, offsets, done };
   enum class field : std::uint8_t { none, dtype, shape, offsets };
 
-  // A value where the grammar has none: metadata values must be strings.
+  // A value where the grammar has none. Metadata (its values, or
+  // "__metadata__" itself) must be strings in an object.
   bool unexpected() {
-    return fail(state_ == in::metadata ? error_code(checkpoint_errc::bad_metadata) : error_code(checkpoint_errc::bad_json));
+    const bool metadata_value = state_ == in::metadata || (state_ == in::top && pending_key_ == "__metadata__");
+    return fail(metadata_value ? error_code(checkpoint_errc::bad_metadata) : error_code(checkpoint_errc::bad_json));
   }
 
   bool fail(error_code c, std::string what = {}) {
@@ -279,7 +281,6 @@ result<parsed_file, error> parse_safetensors_header(std::string_view json, std::
   if (at != data_size) return error(errc::trailing_bytes, "safetensors data");
 
   out.tensors.reserve(g.entries.size());
-  std::unordered_map<std::string_view, std::size_t> by_name;
   for (std::size_t i = 0; i < g.entries.size(); ++i) {
     entry& e = g.entries[i];
     tensor_info t;
@@ -290,18 +291,18 @@ result<parsed_file, error> parse_safetensors_header(std::string_view json, std::
     t.storage = storage_of[i];
     out.tensors.push_back(std::move(t));
   }
-  for (std::size_t i = 0; i < out.tensors.size(); ++i) by_name.emplace(out.tensors[i].name, i);
   // Hugging Face's alias convention: "removed": "kept" in __metadata__.
-  for (auto it = g.metadata.begin(); it != g.metadata.end();) {
-    const auto kept = by_name.find(it->second);
-    if (by_name.contains(it->first) || kept == by_name.end() || out.tensors.size() >= lim.max_tensors) {
-      out.metadata.insert(*it++);
+  std::map<std::string, std::size_t, std::less<>> by_name;
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) by_name.emplace(out.tensors[i].name, i);
+  for (auto& [key, value] : g.metadata) {
+    const auto kept = by_name.find(value);
+    if (by_name.contains(key) || kept == by_name.end() || out.tensors.size() >= lim.max_tensors) {
+      out.metadata.emplace(key, std::move(value));
       continue;
     }
     tensor_info alias = out.tensors[kept->second];
-    alias.name = it->first;
+    alias.name = key;
     out.tensors.push_back(std::move(alias));
-    ++it;
   }
   return out;
 }
@@ -330,8 +331,9 @@ result<void, error> save_safetensors(const std::filesystem::path& target, std::s
   if ((a & (a - 1)) != 0 || a < 8 || a > max_alignment) return fail(checkpoint_errc::bad_alignment, "alignment");
   if (tensors.size() > opt.limits.max_tensors) return fail(errc::limit_exceeded, "tensors");
 
-  // Group the refs by storage, keeping the order of first appearance.
-  std::map<std::pair<const std::byte*, std::size_t>, std::vector<std::size_t>> groups;
+  // Group the refs by storage, in the order of first appearance.
+  std::map<std::pair<const std::byte*, std::size_t>, std::size_t> group_of;
+  std::vector<std::vector<std::size_t>> groups;
   std::set<std::string_view> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const tensor_ref& t = tensors[i];
@@ -344,12 +346,15 @@ result<void, error> save_safetensors(const std::filesystem::path& target, std::s
     if (auto r = check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), opt.limits.max_dims); !r) {
       return fail(r.error(), tensor_what(t.name));
     }
-    if (!t.storage.empty()) groups[{t.storage.data(), t.storage.size()}].push_back(i);
+    if (t.storage.empty()) continue;
+    const auto [it, fresh] = group_of.emplace(std::make_pair(t.storage.data(), t.storage.size()), groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
   }
 
   std::map<std::string, std::string> meta = metadata;
   std::vector<bool> skip(tensors.size(), false);
-  for (const auto& [key, members] : groups) {
+  for (const auto& members : groups) {
     if (members.size() < 2 || opt.shared == safetensors_options::shared_policy::copy) continue;
     std::string tied;
     for (const std::size_t i : members) tied += (tied.empty() ? "" : ", ") + std::string(tensors[i].name);

@@ -37,7 +37,7 @@ struct tensor_info {
   [[nodiscard]] std::uint64_t numel() const noexcept;
   /// numel() * the dtype's size: the bytes of a contiguous copy.
   [[nodiscard]] std::uint64_t nbytes() const noexcept;
-  /// Row-major strides for the shape, with offset 0.
+  /// Whether the strides are row-major for the shape (at any offset).
   [[nodiscard]] bool is_contiguous() const noexcept;
 };
 
@@ -68,6 +68,17 @@ class storage_buffer {
 
  protected:
   std::span<const std::byte> bytes_;
+};
+
+/// A storage held in memory (a converted copy, a storage read without a
+/// mapping, or one the caller built).
+class owned_storage final : public storage_buffer {
+ public:
+  explicit owned_storage(std::vector<std::byte> bytes) noexcept : data_(std::move(bytes)) { bytes_ = data_; }
+  [[nodiscard]] std::span<std::byte> writable() noexcept { return data_; }
+
+ private:
+  std::vector<std::byte> data_;
 };
 
 /// A tensor fetched from a checkpoint: a view in host order. Copies share

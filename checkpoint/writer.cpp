@@ -17,10 +17,6 @@ namespace {
 // Storages are converted to a foreign order through a buffer of this size.
 constexpr std::size_t swap_chunk = std::size_t{1} << 20;
 
-std::string tensor_context(const std::filesystem::path& file, std::string_view name) {
-  return file.string() + ": tensor '" + std::string(name) + "'";
-}
-
 }  // namespace
 
 struct writer::state {
@@ -83,9 +79,8 @@ writer& writer::operator=(writer&&) noexcept = default;
 writer::~writer() = default;
 
 result<writer, error> writer::create(const std::filesystem::path& target, const write_options& opt) {
-  const std::uint32_t a = opt.alignment;
-  if ((a & (a - 1)) != 0 || a < min_alignment || a > max_alignment) {
-    return error(checkpoint_errc::bad_alignment, target.string() + ": alignment " + std::to_string(a));
+  if (!detail::valid_alignment(opt.alignment)) {
+    return error(checkpoint_errc::bad_alignment, target.string() + ": alignment " + std::to_string(opt.alignment));
   }
   FERRY_TRY_ASSIGN(auto file, base::atomic_file::create(target, opt.sync));
   auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}});
@@ -101,7 +96,7 @@ result<storage_id, error> writer::add(const tensor_ref& t, storage_id shared) { 
 result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<storage_id> shared) {
   state& s = *s_;
   if (s.broken) return *s.broken;
-  const auto fail = [&](error_code c) { return error(c, tensor_context(s.file.target(), t.name)); };
+  const auto fail = [&](error_code c) { return error(c, detail::tensor_context(s.file.target().string(), t.name)); };
   if (!valid_name(t.name, s.opt.limits.max_name_bytes)) return fail(checkpoint_errc::bad_name);
   if (s.names.contains(t.name)) return fail(errc::duplicate_key);
   if (s.m.tensors.size() >= s.opt.limits.max_tensors) return fail(errc::limit_exceeded);
@@ -129,7 +124,7 @@ result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<
     index = shared->index;
   } else {
     auto written = s.write_storage(t.dtype, t.storage);
-    if (!written) return written.error().wrap(tensor_context(s.file.target(), t.name));
+    if (!written) return written.error().wrap(detail::tensor_context(s.file.target().string(), t.name));
     index = *written;
   }
 

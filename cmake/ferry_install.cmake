@@ -14,7 +14,8 @@ set(FERRY_COMPONENT_REQUIRES "")
 foreach(m IN LISTS ferry_modules)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${m}/"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/ferry/${m}"
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h"
+          PATTERN "torch" EXCLUDE)  # checkpoint/torch: ferry::torch is built in the tree only
   install(TARGETS ferry_${m} EXPORT ferry-${m}-targets ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
   install(EXPORT ferry-${m}-targets NAMESPACE ferry:: DESTINATION "${ferry_cmake_dir}")
   # The components this one links (read from its target, so the package

@@ -209,15 +209,6 @@ struct convert_options {
   std::uint32_t alignment = 64;
 };
 
-// A storage converted to the cast dtype, owned here.
-class cast_storage final : public ckpt::storage_buffer {
- public:
-  explicit cast_storage(std::vector<std::byte> b) : data_(std::move(b)) { bytes_ = data_; }
-
- private:
-  std::vector<std::byte> data_;
-};
-
 int convert(const std::string& in, const std::string& out, const convert_options& o) {
   auto opened = ckpt::open(in);
   if (!opened) return fail(opened.error());
@@ -249,7 +240,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
       buf = got.storage();
       if (cast_storage_ok[t.storage]) {
         auto c = ckpt::cast(t.dtype, buf->bytes(), *cast_to);
-        buf = std::make_shared<cast_storage>(std::move(c).value());
+        buf = std::make_shared<ckpt::owned_storage>(std::move(c).value());
       }
     }
     return ckpt::tensor_ref{t.name, cast_storage_ok[t.storage] ? *cast_to : t.dtype, t.shape, t.strides, t.offset,

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/options.h"
@@ -37,6 +39,14 @@ result<header_fields> decode_header(std::span<const std::byte, header_size> in) 
 /// Errors: truncated (no end magic), checksum_mismatch, and those of
 /// decode_header for the copied fields.
 result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> in) noexcept;
+
+/// Whether `a` is an alignment the format allows (a power of two, 64..2^30).
+[[nodiscard]] bool valid_alignment(std::uint32_t a) noexcept;
+
+/// "model.ferry: tensor 'fc.weight'", the context of every tensor's error.
+[[nodiscard]] inline std::string tensor_context(std::string_view file, std::string_view name) {
+  return std::string(file) + ": tensor '" + std::string(name) + "'";
+}
 
 /// The graph archive options a manifest is written and read with.
 graph::options manifest_options(const limits& lim, wire::byte_order order) noexcept;

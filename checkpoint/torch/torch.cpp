@@ -1,5 +1,7 @@
 #include "ferry/checkpoint/torch/torch.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/writer.h"
 
@@ -53,7 +56,7 @@ std::optional<at::ScalarType> to_scalar_type(codec::dtype t) {
 }
 
 std::string tensor_context(const std::filesystem::path& path, const std::string& name) {
-  return path.string() + ": tensor '" + name + "'";
+  return ckpt::detail::tensor_context(path.string(), name);
 }
 
 std::string number(double v) {
@@ -287,6 +290,11 @@ result<loaded, error> load(const std::filesystem::path& path, const checkpoint::
     if (!type) {
       return error(codec_errc::unknown_dtype, tensor_context(path, info.name) + ": no LibTorch dtype for " +
                                                   std::string(codec::name(info.dtype)));
+    }
+    const auto too_big = [](std::uint64_t v) { return v > static_cast<std::uint64_t>(INT64_MAX); };
+    if (too_big(info.offset) || std::any_of(info.shape.begin(), info.shape.end(), too_big) ||
+        std::any_of(info.strides.begin(), info.strides.end(), too_big)) {
+      return error(checkpoint_errc::shape_overflow, tensor_context(path, info.name) + ": beyond LibTorch's int64 sizes");
     }
     at::Tensor& base = storages[info.storage];
     if (!base.defined()) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "ferry/base/file.h"
 #include "helpers.h"
 
 namespace ferry::checkpoint::testing {
@@ -75,6 +76,44 @@ TEST_F(Atomic, KilledWritersLeaveTheOldOrTheNewFile) {
     EXPECT_EQ(e.path().filename().string().find(".ferry-tmp."), std::string::npos) << e.path();
   }
   EXPECT_GT(killed_mid_write, 0);
+}
+
+// Killed exactly between fsync and rename: the old file stays. Killed
+// exactly after the rename, before the folder's fsync: the new file is there.
+TEST_F(Atomic, KilledInsideCommit) {
+  const auto target = dir_ / "model.ferry";
+  write_version(dir_ / "new.ferry", 1);
+  const auto new_bytes = slurp(dir_ / "new.ferry");
+  for (const auto stage : {base::detail::commit_stage::synced, base::detail::commit_stage::renamed}) {
+    write_version(target, 0);
+    const auto old_bytes = slurp(target);
+    static base::detail::commit_stage kill_at;
+    kill_at = stage;
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      base::detail::commit_hook = [](base::detail::commit_stage s) {
+        if (s == kill_at) ::raise(SIGKILL);
+      };
+      write_version(target, 1);
+      ::_exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    const auto now = slurp(target);
+    if (stage == base::detail::commit_stage::synced) {
+      EXPECT_TRUE(now == old_bytes) << "killed before the rename: the old file";
+      std::size_t temporaries = 0;
+      for (const auto& e : fs::directory_iterator(dir_)) {
+        temporaries += e.path().filename().string().find(".ferry-tmp.") != std::string::npos;
+      }
+      EXPECT_EQ(temporaries, 1u);  // the complete new file, unpublished
+    } else {
+      EXPECT_TRUE(now == new_bytes) << "killed after the rename: the new file";
+    }
+    ASSERT_TRUE(open(target));
+  }
 }
 
 }  // namespace

@@ -398,6 +398,16 @@ TEST_F(Hostile, ViewPastItsStorage) {
             checkpoint_errc::shape_overflow);
 }
 
+TEST_F(Hostile, BroadcastViewsMustBeAddressable) {
+  // Stride 0 (torch's expand) legitimately describes more elements than the
+  // storage holds; a contiguous copy must still fit this machine's size_t.
+  const auto code = open_error(tampered(sample_, [](manifest& m) {
+    m.tensors[2].shape = {std::uint64_t{1} << 33};
+    m.tensors[2].strides = {0};
+  }));
+  EXPECT_EQ(code, sizeof(std::size_t) == 4 ? error_code(checkpoint_errc::shape_overflow) : error_code());
+}
+
 TEST_F(Hostile, StorageThatDoesNotExist) {
   EXPECT_EQ(open_error(tampered(sample_, [](manifest& m) { m.tensors[1].storage = std::make_shared<storage_record>(); })),
             checkpoint_errc::bad_storage_reference);

@@ -149,6 +149,20 @@ TEST_F(Safetensors, AliasesRoundTripAsSharedStorage) {
   EXPECT_EQ(e.error().code(), checkpoint_errc::shared_storage);
 }
 
+TEST_F(Safetensors, ShortAliasNamesAsHuggingFaceWritesThem) {
+  // save_model's convention, with names short enough to live inside the
+  // string object (the reader once kept views of them across a reallocation).
+  const auto p = make(R"({"__metadata__":{"format":"pt","lm_head":"wte","b":"wte"},)"
+                      R"("wte":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                      8);
+  auto r = open(p);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
+  ASSERT_EQ(r->tensors().size(), 3u);
+  EXPECT_EQ(r->get("lm_head")->storage(), r->get("wte")->storage());
+  EXPECT_EQ(r->get("b")->storage(), r->get("wte")->storage());
+}
+
 TEST_F(Safetensors, MalformedHeadersEachGetTheirOwnError) {
   const std::string t = R"("t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
   EXPECT_EQ(open_error("{" + t + "}", 8), error_code());
@@ -178,6 +192,8 @@ TEST_F(Safetensors, MalformedHeadersEachGetTheirOwnError) {
   EXPECT_EQ(open_error(R"({"__metadata__":{"a":"1","a":"2"}})", 0), errc::duplicate_key);
   EXPECT_EQ(open_error(R"({"__metadata__":{"a":1}})", 0), checkpoint_errc::bad_metadata);
   EXPECT_EQ(open_error(R"({"__metadata__":{"a":["x"]}})", 0), checkpoint_errc::bad_metadata);
+  EXPECT_EQ(open_error(R"({"__metadata__":"x"})", 0), checkpoint_errc::bad_metadata);
+  EXPECT_EQ(open_error(R"({"__metadata__":[]})", 0), checkpoint_errc::bad_metadata);
   EXPECT_EQ(open_error(R"({"t":{"dtype":"F32","shape":[2]}})", 0), checkpoint_errc::bad_json);
   EXPECT_EQ(open_error(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), checkpoint_errc::bad_json);
   EXPECT_EQ(open_error(R"({"t":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", 8), checkpoint_errc::bad_json);
