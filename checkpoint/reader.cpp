@@ -408,6 +408,13 @@ result<tensor, error> reader::get(std::string_view name) const {
 }
 
 result<tensor, error> reader::get(const tensor_info& t) const {
+  // Its elements must be addressable here: a view with stride 0 can describe
+  // far more than its storage holds, and gathering it must not wrap size_t.
+  if constexpr (sizeof(std::size_t) < sizeof(std::uint64_t)) {
+    if (t.nbytes() > SIZE_MAX) {
+      return error(checkpoint_errc::storage_too_large, detail::tensor_context(s_->path.string(), t.name));
+    }
+  }
   FERRY_TRY_ASSIGN(auto buf, s_->fetch(t.storage));
   return tensor(t, std::move(buf));
 }
@@ -442,6 +449,13 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
   }
   std::vector<tensor> out;
   out.reserve(infos.size());
+  if constexpr (sizeof(std::size_t) < sizeof(std::uint64_t)) {
+    for (const auto& t : infos) {
+      if (t.nbytes() > SIZE_MAX) {
+        return error(checkpoint_errc::storage_too_large, detail::tensor_context(s_->path.string(), t.name));
+      }
+    }
+  }
   for (const auto& t : infos) out.emplace_back(t, buffers[t.storage]);
   return out;
 }

@@ -113,11 +113,6 @@ result<void> check_view(codec::dtype dtype, std::span<const std::uint64_t> shape
   }
   std::uint64_t bytes = 0;
   if (__builtin_mul_overflow(numel, width, &bytes)) return checkpoint_errc::shape_overflow;
-  // A contiguous copy must be addressable here (a view with stride 0 can
-  // describe far more elements than its storage holds).
-  if constexpr (sizeof(std::size_t) < sizeof(std::uint64_t)) {
-    if (bytes > SIZE_MAX) return checkpoint_errc::shape_overflow;
-  }
   if (empty) return {};
   // The last element's end, in bytes: (last + 1) * width <= storage_nbytes.
   std::uint64_t end = 0;
