@@ -340,6 +340,10 @@ result<reader, error> reader::open(const std::filesystem::path& path, const limi
   s->path = path;
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (s->fd < 0) return error::from_errno(errno, path.string());
+  // No speculative readahead: opening reads the header, the trailer and the
+  // manifest, nothing around them, and each storage is asked for whole when
+  // it is fetched (load(), file_crc()).
+  (void)::posix_fadvise(s->fd, 0, 0, POSIX_FADV_RANDOM);
   struct stat st {};
   if (::fstat(s->fd, &st) != 0) return error::from_errno(errno, path.string());
   if (S_ISDIR(st.st_mode)) return error::from_errno(EISDIR, path.string());
