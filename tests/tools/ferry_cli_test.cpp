@@ -23,9 +23,11 @@ std::string read_text(const fs::path& p) {
 
 class Cli : public scratch_dir {
  protected:
-  run_result run(const std::string& args) {
+  run_result run(const std::string& args) { return shell("'" + std::string(FERRY_CLI) + "' " + args); }
+  // Runs a shell command line, capturing its output.
+  run_result shell(const std::string& line) {
     const auto out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "'" + std::string(FERRY_CLI) + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+    const std::string cmd = "{ " + line + "; } >'" + out.string() + "' 2>'" + err.string() + "'";
     const int rc = std::system(cmd.c_str());
     return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
   }
@@ -108,6 +110,17 @@ TEST_F(Cli, VerifyNamesTheFirstBadTensor) {
   r = run("verify " + path("bad.ferry"));
   EXPECT_EQ(r.status, 1);
   expect_one_error_line(r, path("bad.ferry") + ": tensor 'half': CRC32C does not match the bytes it covers");
+}
+
+TEST_F(Cli, ProgressBarsOnlyOnATerminal) {
+  // Not a terminal: nothing but the result.
+  auto r = run("verify " + golden("golden-big.ferry"));
+  EXPECT_EQ(r.err, "");
+  // On a terminal (script(1) from util-linux gives the tool one), the bar
+  // is drawn on stderr, which script merges into its output.
+  r = shell("script -qec \"'" + std::string(FERRY_CLI) + "' verify " + golden("golden-big.ferry") + "\" /dev/null");
+  EXPECT_NE(r.out.find("verify ["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("100%"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, ConvertBothWaysAndDiff) {
