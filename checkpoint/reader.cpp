@@ -7,13 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <atomic>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/parsed.h"
@@ -52,20 +53,36 @@ error file_error(const std::filesystem::path& file, error_code c, int sys_errno 
 
 // A storage's bytes mapped from the file (possibly converted in place in a
 // private copy-on-write mapping).
-class mapped_storage final : public storage_buffer {
+// A range of the file mapped privately (writable copy-on-write when asked),
+// unmapped on destruction. Empty when the range could not be mapped.
+class mapping {
  public:
-  mapped_storage(void* base, std::size_t length, std::size_t delta, std::size_t nbytes) noexcept
-      : base_(base), length_(length) {
-    bytes_ = std::span(static_cast<const std::byte*>(base) + delta, nbytes);
+  mapping() = default;
+  mapping(void* base, std::size_t length, std::size_t delta, std::size_t n) noexcept
+      : base_(base), length_(length), bytes_(static_cast<std::byte*>(base) + delta, n) {}
+  mapping(mapping&& o) noexcept
+      : base_(std::exchange(o.base_, nullptr)), length_(o.length_), bytes_(std::exchange(o.bytes_, {})) {}
+  mapping& operator=(mapping&&) = delete;
+  ~mapping() {
+    if (base_ != nullptr) ::munmap(base_, length_);
   }
-  ~mapped_storage() override { ::munmap(base_, length_); }
-  mapped_storage(const mapped_storage&) = delete;
-  mapped_storage& operator=(const mapped_storage&) = delete;
-  std::span<std::byte> writable() noexcept { return {const_cast<std::byte*>(bytes_.data()), bytes_.size()}; }
+  [[nodiscard]] explicit operator bool() const noexcept { return base_ != nullptr; }
+  [[nodiscard]] std::span<std::byte> bytes() const noexcept { return bytes_; }
 
  private:
-  void* base_;
-  std::size_t length_;
+  void* base_ = nullptr;
+  std::size_t length_ = 0;
+  std::span<std::byte> bytes_;
+};
+
+// A storage's bytes as a mapping of the file.
+class mapped_storage final : public storage_buffer {
+ public:
+  explicit mapped_storage(mapping m) noexcept : map_(std::move(m)) { bytes_ = map_.bytes(); }
+  [[nodiscard]] std::span<std::byte> writable() const noexcept { return map_.bytes(); }
+
+ private:
+  mapping map_;
 };
 
 result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
@@ -200,29 +217,13 @@ struct reader::state {
     const bool swap = file.order != wire::host_order && width > 1;
     std::shared_ptr<storage_buffer> buf;
     std::span<std::byte> writable;
-    // 32-bit hosts read storages that end beyond 4 GiB with pread: qemu-user
-    // (7.2, which the armhf tests run under) truncates mmap offsets of
-    // 32-bit guests to 32 bits and maps the wrong bytes.
-    const bool mappable = sizeof(void*) == 8 || st.offset + n <= (std::uint64_t{1} << 32);
-    if (n > 0 && mappable) {
-      static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-      const std::uint64_t map_offset = st.offset & ~(page - 1);
-      const auto delta = static_cast<std::size_t>(st.offset - map_offset);
-      const std::size_t length = delta + n;
-      // A cold storage (its first byte not in the page cache) is asked for
-      // whole: faulting a cold mapping in reads it in small windows around
-      // each fault, 4x slower from a disk. A warm one skips the advice,
-      // which costs a page-cache walk.
-      if (!cached(st.offset)) {
-        (void)::posix_fadvise(fd, static_cast<off_t>(st.offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
-      }
-      const int prot = swap ? PROT_READ | PROT_WRITE : PROT_READ;
-      void* base = ::mmap(nullptr, length, prot, MAP_PRIVATE | MAP_POPULATE, fd, static_cast<off_t>(map_offset));
-      if (base != MAP_FAILED) {
-        auto m = std::make_shared<mapped_storage>(base, length, delta, n);
-        writable = m->writable();
-        buf = std::move(m);
-      } else if (errno == ENOMEM || errno == EOVERFLOW) {
+    if (n > 0) {
+      int map_errno = 0;
+      if (auto m = map_range(st.offset, n, swap, map_errno)) {
+        auto ms = std::make_shared<mapped_storage>(std::move(m));
+        writable = ms->writable();
+        buf = std::move(ms);
+      } else if (map_errno == ENOMEM || map_errno == EOVERFLOW) {
         return storage_error(i, checkpoint_errc::storage_too_large);
       }
     }
@@ -247,6 +248,32 @@ struct reader::state {
     return std::shared_ptr<const storage_buffer>(std::move(buf));
   }
 
+  // Maps [offset, offset + n) privately and populated (writable
+  // copy-on-write if asked). A cold range (its first byte not in the page
+  // cache) is asked for whole first: faulting a cold mapping in reads it in
+  // small windows around each fault, 4x slower from a disk; a warm one
+  // skips the advice, which costs a page-cache walk. Empty when mmap failed
+  // (its errno in map_errno) or the range is not mapped on this host:
+  // 32-bit hosts read ranges that end beyond 4 GiB with pread, because
+  // qemu-user (7.2, which the armhf tests run under) truncates mmap offsets
+  // of 32-bit guests to 32 bits and maps the wrong bytes.
+  mapping map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno) const noexcept {
+    if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};
+    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t map_offset = offset & ~(page - 1);
+    const auto delta = static_cast<std::size_t>(offset - map_offset);
+    if (!cached(offset)) {
+      (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+    }
+    const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    void* base = ::mmap(nullptr, delta + n, prot, MAP_PRIVATE | MAP_POPULATE, fd, static_cast<off_t>(map_offset));
+    if (base == MAP_FAILED) {
+      map_errno = errno;
+      return {};
+    }
+    return {base, delta + n, delta, n};
+  }
+
   // Whether the byte at `offset` is in the page cache (a read that must not
   // wait; where RWF_NOWAIT is unsupported the answer is "no").
   bool cached(std::uint64_t offset) const noexcept {
@@ -261,25 +288,15 @@ struct reader::state {
   // does not convert anything.
   result<std::uint32_t, error> file_crc(std::uint32_t i, const std::function<void(std::uint64_t)>& progress) const {
     constexpr std::uint64_t window = std::uint64_t{64} << 20;
-    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     const storage_info& st = file.storages[i];
     std::uint32_t crc = 0;
     std::vector<std::byte> buffer;
     for (std::uint64_t at = 0; at < st.nbytes;) {
       const std::uint64_t offset = st.offset + at;
       const auto n = static_cast<std::size_t>(std::min(window, st.nbytes - at));
-      const std::uint64_t map_offset = offset & ~(page - 1);
-      const auto delta = static_cast<std::size_t>(offset - map_offset);
-      const bool mappable = sizeof(void*) == 8 || offset + n <= (std::uint64_t{1} << 32);  // see load()
-      if (mappable && !cached(offset)) {
-        (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
-      }
-      void* base = mappable ? ::mmap(nullptr, delta + n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd,
-                                     static_cast<off_t>(map_offset))
-                            : MAP_FAILED;
-      if (base != MAP_FAILED) {
-        crc = codec::crc32c_extend(crc, std::span(static_cast<const std::byte*>(base) + delta, n));
-        ::munmap(base, delta + n);
+      int map_errno = 0;
+      if (const auto m = map_range(offset, n, false, map_errno)) {
+        crc = codec::crc32c_extend(crc, m.bytes());
       } else {
         buffer.resize(n);
         int sys_errno = 0;
@@ -451,16 +468,13 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
   for (auto& e : errors) {
     if (e) return std::move(*e);
   }
+  // Every storage is loaded and held by `buffers`: get() finds it cached.
   std::vector<tensor> out;
   out.reserve(infos.size());
-  if constexpr (sizeof(std::size_t) < sizeof(std::uint64_t)) {
-    for (const auto& t : infos) {
-      if (t.nbytes() > SIZE_MAX) {
-        return error(checkpoint_errc::storage_too_large, detail::tensor_context(s_->path.string(), t.name));
-      }
-    }
+  for (const auto& t : infos) {
+    FERRY_TRY_ASSIGN(auto one, get(t));
+    out.push_back(std::move(one));
   }
-  for (const auto& t : infos) out.emplace_back(t, buffers[t.storage]);
   return out;
 }
 

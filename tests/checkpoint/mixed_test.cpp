@@ -24,9 +24,9 @@ struct node {
 };
 
 const std::vector<node> nodes = {
-    {"x86-64", FERRY_NATIVE_CHECKPOINT_NODE},
-    {"armhf", std::string("qemu-arm -L /usr/arm-linux-gnueabihf ") + FERRY_ARMHF_CHECKPOINT_NODE},
-    {"s390x", std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_CHECKPOINT_NODE},
+    {"x86-64", FERRY_NATIVE_NODE},
+    {"armhf", std::string("qemu-arm -L /usr/arm-linux-gnueabihf ") + FERRY_ARMHF_NODE},
+    {"s390x", std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_NODE},
 };
 
 // Runs a command; returns its exit status and standard output.
