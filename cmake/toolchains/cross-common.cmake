@@ -1,8 +1,11 @@
 # Shared by the cross toolchain files, which set FERRY_TRIPLE (GNU triple),
 # FERRY_DEB_ARCH (Debian architecture), FERRY_QEMU and CMAKE_SYSTEM_PROCESSOR.
-# Tests run under qemu-user through CMAKE_CROSSCOMPILING_EMULATOR. OpenSSL's
-# libcrypto comes from the libssl-dev package unpacked by scripts/cross-sysroot
-# into build/sysroot/<debian-arch> and is linked statically.
+# Tests run under qemu-user through CMAKE_CROSSCOMPILING_EMULATOR, whose -L
+# prefix supplies the C library. OpenSSL's libcrypto and zlib come from
+# Debian packages unpacked by scripts/cross-sysroot into
+# build/sysroot/<debian-arch> and are linked statically; LibTorch (arm64,
+# s390x) comes from there too and is found by the programs through their
+# rpath (cmake/torch.cmake).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_C_COMPILER ${FERRY_TRIPLE}-gcc)
 set(CMAKE_CXX_COMPILER ${FERRY_TRIPLE}-g++)
@@ -15,3 +18,4 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(CMAKE_CROSSCOMPILING_EMULATOR ${FERRY_QEMU};-L;/usr/${FERRY_TRIPLE})
 set(OPENSSL_ROOT_DIR /usr)
 set(OPENSSL_USE_STATIC_LIBS TRUE)
+set(ZLIB_USE_STATIC_LIBS ON)
