@@ -2,7 +2,8 @@
 # (scripts/install-deps, idempotent), then configures and builds with the
 # CMake presets in CMakePresets.json (build trees under build/<preset>).
 #
-#   make demo    build and run the codec demo
+#   make demo    build, then train the reference MLP on Fashion-MNIST with
+#                two ranks (ferry-run + ferry-train) and draw its curves
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
 #                qemu-user, and the fuzz corpora under libFuzzer
 #   make cross   only the cross-architecture tests
@@ -14,14 +15,15 @@
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake \
-  checkpoint_reader safetensors_reader checkpoint_roundtrip
+  checkpoint_reader safetensors_reader checkpoint_roundtrip idx
 
 .PHONY: all deps bench-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
 all: test
 
-# LibTorch and the message formats are only for the benchmarks: make test
-# does not install them.
+# make test installs LibTorch (the trainer and ferry::torch) and Fashion-MNIST;
+# the peers' message formats, Boost.Serialization, cereal and Google
+# Benchmark are only for make bench.
 deps:
 	@scripts/install-deps build test cross fuzz
 
@@ -33,9 +35,14 @@ define build_preset
 	cmake --build --preset $(1)
 endef
 
+DEMO_DIR := build/demo
 demo: deps
 	$(call build_preset,native)
-	build/native/tools/ferry-demo
+	@mkdir -p $(DEMO_DIR)
+	build/native/trainer/ferry-run -n 2 build/native/trainer/ferry-train --epochs 3 \
+	  --checkpoint $(DEMO_DIR)/ferry-train.ferry --metrics $(DEMO_DIR)/metrics.jsonl
+	@build/native/tools/ferry plot $(DEMO_DIR)/metrics.jsonl -o $(DEMO_DIR)/curves.svg >/dev/null
+	@echo "curves: $(DEMO_DIR)/curves.svg (open it in a browser); checkpoint: ferry inspect $(DEMO_DIR)/ferry-train.ferry"
 
 native: deps
 	$(call build_preset,native)

@@ -12,6 +12,7 @@
 //   200..299  schema/, graph/     ferry::schema_errc, ferry::graph_errc
 //   300..399  comm/               ferry::comm_errc (comm/error.h)
 //   400..499  checkpoint/         ferry::checkpoint_errc (checkpoint/error.h)
+//   500..599  trainer/            ferry::trainer_errc (trainer/error.h)
 //
 // Failures every format shares (bad magic, a checksum, trailing bytes, I/O)
 // are base codes, ferry::errc, whichever block their number first appeared

@@ -5,6 +5,7 @@
 //   ferry convert IN OUT [options]    .ferry <-> .safetensors, byte order, casts
 //   ferry diff A B [--json]           what differs between two checkpoints
 //   ferry dump FILE                   a graph archive as JSON
+//   ferry plot METRICS -o SVG         ferry-train's loss and accuracy curves
 //
 // Exit status: 0 on success; 1 when a file cannot be read or is not valid
 // (one line on stderr: "ferry: FILE: reason"), and for diff when the files
@@ -37,6 +38,7 @@
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
 #include "ferry/graph/dump.h"
+#include "plot.h"
 
 namespace {
 
@@ -462,6 +464,11 @@ int main(int argc, char** argv) {
   auto* dump_cmd = app.add_subcommand("dump", "print a ferry graph archive as JSON, from its embedded schema");
   dump_cmd->add_option("FILE", file, "a graph archive")->required();
 
+  std::string svg = "curves.svg";
+  auto* plot_cmd = app.add_subcommand("plot", "draw ferry-train's metrics (JSON lines) as loss and accuracy curves");
+  plot_cmd->add_option("METRICS", file, "the file of ferry-train --metrics")->required();
+  plot_cmd->add_option("-o,--output", svg, "the SVG to write")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -477,6 +484,11 @@ int main(int argc, char** argv) {
     if (verify_cmd->parsed()) return verify(file);
     if (convert_cmd->parsed()) return convert(file, second, co);
     if (diff_cmd->parsed()) return diff(file, second, as_json);
+    if (plot_cmd->parsed()) {
+      if (auto r = ferry::tools::plot(file, svg); !r) return fail(r.error());
+      std::printf("%s\n", svg.c_str());
+      return 0;
+    }
     return dump(file);
   } catch (const std::exception& e) {  // std::bad_alloc
     std::fprintf(stderr, "ferry: %s\n", e.what());

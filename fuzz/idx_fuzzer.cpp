@@ -1,0 +1,106 @@
+// trainer::decode_idx_file() on arbitrary bytes, the path read_idx() takes
+// after reading a file: raw IDX, or gzip (1F 8B) inflated first. It must
+// decode or return a typed error; what it decodes must be the one meaning
+// of the bytes (re-encoded, the input again), and the in-place path must
+// agree with decode_idx()'s copying one.
+//
+// Input FF, s, rest...: differential mode. `rest` is gzip'd by zlib, in two
+// members split at s mod (len + 1), and the gzip path must give exactly what
+// the raw path gives for `rest` (the same array, or the same error code).
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ferry/trainer/idx.h"
+#include "ferry/wire/bulk.h"
+#include "fuzz_check.h"
+
+namespace {
+
+using ferry::trainer::idx_array;
+
+std::vector<std::byte> gzip_member(std::span<const std::byte> raw) {
+  z_stream zs{};
+  FUZZ_CHECK(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::vector<std::byte> out(deflateBound(&zs, static_cast<uLong>(raw.size())));
+  zs.next_in = static_cast<Bytef*>(static_cast<void*>(const_cast<std::byte*>(raw.data())));
+  zs.avail_in = static_cast<uInt>(raw.size());
+  zs.next_out = static_cast<Bytef*>(static_cast<void*>(out.data()));
+  zs.avail_out = static_cast<uInt>(out.size());
+  FUZZ_CHECK(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+// The IDX bytes of an array: its header, then the data in big-endian.
+std::vector<std::byte> encode(const idx_array& a) {
+  std::uint8_t code = 0;
+  for (unsigned c = 0; c < 256 && code == 0; ++c) {
+    const auto t = ferry::trainer::idx_type_from_code(static_cast<std::uint8_t>(c));
+    if (t && *t == a.type) code = static_cast<std::uint8_t>(c);
+  }
+  std::vector<std::byte> out{std::byte{0}, std::byte{0}, std::byte{code}, std::byte(a.dims.size())};
+  for (const std::uint32_t d : a.dims) {
+    const auto be = ferry::wire::to_bytes(d, ferry::wire::byte_order::big);
+    out.insert(out.end(), be.begin(), be.end());
+  }
+  const std::size_t header = out.size();
+  out.resize(header + a.data.size());
+  ferry::wire::convert(a.data, ferry::wire::host_order, std::span(out).subspan(header), ferry::wire::byte_order::big,
+                       ferry::codec::size_of(a.type));
+  return out;
+}
+
+void check_same(const ferry::result<idx_array, ferry::error>& a, const ferry::result<idx_array, ferry::error>& b) {
+  FUZZ_CHECK(a.has_value() == b.has_value());
+  if (!a) {
+    FUZZ_CHECK(a.error().code() == b.error().code());
+    return;
+  }
+  FUZZ_CHECK(a->type == b->type && a->dims == b->dims && a->data == b->data);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  ferry::trainer::idx_limits lim;
+  lim.max_bytes = 1 << 22;  // a bomb stops at 4 MiB
+  const auto in = std::as_bytes(std::span(data, size));
+
+  if (size >= 2 && data[0] == 0xFF) {
+    const auto rest = in.subspan(2);
+    if (rest.size() > lim.max_bytes) return 0;  // only gzip'd is that limit_exceeded whatever it holds
+    const std::size_t split = data[1] % (rest.size() + 1);
+    auto gz = gzip_member(rest.first(split));
+    const auto second = gzip_member(rest.subspan(split));
+    gz.insert(gz.end(), second.begin(), second.end());
+    check_same(ferry::trainer::decode_idx_file(std::move(gz), lim), ferry::trainer::decode_idx(rest, lim));
+    return 0;
+  }
+
+  auto file = ferry::trainer::decode_idx_file(std::vector<std::byte>(in.begin(), in.end()), lim);
+  if (file) {
+    FUZZ_CHECK(!file->dims.empty() && file->dims.size() <= lim.max_dims);
+    std::uint64_t elements = 1;
+    for (const std::uint32_t d : file->dims) {
+      FUZZ_CHECK(d >= 1 && d <= lim.max_extent);
+      elements *= d;  // bounded: the data fits max_bytes
+    }
+    FUZZ_CHECK(file->element_count() == elements);
+    FUZZ_CHECK(file->data.size() == elements * ferry::codec::size_of(file->type));
+    FUZZ_CHECK(file->data.size() <= lim.max_bytes);
+  }
+  if (size >= 1 && data[0] == 0x1F) return 0;  // gzip'd: no raw twin to compare with
+  const auto raw = ferry::trainer::decode_idx(in, lim);
+  check_same(file, raw);
+  if (raw) {
+    const auto again = encode(*raw);
+    FUZZ_CHECK(again.size() == size && std::equal(again.begin(), again.end(), in.begin()));
+  }
+  return 0;
+}

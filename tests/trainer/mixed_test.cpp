@@ -1,0 +1,101 @@
+// One training ring of an s390x rank (big-endian, qemu-user), an x86-64 rank
+// and an aarch64 rank (qemu-user): the job finishes with identical replicas
+// (every epoch's CRC32C check passed on all three), the loss falls, and
+// the checkpoint the big-endian rank wrote resumes on x86-64, whose
+// checkpoint in turn resumes on s390x.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../checkpoint/helpers.h"
+
+namespace ferry::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::testing::scratch_dir;
+
+const std::string native = FERRY_NATIVE_TRAIN;
+const std::string aarch64 = std::string("qemu-aarch64 -L /usr/aarch64-linux-gnu ") + FERRY_AARCH64_TRAIN;
+const std::string s390x = std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_TRAIN;
+const std::string cli = FERRY_CLI;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class MixedTraining : public scratch_dir {
+ protected:
+  // Runs the ranks (programs in rank order) at once; returns each status.
+  std::vector<int> ring(const std::vector<std::string>& programs, const std::string& args) {
+    std::string line = "cd '" + dir_.string() + "' && export MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                       std::to_string(free_port()) + " WORLD_SIZE=" + std::to_string(programs.size()) +
+                       " FERRY_SECRET=mixed; ";
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+      const auto n = std::to_string(r);
+      line += "RANK=" + n + " timeout 900 " + programs[r] + " " + args + " >out" + n + " 2>err" + n + " & p" + n + "=$!; ";
+    }
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+      line += "wait $p" + std::to_string(r) + "; echo $? >>status; ";
+    }
+    std::system(("rm -f '" + (dir_ / "status").string() + "'").c_str());
+    std::system(line.c_str());
+    std::vector<int> status;
+    std::ifstream in(dir_ / "status");
+    for (int s; in >> s;) status.push_back(s);
+    return status;
+  }
+  std::string log(int rank) { return read_text(dir_ / ("out" + std::to_string(rank))) + read_text(dir_ / ("err" + std::to_string(rank))); }
+};
+
+TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
+  // 3 ranks x 1600 samples / 32 = 50 steps per epoch, 100 steps in all.
+  const std::string job = "--limit 4800 --test-limit 1000 --epochs 2 --threads 1 --log-every 10";
+  const auto status = ring({s390x, native, aarch64}, job + " --checkpoint be.ferry --metrics m.jsonl");
+  ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
+  // Rank 0 (s390x) reports; every epoch's replica check passed.
+  std::vector<double> losses;
+  std::ifstream in(dir_ / "m.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "epoch") losses.push_back(j["train_loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_LT(losses[1], losses[0]);
+  EXPECT_NE(read_text(dir_ / "out0").find("| 1 node x 3 processes | ferry |"), std::string::npos) << log(0);
+
+  // The big-endian rank's checkpoint, resumed on x86-64 for an epoch...
+  std::system(("'" + cli + "' inspect '" + (dir_ / "be.ferry").string() + "' >'" + (dir_ / "inspect").string() + "'").c_str());
+  EXPECT_NE(read_text(dir_ / "inspect").find("big"), std::string::npos) << read_text(dir_ / "inspect");
+  const std::string more = "--limit 4800 --test-limit 1000 --threads 1";
+  ASSERT_EQ(ring({native}, more + " --epochs 3 --resume be.ferry --checkpoint le.ferry"), std::vector<int>{0}) << log(0);
+  EXPECT_NE(read_text(dir_ / "out0").find("resumed from be.ferry at epoch 3"), std::string::npos) << log(0);
+  // ... and x86-64's, resumed on s390x.
+  ASSERT_EQ(ring({s390x}, more + " --epochs 4 --resume le.ferry --checkpoint be2.ferry"), std::vector<int>{0}) << log(0);
+  EXPECT_NE(read_text(dir_ / "out0").find("resumed from le.ferry at epoch 4"), std::string::npos) << log(0);
+}
+
+}  // namespace
+}  // namespace ferry::trainer

@@ -1,0 +1,39 @@
+#include <utility>
+
+#include "collectives.h"
+
+namespace ferry::trainer {
+namespace {
+
+class ferry_collectives final : public collectives {
+ public:
+  explicit ferry_collectives(comm::communicator c) : comm_(std::move(c)) {}
+  std::uint32_t rank() const override { return comm_.rank(); }
+  std::uint32_t world_size() const override { return comm_.world_size(); }
+  std::string name() const override { return "ferry"; }
+  void broadcast(std::span<float> data) override { comm_.broadcast(data, 0); }
+  void broadcast(std::span<std::int64_t> data) override { comm_.broadcast(data, 0); }
+  void broadcast(std::span<double> data) override { comm_.broadcast(data, 0); }
+  std::function<void()> start_allreduce_avg(std::span<float> data, comm::compression comp,
+                                            comm::error_feedback* feedback) override {
+    auto w = comm_.start_allreduce(data, {.op = comm::reduce_op::avg, .comp = comp, .feedback = feedback});
+    return [w]() mutable { w.wait(); };
+  }
+  void allgather(std::span<const double> mine, std::span<double> out) override { comm_.allgather(mine, out); }
+  void allgather(std::span<const float> mine, std::span<float> out) override { comm_.allgather(mine, out); }
+  void allgather(std::span<const std::int64_t> mine, std::span<std::int64_t> out) override {
+    comm_.allgather(mine, out);
+  }
+  void barrier() override { comm_.barrier(); }
+
+ private:
+  comm::communicator comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<collectives> make_ferry_collectives() {
+  return std::make_unique<ferry_collectives>(comm::communicator::from_env());
+}
+
+}  // namespace ferry::trainer

@@ -1,0 +1,184 @@
+// ferry-train: the reference job (an MLP on Fashion-MNIST), data-parallel
+// over ferry's ring or Gloo. Run it under ferry-run, torchrun or SLURM, or
+// with MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and FERRY_SECRET set by
+// hand; alone, it is one rank.
+//
+// Exit status: 0 done, 1 the job failed (a peer lost, a bad checkpoint,
+// data files missing or corrupt), 2 bad options.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <torch/torch.h>
+
+#include "collectives.h"
+#include "ferry/comm/error.h"
+#include "trainer.h"
+
+namespace {
+
+using ferry::trainer::train_config;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+// LibTorch threads: --threads, else OMP_NUM_THREADS (ferry-run and torchrun
+// set it), else the cores split evenly between this node's ranks.
+int thread_count(int requested) {
+  if (requested > 0) return requested;
+  if (const int omp = std::atoi(env_or("OMP_NUM_THREADS", "0").c_str()); omp > 0) return omp;
+  const int local = std::max(1, std::atoi(env_or("LOCAL_WORLD_SIZE", "1").c_str()));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+}
+
+// "1 node x 4 processes" from LOCAL_WORLD_SIZE (torchrun, ferry-run) or
+// SLURM_NTASKS_PER_NODE; one node when neither is set.
+std::string layout(std::uint32_t world) {
+  int local = std::atoi(env_or("LOCAL_WORLD_SIZE", env_or("SLURM_NTASKS_PER_NODE", "0")).c_str());
+  if (local <= 0 || world % static_cast<std::uint32_t>(local) != 0) local = static_cast<int>(world);
+  const auto nodes = world / static_cast<std::uint32_t>(local);
+  return std::to_string(nodes) + (nodes == 1 ? " node x " : " nodes x ") + std::to_string(local) +
+         (local == 1 ? " process" : " processes");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  train_config c;
+  std::string compress = "none", hidden = "32", die;
+  CLI::App app{"ferry-train: data-parallel training of an MLP on an IDX image set (Fashion-MNIST by default), "
+               "with ranks of any architecture. Rank and world come from MASTER_ADDR, MASTER_PORT, RANK, "
+               "WORLD_SIZE (as torchrun or ferry-run set them; SLURM_PROCID and SLURM_NTASKS also work) and the "
+               "shared secret from FERRY_SECRET or FERRY_SECRET_FILE.",
+               "ferry-train"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
+  app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
+  app.add_option("--lr", c.lr, "Adam learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "batch size per rank")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--epochs", c.epochs, "epochs")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--seed", c.seed, "seed of the model's initial values and of the sampler (seed + epoch)");
+  app.add_flag("--drop-last", c.drop_last, "drop the tail that does not divide evenly between ranks");
+  app.add_option("--limit", c.limit, "train on the first N samples only (0: all)");
+  app.add_option("--test-limit", c.test_limit, "evaluate on the first N test samples only (0: all)");
+  app.add_option("--compress", compress, "gradients travel as f32 (none) or 16-bit with error feedback")
+      ->check(CLI::IsMember({"none", "bf16", "f16"}));
+  app.add_option("--backend", c.backend, "ferry (any mix of architectures) or gloo (LibTorch's ProcessGroupGloo)")
+      ->check(CLI::IsMember({"ferry", "gloo"}));
+  app.add_flag("--overlap,!--no-overlap", c.overlap,
+               "start each gradient bucket's allreduce from backward's hooks instead of one allreduce after it");
+  std::size_t bucket_kb = c.bucket_bytes / 1024;
+  app.add_option("--bucket-kb", bucket_kb, "gradient bucket size in KiB, with --overlap")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--checkpoint", c.checkpoint, "checkpoint file rank 0 writes (atomically)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch; 0: never")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", c.resume, "continue from this checkpoint (read by rank 0)");
+  app.add_option("--metrics", c.metrics, "JSON-lines metrics file rank 0 writes (see ferry plot)");
+  app.add_option("--summary", c.summary, "JSON file rank 0 writes at the end: wall time and accuracies");
+  app.add_option("--log-every", c.log_every, "steps between step records in --metrics")->check(CLI::NonNegativeNumber);
+  std::string progress = "auto";
+  app.add_option("--progress", progress, "progress line: redraw on a terminal (auto), always redraw, or plain lines")
+      ->check(CLI::IsMember({"auto", "redraw", "plain"}));
+  app.add_option("--threads", c.threads, "LibTorch threads (default: OMP_NUM_THREADS, else cores / local ranks)")
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ferry-train: %s (see --help)\n", e.what());
+    return 2;
+  }
+  c.compress = compress == "bf16" ? ferry::comm::compression::bf16
+               : compress == "f16" ? ferry::comm::compression::f16
+                                   : ferry::comm::compression::none;
+  c.bucket_bytes = bucket_kb * 1024;
+  c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;
+  c.hidden.clear();
+  for (std::size_t at = 0; at <= hidden.size();) {
+    const auto end = std::min(hidden.find(',', at), hidden.size());
+    const auto w = std::atoll(hidden.substr(at, end - at).c_str());
+    if (w <= 0 || w > (1 << 20)) {
+      std::fprintf(stderr, "ferry-train: --hidden: '%s' is not a list of positive widths (see --help)\n", hidden.c_str());
+      return 2;
+    }
+    c.hidden.push_back(w);
+    at = end + 1;
+  }
+  if (c.backend == "gloo" && c.compress != ferry::comm::compression::none) {
+    std::fputs("ferry-train: --compress needs --backend ferry (Gloo has no 16-bit allreduce with error feedback)\n",
+               stderr);
+    return 2;
+  }
+  // Test hook (FERRY_TRAIN_DIE=RANK:STEP): that rank dies by SIGKILL at
+  // that global step, as a crashed machine would.
+  if (const char* d = std::getenv("FERRY_TRAIN_DIE"); d != nullptr) {
+    char* end = nullptr;
+    c.die_rank = std::strtoll(d, &end, 10);
+    c.die_at_step = *end == ':' ? std::strtoll(end + 1, nullptr, 10) : -1;
+  }
+
+  const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
+  const std::string who = "ferry-train: rank " + rank + ": ";
+  std::unique_ptr<ferry::trainer::collectives> comm;
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    torch::set_num_threads(thread_count(c.threads));
+    if (std::getenv("RANK") == nullptr && std::getenv("SLURM_PROCID") == nullptr) {
+      // Alone: a world of one, with a secret nobody else needs.
+      setenv("RANK", "0", 0);
+      setenv("WORLD_SIZE", "1", 0);
+      setenv("MASTER_PORT", "0", 0);
+      setenv("FERRY_SECRET", "ferry-train-single", 0);
+    }
+    comm = c.backend == "gloo" ? ferry::trainer::make_gloo_collectives() : ferry::trainer::make_ferry_collectives();
+    if (comm->rank() == 0) {
+      std::printf("ferry-train: %u rank(s), %s backend, %s, batch %lld per rank, %lld epochs\n", comm->world_size(),
+                  comm->name().c_str(), layout(comm->world_size()).c_str(), static_cast<long long>(c.batch),
+                  static_cast<long long>(c.epochs));
+      std::fflush(stdout);
+    }
+    const auto r = ferry::trainer::train(c, *comm, started);
+    if (comm->rank() == 0) {
+      std::printf("\n| layout | backend | wall time | train accuracy | test accuracy |\n|---|---|---|---|---|\n"
+                  "| %s | %s%s | %.1f s | %.1f %% | %.1f %% |\n\ncheckpoint: %s\n",
+                  layout(comm->world_size()).c_str(), comm->name().c_str(),
+                  c.compress == ferry::comm::compression::none ? "" : (", " + compress).c_str(), r.wall_s,
+                  100 * r.train_acc, 100 * r.test_acc, c.checkpoint.c_str());
+      if (!c.metrics.empty()) std::printf("metrics: %s (draw them with: ferry plot %s -o curves.svg)\n", c.metrics.c_str(), c.metrics.c_str());
+      if (!c.summary.empty()) {
+        std::ofstream out(c.summary);
+        out << nlohmann::json{{"trainer", "ferry"}, {"backend", comm->name()}, {"compress", compress},
+                              {"world", comm->world_size()}, {"layout", layout(comm->world_size())},
+                              {"wall_s", r.wall_s}, {"train_loss", r.train_loss}, {"train_acc", r.train_acc},
+                              {"test_acc", r.test_acc}, {"epochs", r.epochs}}
+                   .dump()
+            << '\n';
+        if (!out) {
+          std::fprintf(stderr, "%scannot write %s\n", who.c_str(), c.summary.c_str());
+          return 1;
+        }
+      }
+    }
+    return 0;
+  } catch (const ferry::comm::comm_error& e) {
+    std::fprintf(stderr, "%s%s; to continue, run the job again with --resume %s (the last checkpoint)\n", who.c_str(),
+                 e.what(), c.checkpoint.c_str());
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,51 @@
+// What rank 0 prints and writes: the progress line, the per-epoch summary,
+// the metrics file (JSON lines) and the final results table.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ferry::trainer {
+
+struct epoch_stats {
+  std::int64_t epoch = 0, epochs = 0;  // epoch counts from 1 here
+  double train_loss = 0, train_acc = 0, test_acc = 0;
+  double seconds = 0, images_per_s = 0;
+  std::vector<double> compute_s, comm_s;  // per rank
+  std::uint32_t crc = 0;
+};
+
+class reporter {
+ public:
+  /// progress: -1 redraws when stdout is a terminal (or FERRY_PROGRESS_TTY
+  /// is set by ferry-run), 0 plain lines, 1 redraws. Opens `metrics`
+  /// (truncated, or appended to when resuming). Throws ferry::exception
+  /// (io_error) when it cannot.
+  reporter(int progress, const std::filesystem::path& metrics, bool append);
+  /// The progress line, at most a few times a second (and at the epoch's
+  /// last step); plain mode prints a line at every tenth of the epoch.
+  void progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps, double loss,
+                double images_per_s, double eta_s);
+  void step_record(std::int64_t epoch, std::int64_t step, std::int64_t steps, std::int64_t global_step, double loss);
+  void epoch_end(const epoch_stats& s);
+  /// A line of text, ending any progress line being redrawn.
+  void line(const std::string& text);
+
+ private:
+  void record(const std::string& json);
+  bool redraw_ = false;
+  bool drawn_ = false;
+  std::int64_t last_tenth_ = -1;
+  std::chrono::steady_clock::time_point last_draw_{};
+  std::ofstream metrics_;
+};
+
+/// "1:02:03", "4:05".
+std::string clock_text(double seconds);
+
+}  // namespace ferry::trainer

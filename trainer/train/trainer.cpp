@@ -1,0 +1,639 @@
+#include "trainer.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/torch.h>
+
+#include "collectives.h"
+#include "ferry/checkpoint/torch/torch.h"
+#include "ferry/codec/crc32c.h"
+#include "ferry/comm/handshake.h"
+#include "ferry/trainer/error.h"
+#include "ferry/trainer/idx.h"
+#include "ferry/trainer/sampler.h"
+#include "ferry/wire/bulk.h"
+#include "report.h"
+
+namespace ferry::trainer {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+[[noreturn]] void fail(error_code code, std::string text) { throw ferry::exception(error(code, std::move(text))); }
+
+// The reference model: (Linear, BatchNorm1d, ReLU) per hidden width, then
+// a Linear to the classes. Names: fc1, bn1, ..., out.
+class mlp_impl : public ::torch::nn::Module {
+ public:
+  mlp_impl(std::int64_t inputs, const std::vector<std::int64_t>& hidden, std::int64_t classes) {
+    std::int64_t in = inputs;
+    for (std::size_t i = 0; i < hidden.size(); ++i) {
+      const auto n = std::to_string(i + 1);
+      fc_.push_back(register_module("fc" + n, ::torch::nn::Linear(in, hidden[i])));
+      bn_.push_back(register_module("bn" + n, ::torch::nn::BatchNorm1d(hidden[i])));
+      in = hidden[i];
+    }
+    out_ = register_module("out", ::torch::nn::Linear(in, classes));
+  }
+  at::Tensor forward(at::Tensor x) {
+    for (std::size_t i = 0; i < fc_.size(); ++i) x = ::torch::relu(bn_[i]->forward(fc_[i]->forward(x)));
+    return out_->forward(x);
+  }
+
+ private:
+  std::vector<::torch::nn::Linear> fc_;
+  std::vector<::torch::nn::BatchNorm1d> bn_;
+  ::torch::nn::Linear out_{nullptr};
+};
+
+std::span<float> floats(const at::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+// Packs tensors (float32, contiguous) into one vector and back: the unit
+// broadcast and allreduce move.
+std::vector<float> pack(const std::vector<at::Tensor>& ts) {
+  std::vector<float> out;
+  for (const auto& t : ts) out.insert(out.end(), floats(t).begin(), floats(t).end());
+  return out;
+}
+void unpack(std::span<const float> flat, const std::vector<at::Tensor>& ts) {
+  std::size_t at = 0;
+  for (const auto& t : ts) {
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), t.numel(), floats(t).begin());
+    at += static_cast<std::size_t>(t.numel());
+  }
+}
+
+// Gradient averaging. Gradients live in one flat buffer, parameters in
+// reverse order (backward produces them roughly last layer first), cut
+// into buckets. Fused: one allreduce of everything after backward.
+// Overlapped: each bucket's allreduce starts from the post hook of the
+// AccumulateGrad node of its last parameter (as DDP's reducer does), while
+// backward continues; buckets start strictly in order, so every rank
+// queues the same collectives in the same order.
+class gradient_sync {
+ public:
+  gradient_sync(const std::vector<at::Tensor>& params, collectives& comm, comm::compression comp, bool overlap,
+                std::size_t bucket_bytes)
+      : comm_(comm), comp_(comp), overlap_(overlap) {
+    for (auto it = params.rbegin(); it != params.rend(); ++it) order_.push_back(*it);
+    std::size_t total = 0;
+    bucket_of_.resize(order_.size());
+    offset_.resize(order_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) {
+      const auto n = static_cast<std::size_t>(order_[i].numel());
+      if (buckets_.empty() || (overlap_ && buckets_.back().count > 0 && (buckets_.back().count + n) * 4 > bucket_bytes)) {
+        buckets_.push_back({total, 0, 0, 0});
+      }
+      bucket_of_[i] = buckets_.size() - 1;
+      offset_[i] = total;
+      buckets_.back().count += n;
+      buckets_.back().params += 1;
+      total += n;
+    }
+    flat_.assign(total, 0.0f);
+    for (auto& b : buckets_) feedback_.emplace_back(comp_ == comm::compression::none ? 0 : b.count);
+    if (overlap_) {
+      for (std::size_t i = 0; i < order_.size(); ++i) {
+        auto acc = ::torch::autograd::impl::grad_accumulator(order_[i]);
+        acc->add_post_hook(std::make_unique<ready_hook>(this, i));
+        accumulators_.push_back(std::move(acc));
+      }
+    }
+  }
+  gradient_sync(const gradient_sync&) = delete;
+  gradient_sync& operator=(const gradient_sync&) = delete;
+
+  [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
+  [[nodiscard]] std::size_t size() const { return flat_.size(); }
+
+  void before_backward() {
+    for (auto& b : buckets_) b.ready = 0;
+    for (auto& w : waits_) w = nullptr;
+    waits_.resize(buckets_.size());
+    next_ = 0;
+  }
+  /// Averages every gradient; returns the seconds spent waiting.
+  double after_backward() {
+    const auto t = clock_type::now();
+    if (!overlap_) {
+      for (std::size_t i = 0; i < order_.size(); ++i) copy_in(i);
+      for (std::size_t b = 0; b < buckets_.size(); ++b) launch(b);
+    }
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (!waits_[b]) fail(errc::bad_value, "a gradient bucket was never filled (a parameter without gradient)");
+      waits_[b]();
+    }
+    for (std::size_t i = 0; i < order_.size(); ++i) {
+      auto g = order_[i].mutable_grad();
+      std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]), g.numel(), floats(g).begin());
+    }
+    return since(t);
+  }
+  /// Error-feedback residuals (compressed runs), flat in bucket order.
+  [[nodiscard]] std::vector<float> residuals() const {
+    std::vector<float> out;
+    for (const auto& f : feedback_) out.insert(out.end(), f.residual().begin(), f.residual().end());
+    return out;
+  }
+  void set_residuals(std::span<const float> r) {
+    std::size_t at = 0;
+    for (auto& f : feedback_) {
+      std::copy_n(r.begin() + static_cast<std::ptrdiff_t>(at), f.residual().size(), f.residual().begin());
+      at += f.residual().size();
+    }
+  }
+
+ private:
+  struct ready_hook final : ::torch::autograd::FunctionPostHook {
+    ready_hook(gradient_sync* s, std::size_t i) : sync(s), index(i) {}
+    ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
+                                              const ::torch::autograd::variable_list&) override {
+      sync->ready(index);
+      return outputs;
+    }
+    gradient_sync* sync;
+    std::size_t index;
+  };
+  struct bucket {
+    std::size_t offset, count, params, ready;
+  };
+
+  void copy_in(std::size_t i) {
+    const auto& g = order_[i].grad();
+    if (!g.defined()) fail(errc::bad_value, "a parameter has no gradient");
+    std::copy_n(g.contiguous().data_ptr<float>(), g.numel(), flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]));
+  }
+  void ready(std::size_t i) {
+    copy_in(i);
+    auto& b = buckets_[bucket_of_[i]];
+    if (++b.ready < b.params) return;
+    while (next_ < buckets_.size() && buckets_[next_].ready == buckets_[next_].params) launch(next_++);
+  }
+  void launch(std::size_t b) {
+    const auto& bk = buckets_[b];
+    std::span<float> data(flat_.data() + bk.offset, bk.count);
+    waits_[b] = comm_.start_allreduce_avg(data, comp_, comp_ == comm::compression::none ? nullptr : &feedback_[b]);
+  }
+
+  collectives& comm_;
+  comm::compression comp_;
+  bool overlap_;
+  std::vector<at::Tensor> order_;
+  std::vector<std::size_t> bucket_of_, offset_;
+  std::vector<bucket> buckets_;
+  std::vector<float> flat_;
+  std::vector<comm::error_feedback> feedback_;
+  std::vector<std::function<void()>> waits_;
+  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
+  std::size_t next_ = 0;
+};
+
+struct data_split {
+  at::Tensor images;  // uint8 [n, rows * cols]
+  at::Tensor labels;  // int64 [n]
+  std::size_t count = 0;
+};
+
+data_split load_split(const train_config& c, std::string_view split, std::size_t limit) {
+  auto d = load_dataset(c.data, split).value();
+  const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
+  const auto pixels = static_cast<std::int64_t>(d.rows) * d.cols;
+  data_split out;
+  out.count = n;
+  out.images = ::torch::empty({static_cast<std::int64_t>(n), pixels}, ::torch::kUInt8);
+  std::memcpy(out.images.data_ptr<std::uint8_t>(), d.images.data(), n * static_cast<std::size_t>(pixels));
+  out.labels = ::torch::empty({static_cast<std::int64_t>(n)}, ::torch::kInt64);
+  for (std::size_t i = 0; i < n; ++i) out.labels.data_ptr<std::int64_t>()[i] = d.labels[i];
+  return out;
+}
+
+// Pixels / 255 as float, the same as torchvision's ToTensor.
+at::Tensor batch_inputs(const data_split& d, std::span<const std::size_t> idx) {
+  const auto pixels = d.images.size(1);
+  auto x = ::torch::empty({static_cast<std::int64_t>(idx.size()), pixels}, ::torch::kFloat32);
+  const auto* src = d.images.data_ptr<std::uint8_t>();
+  float* dst = x.data_ptr<float>();
+  for (std::size_t b = 0; b < idx.size(); ++b) {
+    const auto* row = src + idx[b] * static_cast<std::size_t>(pixels);
+    for (std::int64_t p = 0; p < pixels; ++p) *dst++ = static_cast<float>(row[p]) / 255.0f;
+  }
+  return x;
+}
+at::Tensor batch_labels(const data_split& d, std::span<const std::size_t> idx) {
+  auto y = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
+  for (std::size_t b = 0; b < idx.size(); ++b) y.data_ptr<std::int64_t>()[b] = d.labels.data_ptr<std::int64_t>()[idx[b]];
+  return y;
+}
+
+class job {
+ public:
+  job(const train_config& c, collectives& comm)
+      : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()),
+        train_(load_split(c, "train", c.limit)), test_(load_split(c, "t10k", c.test_limit)) {
+    ::torch::manual_seed(c.seed);
+    const std::int64_t classes = train_.labels.max().item<std::int64_t>() + 1;
+    model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
+    params_ = model_->parameters();
+    for (const auto& item : model_->named_buffers()) {
+      (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
+    }
+    // LibTorch's Adam holds the state ferry's step updates, so checkpoints
+    // carry it under LibTorch's names (ferry::torch::optimizer_state).
+    adam_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(c.lr));
+    for (const auto& p : params_) {
+      auto st = std::make_unique<::torch::optim::AdamParamState>();
+      st->step(0);
+      st->exp_avg(::torch::zeros_like(p));
+      st->exp_avg_sq(::torch::zeros_like(p));
+      moments_.push_back(st->exp_avg());
+      moments_.push_back(st->exp_avg_sq());
+      states_.push_back(st.get());
+      adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
+    }
+    sync_ = std::make_unique<gradient_sync>(params_, comm_, c.compress, c.overlap, c.bucket_bytes);
+    if (rank_ == 0) report_ = std::make_unique<reporter>(c.progress, c.metrics, !c.resume.empty());
+  }
+
+  train_result run(clock_type::time_point started) {
+    started_ = started;
+    begin();
+    train_result result;
+    sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c_.seed, true, c_.drop_last);
+    const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
+    const std::int64_t steps = (per_rank + c_.batch - 1) / c_.batch;
+    if (steps == 0) fail(errc::bad_value, "no training samples for this rank (dataset smaller than the world)");
+    for (; epoch_ < c_.epochs; ++epoch_, step_ = 0) {
+      sampler_->set_epoch(static_cast<std::uint64_t>(epoch_));
+      const auto indices = sampler_->indices();
+      const auto epoch_start = clock_type::now();
+      double compute = 0, wait = 0;
+      std::int64_t window_steps = 0;
+      double window_loss = 0;
+      for (; step_ < steps; ++step_) {
+        const auto t = clock_type::now();
+        const auto first = static_cast<std::size_t>(step_ * c_.batch);
+        const auto idx = std::span(indices).subspan(first, std::min<std::size_t>(static_cast<std::size_t>(c_.batch), indices.size() - first));
+        const auto x = batch_inputs(train_, idx);
+        const auto y = batch_labels(train_, idx);
+        model_->train();
+        for (auto& p : params_) {
+          if (p.grad().defined()) p.mutable_grad().zero_();
+        }
+        sync_->before_backward();
+        const auto out = model_->forward(x);
+        const auto loss = ::torch::nn::functional::cross_entropy(out, y);
+        loss.backward();
+        const double waited = sync_->after_backward();
+        optimizer_step();
+        const double l = loss.item<double>();
+        partial_[0] += l * static_cast<double>(idx.size());
+        partial_[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<std::int64_t>());
+        partial_[2] += static_cast<double>(idx.size());
+        ++global_step_;
+        compute += since(t) - waited;
+        wait += waited;
+        window_loss += l;
+        ++window_steps;
+        if (rank_ == 0) {
+          if (c_.log_every > 0 && global_step_ % c_.log_every == 0) {
+            report_->step_record(epoch_ + 1, step_ + 1, steps, global_step_, window_loss / static_cast<double>(window_steps));
+            window_loss = 0;
+            window_steps = 0;
+          }
+          const double elapsed = since(epoch_start);
+          const double rate = static_cast<double>((step_ + 1) * c_.batch * world_) / elapsed;
+          const double left = static_cast<double>((steps - step_ - 1) + (c_.epochs - epoch_ - 1) * steps) *
+                              elapsed / static_cast<double>(step_ + 1);
+          report_->progress(epoch_ + 1, c_.epochs, step_ + 1, steps, l, rate, left);
+        }
+        if (c_.die_rank == rank_ && global_step_ == c_.die_at_step) raise(SIGKILL);
+        if (c_.checkpoint_steps > 0 && (step_ + 1) % c_.checkpoint_steps == 0 && step_ + 1 < steps) {
+          ++step_;
+          save(false);
+          --step_;
+        }
+      }
+      epoch_end(epoch_start, compute, wait, result);
+    }
+    result.epochs = c_.epochs;
+    return result;
+  }
+
+ private:
+  // start: rank 0's model, optimizer and position, or its checkpoint's.
+  void begin() {
+    std::int64_t status = 0;
+    std::string why;
+    if (rank_ == 0 && !c_.resume.empty()) {
+      try {
+        load(c_.resume);
+      } catch (const c10::Error& e) {
+        status = 1;
+        why = c_.resume.string() + ": " + e.what_without_backtrace();
+      } catch (const std::exception& e) {
+        status = 1;
+        why = e.what();
+      }
+    }
+    comm_.broadcast(std::span(&status, 1));
+    if (status != 0) {
+      if (rank_ == 0) throw ferry::exception(error(errc::bad_value, why));
+      fail(errc::bad_value, "rank 0 could not load " + c_.resume.string());
+    }
+    auto state = all_float_state();
+    auto flat = pack(state);
+    comm_.broadcast(std::span(flat));
+    unpack(flat, state);
+    std::vector<std::int64_t> ints = int_state();
+    comm_.broadcast(std::span(ints));
+    set_int_state(ints);
+    // Per-rank state (error-feedback residuals, the partial epoch's
+    // counters) continues only with the same number of ranks.
+    std::vector<float> residuals(resumed_residuals_.size());
+    std::int64_t n_res = static_cast<std::int64_t>(resumed_residuals_.size());
+    comm_.broadcast(std::span(&n_res, 1));
+    residuals.resize(static_cast<std::size_t>(n_res));
+    if (rank_ == 0) residuals = resumed_residuals_;
+    comm_.broadcast(std::span(residuals));
+    if (!residuals.empty()) sync_->set_residuals(std::span(residuals).subspan(rank_ * sync_->size(), sync_->size()));
+    std::vector<double> partial(3 * world_, 0.0);
+    if (rank_ == 0 && resumed_partial_.size() == partial.size()) partial = resumed_partial_;
+    comm_.broadcast(std::span(partial));
+    std::copy_n(partial.begin() + 3 * rank_, 3, partial_.begin());
+  }
+
+  std::vector<at::Tensor> all_float_state() {
+    std::vector<at::Tensor> s = params_;
+    s.insert(s.end(), float_buffers_.begin(), float_buffers_.end());
+    s.insert(s.end(), moments_.begin(), moments_.end());
+    return s;
+  }
+  std::vector<std::int64_t> int_state() {
+    std::vector<std::int64_t> v{epoch_, step_, global_step_, adam_step_};
+    for (const auto& b : int_buffers_) v.push_back(b.item<std::int64_t>());
+    return v;
+  }
+  void set_int_state(const std::vector<std::int64_t>& v) {
+    epoch_ = v[0];
+    step_ = v[1];
+    global_step_ = v[2];
+    adam_step_ = v[3];
+    for (std::size_t i = 0; i < int_buffers_.size(); ++i) int_buffers_[i].fill_(v[4 + i]);
+    for (auto* st : states_) st->step(adam_step_);
+  }
+
+  // ferry's Adam (trainer/adam.h) on LibTorch's state tensors.
+  void optimizer_step() {
+    ++adam_step_;
+    const adam_options o{.lr = c_.lr};
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      adam_step(floats(params_[i]), floats(params_[i].grad()), floats(moments_[2 * i]), floats(moments_[2 * i + 1]),
+                adam_step_, o);
+      states_[i]->step(adam_step_);
+    }
+  }
+
+  // BatchNorm's running statistics differ per rank (each saw its own
+  // batches); their average over ranks is the model that is evaluated and
+  // saved (pytorch #30718). num_batches_tracked is the same everywhere.
+  void average_buffers() {
+    auto flat = pack(float_buffers_);
+    if (flat.empty()) return;
+    comm_.start_allreduce_avg(flat, comm::compression::none, nullptr)();
+    unpack(flat, float_buffers_);
+  }
+
+  // CRC32C of every parameter and buffer, in state-dict order, as
+  // little-endian bytes: the same number on every rank of any architecture
+  // exactly when the replicas are identical.
+  std::uint32_t replica_crc() {
+    std::uint32_t crc = 0;
+    std::vector<std::byte> le;
+    for (const auto& item : model_->named_parameters()) crc = crc_of(item.value(), crc, le);
+    for (const auto& item : model_->named_buffers()) crc = crc_of(item.value(), crc, le);
+    return crc;
+  }
+  static std::uint32_t crc_of(const at::Tensor& t, std::uint32_t crc, std::vector<std::byte>& le) {
+    const auto c = t.contiguous();
+    const auto width = static_cast<std::size_t>(c.element_size());
+    le.resize(static_cast<std::size_t>(c.numel()) * width);
+    std::memcpy(le.data(), c.data_ptr(), le.size());
+    if (wire::host_order != wire::byte_order::little && width > 1) {
+      wire::convert_in_place(le, width, wire::host_order, wire::byte_order::little);
+    }
+    return codec::crc32c_extend(crc, le);
+  }
+  void check_replicas(std::uint32_t crc) {
+    std::vector<std::int64_t> all(world_);
+    const std::int64_t mine = crc;
+    comm_.allgather(std::span<const std::int64_t>(&mine, 1), all);
+    std::string differ;
+    for (std::size_t r = 1; r < all.size(); ++r) {
+      if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (!differ.empty()) {
+      fail(trainer_errc::replica_mismatch, "replicas differ after epoch " + std::to_string(epoch_ + 1) + ": rank(s) " +
+                                               differ + " disagree with rank 0 (CRC32C of parameters and buffers)");
+    }
+  }
+
+  double evaluate() {
+    ::torch::NoGradGuard no_grad;
+    model_->eval();
+    const auto shard = exact_shard(test_.count, world_, rank_);
+    std::int64_t correct = 0;
+    for (std::size_t at = 0; at < shard.size(); at += 1000) {
+      const auto idx = std::span(shard).subspan(at, std::min<std::size_t>(1000, shard.size() - at));
+      correct += model_->forward(batch_inputs(test_, idx)).argmax(1).eq(batch_labels(test_, idx)).sum().item<std::int64_t>();
+    }
+    std::vector<std::int64_t> all(2 * world_);
+    const std::int64_t mine[2] = {correct, static_cast<std::int64_t>(shard.size())};
+    comm_.allgather(std::span<const std::int64_t>(mine, 2), all);
+    std::int64_t c = 0, n = 0;
+    for (std::uint32_t r = 0; r < world_; ++r) {
+      c += all[2 * r];
+      n += all[2 * r + 1];
+    }
+    return n == 0 ? 0.0 : static_cast<double>(c) / static_cast<double>(n);
+  }
+
+  void epoch_end(clock_type::time_point epoch_start, double compute, double wait, train_result& result) {
+    average_buffers();
+    std::vector<double> all(5 * world_);
+    const double mine[5] = {partial_[0], partial_[1], partial_[2], compute, wait};
+    comm_.allgather(std::span<const double>(mine, 5), all);
+    const double test_acc = evaluate();
+    const auto crc = replica_crc();
+    check_replicas(crc);
+    epoch_stats s;
+    s.epoch = epoch_ + 1;
+    s.epochs = c_.epochs;
+    double loss = 0, correct = 0, seen = 0;
+    for (std::uint32_t r = 0; r < world_; ++r) {
+      loss += all[5 * r];
+      correct += all[5 * r + 1];
+      seen += all[5 * r + 2];
+      s.compute_s.push_back(all[5 * r + 3]);
+      s.comm_s.push_back(all[5 * r + 4]);
+    }
+    s.train_loss = loss / seen;
+    s.train_acc = correct / seen;
+    s.test_acc = test_acc;
+    s.seconds = since(epoch_start);
+    s.images_per_s = seen / s.seconds;
+    s.crc = crc;
+    partial_ = {0, 0, 0};
+    result.train_loss = s.train_loss;
+    result.train_acc = s.train_acc;
+    result.test_acc = s.test_acc;
+    result.wall_s = since(started_);
+    if (rank_ == 0) report_->epoch_end(s);
+    const bool last = epoch_ + 1 == c_.epochs;
+    if (last || (c_.checkpoint_every > 0 && (epoch_ + 1) % c_.checkpoint_every == 0)) {
+      ++epoch_;
+      step_ = 0;
+      save(true);
+      --epoch_;
+    }
+  }
+
+  // Rank 0 writes the checkpoint (atomically) after a barrier. Every rank
+  // takes part: BatchNorm statistics are averaged first, and the per-rank
+  // state (residuals, the partial epoch's counters) is gathered.
+  void save(bool averaged) {
+    if (!averaged) average_buffers();
+    const auto res = sync_->residuals();
+    std::vector<float> all_res(res.size() * world_);
+    if (!res.empty()) comm_.allgather(std::span<const float>(res), all_res);
+    std::vector<double> all_partial(3 * world_);
+    comm_.allgather(std::span<const double>(partial_), all_partial);
+    comm_.barrier();
+    if (rank_ != 0) return;
+    ferry::torch::tensor_map tensors = ferry::torch::state_dict(*model_);
+    ferry::torch::metadata_map meta;
+    ferry::torch::optimizer_state(*adam_, *model_, tensors, meta).value();
+    // LibTorch's generator state is its C struct's bytes: meaningful only
+    // to a host of the same architecture (the job draws nothing from it
+    // after start; the sampler's order is seeded by seed + epoch).
+    tensors["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+    meta["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+    if (!all_res.empty()) {
+      tensors["trainer.residual"] =
+          ::torch::from_blob(all_res.data(), {world_, static_cast<std::int64_t>(res.size())}, ::torch::kFloat32).clone();
+    }
+    tensors["trainer.partial"] =
+        ::torch::from_blob(all_partial.data(), {world_, 3}, ::torch::kFloat64).clone();
+    meta["trainer.epoch"] = std::to_string(epoch_);
+    meta["trainer.step"] = std::to_string(step_);
+    meta["trainer.global_step"] = std::to_string(global_step_);
+    meta["trainer.world_size"] = std::to_string(world_);
+    meta["trainer.config"] = to_json(c_);
+    meta["trainer.producer"] = "ferry-train";
+    ferry::torch::save(c_.checkpoint, tensors, meta).value();
+  }
+
+  // Rank 0 only; throws on any problem, naming the file.
+  void load(const std::filesystem::path& path) {
+    auto l = ferry::torch::load(path).value();
+    const auto need = [&](const std::string& key) {
+      const auto it = l.metadata.find(key);
+      if (it == l.metadata.end()) {
+        fail(errc::bad_value, path.string() + ": not a ferry-train checkpoint (no " + key + ")");
+      }
+      return std::stoll(it->second);
+    };
+    const auto epoch = need("trainer.epoch");
+    const auto step = need("trainer.step");
+    const auto global = need("trainer.global_step");
+    const auto world = need("trainer.world_size");
+    ferry::torch::tensor_map model, optim;
+    at::Tensor rng, residual, partial;
+    for (auto& [name, t] : l.tensors) {
+      if (name == "trainer.rng.cpu") rng = t;
+      else if (name == "trainer.residual") residual = t;
+      else if (name == "trainer.partial") partial = t;
+      else (name.starts_with("optimizer.") ? optim : model).emplace(name, t);
+    }
+    if (auto r = ferry::torch::load_state_dict(*model_, model); !r) {
+      fail(r.error().code(), path.string() + ": the checkpoint's model does not match --hidden (" + r.error().what() + ")");
+    }
+    ferry::torch::load_optimizer_state(*adam_, *model_, optim, l.metadata).value();
+    // load_optimizer_state replaced the state objects: find them again.
+    moments_.clear();
+    states_.clear();
+    for (const auto& p : params_) {
+      auto& st = static_cast<::torch::optim::AdamParamState&>(*adam_->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      moments_.push_back(st.exp_avg());
+      moments_.push_back(st.exp_avg_sq());
+      states_.push_back(&st);
+      adam_step_ = st.step();
+    }
+    const auto rng_arch = l.metadata.find("trainer.rng.cpu.arch");
+    if (rng.defined() && rng_arch != l.metadata.end() && rng_arch->second == comm::host_arch()) {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      generator.set_state(rng);
+    }
+    epoch_ = epoch;
+    step_ = step;
+    global_step_ = global;
+    if (world == world_) {
+      if (residual.defined() && residual.numel() == static_cast<std::int64_t>(sync_->size() * world_)) {
+        resumed_residuals_.assign(residual.data_ptr<float>(), residual.data_ptr<float>() + residual.numel());
+      }
+      if (partial.defined() && partial.numel() == 3 * world_) {
+        resumed_partial_.assign(partial.data_ptr<double>(), partial.data_ptr<double>() + partial.numel());
+      }
+    } else if (step_ != 0) {
+      step_ = 0;  // the sampler's shards changed with the world: the epoch starts over
+      report_->line("note: the checkpoint was written by " + std::to_string(world) + " ranks, this run has " +
+                    std::to_string(world_) + ": epoch " + std::to_string(epoch_ + 1) + " starts over");
+    }
+    report_->line("resumed from " + path.string() + " at epoch " + std::to_string(epoch_ + 1) + ", step " +
+                  std::to_string(step_));
+  }
+
+  const train_config& c_;
+  collectives& comm_;
+  std::uint32_t rank_, world_;
+  data_split train_, test_;
+  std::shared_ptr<mlp_impl> model_;
+  std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
+  std::unique_ptr<::torch::optim::Adam> adam_;
+  std::vector<::torch::optim::AdamParamState*> states_;
+  std::unique_ptr<gradient_sync> sync_;
+  std::unique_ptr<distributed_sampler> sampler_;
+  std::unique_ptr<reporter> report_;
+  std::int64_t epoch_ = 0, step_ = 0, global_step_ = 0, adam_step_ = 0;
+  std::array<double, 3> partial_{};  // loss sum, correct, seen in this epoch
+  std::vector<float> resumed_residuals_;
+  std::vector<double> resumed_partial_;
+  clock_type::time_point started_;
+};
+
+}  // namespace
+
+std::string to_json(const train_config& c) {
+  const char* comp = c.compress == comm::compression::bf16 ? "bf16" : c.compress == comm::compression::f16 ? "f16" : "none";
+  return nlohmann::json{{"data", c.data.string()}, {"hidden", c.hidden}, {"lr", c.lr}, {"batch", c.batch},
+                        {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
+                        {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
+                        {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},
+                        {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps}}
+      .dump();
+}
+
+train_result train(const train_config& c, collectives& comm, clock_type::time_point started) {
+  return job(c, comm).run(started);
+}
+
+}  // namespace ferry::trainer

@@ -1,0 +1,75 @@
+// ferry-train's training job: the reference MLP on an IDX classification set
+// (Fashion-MNIST by default), data-parallel over `collectives`.
+//
+// What every rank does, in this order (the comments in trainer.cpp refer to
+// the steps by name):
+//   start       build the model from the seed, then take rank 0's parameters
+//               and buffers (or rank 0's checkpoint, with --resume);
+//   step        forward and backward on this rank's batch, gradients
+//               averaged over ranks in buckets (fused after backward, or
+//               overlapped with it), then ferry's Adam step (trainer/adam.h),
+//               which gives the same bits on every architecture;
+//   epoch end   BatchNorm running statistics averaged over ranks, the whole
+//               test set evaluated once (each rank a shard, counts summed),
+//               a CRC32C of every parameter and buffer compared across
+//               ranks (a mismatch stops the job naming the ranks), and a
+//               checkpoint by rank 0 after a barrier, when due.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ferry/comm/communicator.h"
+#include "ferry/trainer/adam.h"
+
+namespace ferry::trainer {
+
+class collectives;
+
+struct train_config {
+  std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
+  std::vector<std::int64_t> hidden{32};  ///< hidden layer widths, each Linear + BatchNorm1d + ReLU
+  double lr = 1e-3;
+  std::int64_t batch = 32;  ///< per rank
+  std::int64_t epochs = 10;
+  std::uint64_t seed = 0;   ///< model init and the sampler (seed + epoch)
+  bool drop_last = false;   ///< the sampler's, as PyTorch's DistributedSampler
+  std::size_t limit = 0;       ///< train on the first N samples only (0: all)
+  std::size_t test_limit = 0;  ///< evaluate the first N test samples only (0: all)
+  comm::compression compress = comm::compression::none;
+  std::string backend = "ferry";
+  bool overlap = false;                  ///< allreduce buckets from backward's hooks
+  std::size_t bucket_bytes = 1 << 20;    ///< bucket size when overlapping
+  std::filesystem::path checkpoint = "ferry-train.ferry";
+  std::int64_t checkpoint_every = 1;  ///< epochs between checkpoints (0: at the end only)
+  std::int64_t checkpoint_steps = 0;  ///< also every N steps within an epoch (0: never)
+  std::filesystem::path resume;
+  std::filesystem::path metrics;  ///< JSON lines, rank 0 (empty: none)
+  std::filesystem::path summary;  ///< one JSON object at the end, rank 0 (empty: none)
+  std::int64_t log_every = 50;    ///< steps between "step" records in the metrics
+  int progress = -1;              ///< -1 auto (redraw on a terminal), 0 plain lines, 1 redraw
+  int threads = 0;                ///< LibTorch threads per rank (0: from the environment)
+  /// Test hook: the rank that kills itself (SIGKILL) at `die_at_step`
+  /// global steps, as a crash would; -1 for none. FERRY_TRAIN_DIE=RANK:STEP.
+  std::int64_t die_rank = -1, die_at_step = -1;
+};
+
+/// The configuration as JSON (stored in checkpoints), and back.
+std::string to_json(const train_config& c);
+
+struct train_result {
+  /// From `started` (before the rendezvous) to the end of the final
+  /// evaluation, on rank 0: what PyTorch DDP's reference script measures.
+  double wall_s = 0;
+  double train_loss = 0, train_acc = 0, test_acc = 0;
+  std::int64_t epochs = 0;
+};
+
+/// Runs the job; every rank calls it. Throws comm::comm_error when a peer
+/// fails, ferry::exception for data, checkpoint and replica errors.
+train_result train(const train_config& c, collectives& comm, std::chrono::steady_clock::time_point started);
+
+}  // namespace ferry::trainer
