@@ -9,7 +9,8 @@
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
-#                under qemu)
+#                under qemu), then ferry-train against PyTorch DDP on a
+#                simulated cluster (bench/train_compare, needs root)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 
 FUZZ_SECONDS ?= 60
@@ -39,7 +40,7 @@ DEMO_DIR := build/demo
 demo: deps
 	$(call build_preset,native)
 	@mkdir -p $(DEMO_DIR)
-	build/native/trainer/ferry-run -n 2 build/native/trainer/ferry-train --epochs 3 \
+	build/native/trainer/ferry-run -n 2 build/native/trainer/ferry-train \
 	  --checkpoint $(DEMO_DIR)/ferry-train.ferry --metrics $(DEMO_DIR)/metrics.jsonl
 	@build/native/tools/ferry plot $(DEMO_DIR)/metrics.jsonl -o $(DEMO_DIR)/curves.svg >/dev/null
 	@echo "curves: $(DEMO_DIR)/curves.svg (open it in a browser); checkpoint: ferry inspect $(DEMO_DIR)/ferry-train.ferry"
@@ -94,6 +95,7 @@ bench: bench-deps
 	$(call build_preset,bench-s390x)
 	scripts/run-s390x-bench message
 	scripts/run-s390x-bench checkpoint
+	bench/train_compare --ferry-train build/bench/trainer/ferry-train --out bench-results/train_compare.json
 
 clean:
 	rm -rf build

@@ -39,12 +39,18 @@ int thread_count(int requested) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
 }
 
-// "1 node x 4 processes" from LOCAL_WORLD_SIZE (torchrun, ferry-run) or
-// SLURM_NTASKS_PER_NODE; one node when neither is set.
+// Ranks per node, from LOCAL_WORLD_SIZE (torchrun, ferry-run) or
+// SLURM_NTASKS_PER_NODE; every rank on one node when neither is set.
+std::uint32_t ranks_per_node(std::uint32_t world) {
+  const int local = std::atoi(env_or("LOCAL_WORLD_SIZE", env_or("SLURM_NTASKS_PER_NODE", "0")).c_str());
+  if (local <= 0 || world % static_cast<std::uint32_t>(local) != 0) return world;
+  return static_cast<std::uint32_t>(local);
+}
+
+// "1 node x 4 processes".
 std::string layout(std::uint32_t world) {
-  int local = std::atoi(env_or("LOCAL_WORLD_SIZE", env_or("SLURM_NTASKS_PER_NODE", "0")).c_str());
-  if (local <= 0 || world % static_cast<std::uint32_t>(local) != 0) local = static_cast<int>(world);
-  const auto nodes = world / static_cast<std::uint32_t>(local);
+  const auto local = ranks_per_node(world);
+  const auto nodes = world / local;
   return std::to_string(nodes) + (nodes == 1 ? " node x " : " nodes x ") + std::to_string(local) +
          (local == 1 ? " process" : " processes");
 }
@@ -132,9 +138,12 @@ int main(int argc, char** argv) {
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
   const std::string who = "ferry-train: rank " + rank + ": ";
   std::unique_ptr<ferry::trainer::collectives> comm;
-  const auto started = std::chrono::steady_clock::now();
   try {
     torch::set_num_threads(thread_count(c.threads));
+    // Data first: the wall time runs from the rendezvous on, as PyTorch's
+    // reference script measures it.
+    const auto data = ferry::trainer::load_data(c);
+    const auto started = std::chrono::steady_clock::now();
     if (std::getenv("RANK") == nullptr && std::getenv("SLURM_PROCID") == nullptr) {
       // Alone: a world of one, with a secret nobody else needs.
       setenv("RANK", "0", 0);
@@ -149,7 +158,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(c.epochs));
       std::fflush(stdout);
     }
-    const auto r = ferry::trainer::train(c, *comm, started);
+    const auto r = ferry::trainer::train(c, *comm, *data, started);
     if (comm->rank() == 0) {
       std::printf("\n| layout | backend | wall time | train accuracy | test accuracy |\n|---|---|---|---|---|\n"
                   "| %s | %s%s | %.1f s | %.1f %% | %.1f %% |\n\ncheckpoint: %s\n",
@@ -160,7 +169,9 @@ int main(int argc, char** argv) {
       if (!c.summary.empty()) {
         std::ofstream out(c.summary);
         out << nlohmann::json{{"trainer", "ferry"}, {"backend", comm->name()}, {"compress", compress},
-                              {"world", comm->world_size()}, {"layout", layout(comm->world_size())},
+                              {"world", comm->world_size()},
+                              {"nodes", comm->world_size() / ranks_per_node(comm->world_size())},
+                              {"layout", layout(comm->world_size())},
                               {"wall_s", r.wall_s}, {"train_loss", r.train_loss}, {"train_acc", r.train_acc},
                               {"test_acc", r.test_acc}, {"epochs", r.epochs}}
                    .dump()

@@ -84,7 +84,7 @@ class gradient_sync {
  public:
   gradient_sync(const std::vector<at::Tensor>& params, collectives& comm, comm::compression comp, bool overlap,
                 std::size_t bucket_bytes)
-      : comm_(comm), comp_(comp), overlap_(overlap) {
+      : comm_(comm), comp_(comp), overlap_(overlap && comm.world_size() > 1), alone_(comm.world_size() == 1) {
     for (auto it = params.rbegin(); it != params.rend(); ++it) order_.push_back(*it);
     std::size_t total = 0;
     bucket_of_.resize(order_.size());
@@ -124,6 +124,7 @@ class gradient_sync {
   }
   /// Averages every gradient; returns the seconds spent waiting.
   double after_backward() {
+    if (alone_) return 0;  // one rank's average is its own gradient
     const auto t = clock_type::now();
     if (!overlap_) {
       for (std::size_t i = 0; i < order_.size(); ++i) copy_in(i);
@@ -134,7 +135,8 @@ class gradient_sync {
       waits_[b]();
     }
     for (std::size_t i = 0; i < order_.size(); ++i) {
-      auto g = order_[i].mutable_grad();
+      auto& g = order_[i].mutable_grad();
+      if (!g.is_contiguous()) g = g.contiguous();
       std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]), g.numel(), floats(g).begin());
     }
     return since(t);
@@ -188,6 +190,7 @@ class gradient_sync {
   collectives& comm_;
   comm::compression comp_;
   bool overlap_;
+  bool alone_;
   std::vector<at::Tensor> order_;
   std::vector<std::size_t> bucket_of_, offset_;
   std::vector<bucket> buckets_;
@@ -198,48 +201,37 @@ class gradient_sync {
   std::size_t next_ = 0;
 };
 
-struct data_split {
-  at::Tensor images;  // uint8 [n, rows * cols]
-  at::Tensor labels;  // int64 [n]
-  std::size_t count = 0;
-};
+// Inputs are pixels / 255 as float (torchvision's ToTensor), converted
+// once: a batch is then a gather of rows.
+at::Tensor load_images(const dataset& d, std::size_t n) {
+  const auto pixels = static_cast<std::size_t>(d.rows) * d.cols;
+  auto x = ::torch::empty({static_cast<std::int64_t>(n), static_cast<std::int64_t>(pixels)}, ::torch::kFloat32);
+  float* dst = x.data_ptr<float>();
+  for (std::size_t i = 0; i < n * pixels; ++i) dst[i] = static_cast<float>(d.images[i]) / 255.0f;
+  return x;
+}
 
 data_split load_split(const train_config& c, std::string_view split, std::size_t limit) {
   auto d = load_dataset(c.data, split).value();
   const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
-  const auto pixels = static_cast<std::int64_t>(d.rows) * d.cols;
   data_split out;
   out.count = n;
-  out.images = ::torch::empty({static_cast<std::int64_t>(n), pixels}, ::torch::kUInt8);
-  std::memcpy(out.images.data_ptr<std::uint8_t>(), d.images.data(), n * static_cast<std::size_t>(pixels));
+  out.images = load_images(d, n);
   out.labels = ::torch::empty({static_cast<std::int64_t>(n)}, ::torch::kInt64);
   for (std::size_t i = 0; i < n; ++i) out.labels.data_ptr<std::int64_t>()[i] = d.labels[i];
   return out;
 }
 
-// Pixels / 255 as float, the same as torchvision's ToTensor.
-at::Tensor batch_inputs(const data_split& d, std::span<const std::size_t> idx) {
-  const auto pixels = d.images.size(1);
-  auto x = ::torch::empty({static_cast<std::int64_t>(idx.size()), pixels}, ::torch::kFloat32);
-  const auto* src = d.images.data_ptr<std::uint8_t>();
-  float* dst = x.data_ptr<float>();
-  for (std::size_t b = 0; b < idx.size(); ++b) {
-    const auto* row = src + idx[b] * static_cast<std::size_t>(pixels);
-    for (std::int64_t p = 0; p < pixels; ++p) *dst++ = static_cast<float>(row[p]) / 255.0f;
-  }
-  return x;
-}
-at::Tensor batch_labels(const data_split& d, std::span<const std::size_t> idx) {
-  auto y = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
-  for (std::size_t b = 0; b < idx.size(); ++b) y.data_ptr<std::int64_t>()[b] = d.labels.data_ptr<std::int64_t>()[idx[b]];
-  return y;
+at::Tensor index_tensor(std::span<const std::size_t> idx) {
+  auto t = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
+  std::copy(idx.begin(), idx.end(), t.data_ptr<std::int64_t>());
+  return t;
 }
 
 class job {
  public:
-  job(const train_config& c, collectives& comm)
-      : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()),
-        train_(load_split(c, "train", c.limit)), test_(load_split(c, "t10k", c.test_limit)) {
+  job(const train_config& c, collectives& comm, const train_data& data)
+      : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
     ::torch::manual_seed(c.seed);
     const std::int64_t classes = train_.labels.max().item<std::int64_t>() + 1;
     model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
@@ -283,12 +275,13 @@ class job {
         const auto t = clock_type::now();
         const auto first = static_cast<std::size_t>(step_ * c_.batch);
         const auto idx = std::span(indices).subspan(first, std::min<std::size_t>(static_cast<std::size_t>(c_.batch), indices.size() - first));
-        const auto x = batch_inputs(train_, idx);
-        const auto y = batch_labels(train_, idx);
+        const auto rows = index_tensor(idx);
+        const auto x = train_.images.index_select(0, rows);
+        const auto y = train_.labels.index_select(0, rows);
         model_->train();
-        for (auto& p : params_) {
-          if (p.grad().defined()) p.mutable_grad().zero_();
-        }
+        // Gradients from the last step are dropped, not zeroed: backward
+        // then stores new ones instead of adding to zeros.
+        for (auto& p : params_) p.mutable_grad() = at::Tensor();
         sync_->before_backward();
         const auto out = model_->forward(x);
         const auto loss = ::torch::nn::functional::cross_entropy(out, y);
@@ -454,7 +447,12 @@ class job {
     std::int64_t correct = 0;
     for (std::size_t at = 0; at < shard.size(); at += 1000) {
       const auto idx = std::span(shard).subspan(at, std::min<std::size_t>(1000, shard.size() - at));
-      correct += model_->forward(batch_inputs(test_, idx)).argmax(1).eq(batch_labels(test_, idx)).sum().item<std::int64_t>();
+      const auto rows = index_tensor(idx);
+      correct += model_->forward(test_.images.index_select(0, rows))
+                     .argmax(1)
+                     .eq(test_.labels.index_select(0, rows))
+                     .sum()
+                     .item<std::int64_t>();
     }
     std::vector<std::int64_t> all(2 * world_);
     const std::int64_t mine[2] = {correct, static_cast<std::int64_t>(shard.size())};
@@ -605,7 +603,8 @@ class job {
   const train_config& c_;
   collectives& comm_;
   std::uint32_t rank_, world_;
-  data_split train_, test_;
+  const data_split& train_;
+  const data_split& test_;
   std::shared_ptr<mlp_impl> model_;
   std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
   std::unique_ptr<::torch::optim::Adam> adam_;
@@ -632,8 +631,15 @@ std::string to_json(const train_config& c) {
       .dump();
 }
 
-train_result train(const train_config& c, collectives& comm, clock_type::time_point started) {
-  return job(c, comm).run(started);
+std::shared_ptr<const train_data> load_data(const train_config& c) {
+  auto d = std::make_shared<train_data>();
+  d->train = load_split(c, "train", c.limit);
+  d->test = load_split(c, "t10k", c.test_limit);
+  return d;
+}
+
+train_result train(const train_config& c, collectives& comm, const train_data& data, clock_type::time_point started) {
+  return job(c, comm, data).run(started);
 }
 
 }  // namespace ferry::trainer

@@ -19,8 +19,11 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <ATen/core/Tensor.h>
 
 #include "ferry/comm/communicator.h"
 #include "ferry/trainer/adam.h"
@@ -68,8 +71,22 @@ struct train_result {
   std::int64_t epochs = 0;
 };
 
+/// A classification set in memory: images as float [n, pixels] (pixels /
+/// 255, as torchvision's ToTensor), labels as int64 [n].
+struct data_split {
+  at::Tensor images, labels;
+  std::size_t count = 0;
+};
+struct train_data {
+  data_split train, test;
+};
+/// Reads `c.data`'s train and t10k splits (the first c.limit and
+/// c.test_limit samples). Throws ferry::exception naming the file.
+std::shared_ptr<const train_data> load_data(const train_config& c);
+
 /// Runs the job; every rank calls it. Throws comm::comm_error when a peer
 /// fails, ferry::exception for data, checkpoint and replica errors.
-train_result train(const train_config& c, collectives& comm, std::chrono::steady_clock::time_point started);
+train_result train(const train_config& c, collectives& comm, const train_data& data,
+                   std::chrono::steady_clock::time_point started);
 
 }  // namespace ferry::trainer
