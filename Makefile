@@ -57,8 +57,9 @@ $(CROSS_ARCHES): deps
 	$(call build_preset,$@)
 	ctest --preset $@
 
-# The mixed ring (x86-64 + armhf + s390x ranks) runs from the native tree
-# with the nodes the cross trees built.
+# The mixed rings (x86-64 + armhf + s390x ranks for comm/ and checkpoints,
+# s390x + x86-64 + aarch64 ranks for ferry-train) run from the native tree
+# with the programs the cross trees built.
 cross: $(CROSS_ARCHES)
 	$(call build_preset,native)
 	ctest --preset mixed

@@ -100,7 +100,10 @@ result<void, error> plot(const std::string& metrics, const std::string& svg_path
   std::ifstream in(metrics);
   if (!in) return error(errc::io_error, metrics, errno);
   std::map<std::int64_t, point> steps;     // by global step
-  std::map<std::int64_t, nlohmann::json> epochs;  // by epoch
+  struct epoch_record {
+    double train_loss, train_acc, test_acc;
+  };
+  std::map<std::int64_t, epoch_record> epochs;  // by epoch
   std::string line;
   for (std::size_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
@@ -109,17 +112,28 @@ result<void, error> plot(const std::string& metrics, const std::string& svg_path
     if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) {
       return error(trainer_errc::bad_metrics, where);
     }
+    // Numbers a plot can place: finite, epochs counted from 1.
+    const auto finite = [&](const char* key) {
+      const auto& v = j.at(key);
+      if (!v.is_number() || !std::isfinite(v.get<double>())) throw std::out_of_range(key);
+      return v.get<double>();
+    };
+    const auto count = [&](const char* key) {
+      const auto& v = j.at(key);
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (1 << 30)) {
+        throw std::out_of_range(key);
+      }
+      return v.get<std::int64_t>();
+    };
     try {
       if (j["kind"] == "step") {
-        const double x = j.at("epoch").get<double>() - 1 + j.at("step").get<double>() / j.at("steps").get<double>();
-        steps[j.at("global_step").get<std::int64_t>()] = {x, j.at("loss").get<double>()};
+        const double x = static_cast<double>(count("epoch") - 1) +
+                         static_cast<double>(count("step")) / static_cast<double>(count("steps"));
+        steps[count("global_step")] = {x, finite("loss")};
       } else if (j["kind"] == "epoch") {
-        j.at("train_loss").get<double>();
-        j.at("train_acc").get<double>();
-        j.at("test_acc").get<double>();
-        epochs[j.at("epoch").get<std::int64_t>()] = j;
+        epochs[count("epoch")] = {finite("train_loss"), finite("train_acc"), finite("test_acc")};
       }
-    } catch (const nlohmann::json::exception&) {
+    } catch (const std::exception&) {  // a missing or out-of-range field
       return error(trainer_errc::bad_metrics, where);
     }
   }
@@ -133,11 +147,11 @@ result<void, error> plot(const std::string& metrics, const std::string& svg_path
     step_loss.points.push_back(p);
     x_max = std::max(x_max, p.x);
   }
-  for (const auto& [e, j] : epochs) {
+  for (const auto& [e, r] : epochs) {
     const auto x = static_cast<double>(e);
-    train_loss.points.push_back({x, j["train_loss"].get<double>()});
-    train_acc.points.push_back({x, 100 * j["train_acc"].get<double>()});
-    test_acc.points.push_back({x, 100 * j["test_acc"].get<double>()});
+    train_loss.points.push_back({x, r.train_loss});
+    train_acc.points.push_back({x, 100 * r.train_acc});
+    test_acc.points.push_back({x, 100 * r.test_acc});
     x_max = std::max(x_max, x);
   }
   std::ostringstream svg;

@@ -94,23 +94,18 @@ int free_port() {
   return port;
 }
 
-// Writes each complete line (ended by \n, or \r for a redrawn progress
-// line) of `data` prefixed; keeps the rest for the next read.
+// Writes each complete line of `data` prefixed, and keeps the rest for the
+// next read. A line ends at \n, or at \r: a rank redrawing its progress
+// line writes "\r\033[K" and the text, so each redraw reaches the terminal
+// when the next one starts it (a lone \r is dropped).
 void emit(FILE* to, const std::string& prefix, std::string& partial, const char* data, std::size_t n) {
   partial.append(data, n);
   std::size_t start = 0;
   for (std::size_t i = 0; i < partial.size(); ++i) {
     if (partial[i] != '\n' && partial[i] != '\r') continue;
-    // "\r\033[K" (erase the redrawn line) stays together with its text.
-    const std::string_view line(partial.data() + start, i + 1 - start);
-    if (!(line.size() == 1 && line[0] == '\r')) {
-      if (line.front() == '\r') {
-        std::fputc('\r', to);
-        std::fwrite(line.data() + 1, 1, line.size() - 1, to);
-      } else {
-        std::fputs(prefix.c_str(), to);
-        std::fwrite(line.data(), 1, line.size(), to);
-      }
+    if (i > start || partial[i] == '\n') {
+      std::fputs(prefix.c_str(), to);
+      std::fwrite(partial.data() + start, 1, i + 1 - start, to);
     }
     start = i + 1;
   }
@@ -131,7 +126,7 @@ int main(int argc, char** argv) {
                "and FERRY_SECRET (a fresh random one on a single node unless FERRY_SECRET or FERRY_SECRET_FILE "
                "is set). When one rank fails the others are stopped, and ferry-run exits with its status.",
                "ferry-run"};
-  app.option_defaults()->always_capture_default();
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
   app.add_option("-n,--nproc-per-node", nproc, "ranks on this machine")->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", nnodes, "machines in the job")->check(CLI::Range(1, 65536));
   app.add_option("--node-rank", node_rank, "this machine's index, 0 .. nnodes-1")->check(CLI::NonNegativeNumber);
@@ -159,6 +154,11 @@ int main(int argc, char** argv) {
   command = app.remaining();
   if (command.empty()) {
     std::fputs("ferry-run: no program to run (usage: ferry-run [OPTIONS] PROGRAM [ARGS...])\n", stderr);
+    return 2;
+  }
+  if (nnodes > 1 && app.count("--master-addr") == 0) {
+    std::fputs("ferry-run: with --nnodes > 1, --master-addr must name node 0 (every node's ranks connect to it)\n",
+               stderr);
     return 2;
   }
   if (node_rank >= nnodes) {
@@ -195,6 +195,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed output must not kill the launcher before its ranks
 
   std::vector<char*> args;
   for (auto& a : command) args.push_back(a.data());
@@ -223,6 +224,7 @@ int main(int argc, char** argv) {
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       signal(SIGHUP, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
       dup2(out[1], STDOUT_FILENO);
       dup2(err[1], STDERR_FILENO);
       setenv("RANK", std::to_string(r.rank).c_str(), 1);
@@ -306,8 +308,12 @@ int main(int argc, char** argv) {
     }
     if (g_signal != 0 && forwarded == 0) {
       forwarded = g_signal;
+      g_signal = 0;
       signal_running(forwarded);
       kill_at = after(grace);
+    } else if (g_signal != 0) {
+      signal_running(SIGKILL);  // a second Ctrl-C: no more waiting
+      g_signal = 0;
     }
     if (clock::now() >= term_at) {
       signal_running(SIGTERM);

@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "../checkpoint/helpers.h"
+#include "ferry/checkpoint/reader.h"
+#include "ferry/checkpoint/writer.h"
 
 extern char** environ;
 
@@ -79,7 +81,8 @@ TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << r.out;
     EXPECT_EQ(r.err, "");
   }
-  for (const auto& line : {run(), run() + " -n 0 true", run() + " --nnodes 2 true", train() + " --batch 0",
+  for (const auto& line : {run(), run() + " -n 0 true", run() + " --nnodes 2 true",
+                           "FERRY_SECRET=x " + run() + " --nnodes 2 true", train() + " --batch 0",
                            train() + " --compress f8", train() + " --hidden 32,x", train() + " --bogus",
                            train() + " --backend gloo --compress bf16"}) {
     const auto r = shell(line);
@@ -100,6 +103,61 @@ TEST_F(Trainer, BadDataAndCheckpointsGetOneLine) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("corrupt.ferry"), std::string::npos) << r.err;
+}
+
+// Copies checkpoint `in` to `out` with its metadata edited (an empty value
+// removes the key), without tensor `drop`, and with `extra` added.
+void rewrite(const fs::path& in, const fs::path& out, const std::map<std::string, std::string>& edits,
+             const std::string& drop = "", const std::vector<checkpoint::tensor_ref>& extra = {}) {
+  const auto r = checkpoint::open(in).value();
+  const auto all = r.get_all().value();
+  std::vector<checkpoint::tensor_ref> refs;
+  for (const auto& t : all) {
+    if (t.name() != drop && t.name() != "trainer.partial") refs.push_back(t.ref());
+  }
+  refs.insert(refs.end(), extra.begin(), extra.end());
+  auto meta = r.metadata();
+  for (const auto& [k, v] : edits) {
+    if (v.empty()) {
+      meta.erase(k);
+    } else {
+      meta[k] = v;
+    }
+  }
+  checkpoint::save(out, refs, meta).value();
+}
+
+TEST_F(Trainer, HostileCheckpointsGetOneLineNamingTheProblem) {
+  ASSERT_EQ(shell(job(600, 1) + " --checkpoint good.ferry").status, 0);
+  const std::uint64_t shape[] = {1, 3}, zero[] = {0, 0};
+  const double one = 1.0;
+  const checkpoint::tensor_ref stride0{"trainer.partial", codec::dtype::f64, shape, zero, 0, std::as_bytes(std::span(&one, 1))};
+  struct bad_case {
+    std::map<std::string, std::string> edits;
+    std::string drop, args, expect;
+  };
+  const std::vector<bad_case> cases{
+      {{{"trainer.epoch", "x1"}}, "", "--epochs 3", "trainer.epoch is 'x1', not a whole number"},
+      {{{"trainer.epoch", "0"}, {"trainer.step", "-3"}}, "", "--epochs 3", "trainer.step is '-3', not a whole number"},
+      {{{"trainer.world_size", ""}}, "", "--epochs 3", "bad.ferry: no trainer.world_size"},
+      {{}, "", "--epochs 1", "already trained 1 epoch(s); ask for more with --epochs"},
+      {{{"trainer.epoch", "0"}, {"trainer.step", "5"}, {"trainer.world_size", "2"}}, "", "--epochs 3",
+       "written in the middle of an epoch by 2 rank(s)"},
+      {{}, "optimizer.fc1.weight.exp_avg", "--epochs 3", "bad.ferry: optimizer state: tensor 'optimizer.fc1.weight.exp_avg'"},
+      {{}, "fc1.weight", "--epochs 3", "bad.ferry: state dict: tensor 'fc1.weight'"},
+  };
+  for (const auto& c : cases) {
+    rewrite(dir_ / "good.ferry", dir_ / "bad.ferry", c.edits, c.drop, {stride0});
+    const auto r = shell(job(600, 3) + " " + c.args + " --resume bad.ferry --checkpoint out.ferry");
+    EXPECT_EQ(r.status, 1) << c.expect;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--resume out.ferry"), std::string::npos) << r.err;  // nothing to resume from
+  }
+  // A stride-0 view for per-rank state reads as its values, not past them.
+  rewrite(dir_ / "good.ferry", dir_ / "ok.ferry", {}, "", {stride0});
+  const auto ok = shell(job(600, 2) + " --resume ok.ferry --checkpoint out.ferry");
+  EXPECT_EQ(ok.status, 0) << ok.err;
 }
 
 TEST_F(Trainer, LauncherGivesEachRankItsEnvironment) {
@@ -128,7 +186,7 @@ TEST_F(Trainer, LauncherGivesEachRankItsEnvironment) {
     secret = s;
   }
   // Multi-node: ranks numbered from this node's first.
-  const auto m = shell("FERRY_SECRET=x " + run() + " --nnodes 2 --node-rank 1 -n 2 --no-prefix sh -c 'echo $RANK'");
+  const auto m = shell("FERRY_SECRET=x " + run() + " --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 -n 2 --no-prefix sh -c 'echo $RANK'");
   EXPECT_EQ(m.status, 0);
   EXPECT_TRUE(m.out == "2\n3\n" || m.out == "3\n2\n") << m.out;
 }
@@ -165,10 +223,14 @@ TEST_F(Trainer, FourRanksLearnWithIdenticalReplicas) {
   for (const char* text : {"<svg", "</svg>", ">epoch<", "accuracy (%)", "cross-entropy loss", "test"}) {
     EXPECT_NE(svg.find(text), std::string::npos) << text;
   }
-  std::ofstream(dir_ / "bad.jsonl") << "{\"kind\": \"epoch\"}\n";
-  const auto bad = shell(cli() + " plot bad.jsonl -o x.svg");
-  EXPECT_EQ(bad.status, 1);
-  EXPECT_EQ(bad.err, "ferry: bad.jsonl:1: not a ferry-train metrics record (JSON lines of kind step or epoch)\n");
+  for (const char* record : {R"({"kind": "epoch"})", R"({"kind": "step", "epoch": 1, "step": 1, "steps": 0, "global_step": 1, "loss": 1})",
+                             R"({"kind": "epoch", "epoch": 1e300, "train_loss": 1, "train_acc": 1, "test_acc": 1})", "[1, 2]"}) {
+    std::ofstream(dir_ / "bad.jsonl") << "\n" << record << "\n";
+    const auto bad = shell(cli() + " plot bad.jsonl -o x.svg");
+    EXPECT_EQ(bad.status, 1) << record;
+    EXPECT_EQ(bad.err, "ferry: bad.jsonl:2: not a ferry-train metrics record (JSON lines of kind step or epoch)\n")
+        << record;
+  }
 }
 
 // 4 epochs straight against 2 epochs, a kill, a resume and 2 more: the
@@ -192,6 +254,15 @@ TEST_F(Trainer, KilledJobResumesToTheSameBits) {
   }
 }
 
+// A replica that drifts (one flipped bit) stops the job at the epoch's
+// CRC check, naming the rank.
+TEST_F(Trainer, DriftingReplicaStopsTheJobNamingIt) {
+  const auto r = shell("FERRY_TRAIN_FLIP=2:5 " + run() + " -n 3 " + job(1500, 2));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("replicas differ after epoch 1: rank(s) 2 disagree with rank 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("epoch 2/2:"), std::string::npos) << r.out;
+}
+
 TEST_F(Trainer, OverlappedBucketsGiveTheFusedBits) {
   // Two ranks: a + b is the same sum whichever rank owns a segment.
   ASSERT_EQ(shell(run() + " -n 2 " + job(2000, 1) + " --checkpoint fused.ferry").status, 0);
@@ -210,7 +281,7 @@ TEST_F(Trainer, SurvivorsReportADeadRankWithinFiveSeconds) {
     const auto err = (dir_ / ("err" + std::to_string(r))).string();
     const std::string cmd = "cd '" + dir_.string() + "' && RANK=" + std::to_string(r) + " WORLD_SIZE=3 MASTER_PORT=" +
                             std::to_string(29800 + ::getpid() % 100) +
-                            " FERRY_SECRET=s FERRY_TRAIN_DIE=1:40 exec " + job(20000, 1) + " >/dev/null 2>'" + err + "'";
+                            " FERRY_SECRET=s FERRY_TRAIN_DIE=1:40 exec " + job(20000, 1) + " --checkpoint-steps 10 >/dev/null 2>'" + err + "'";
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     ASSERT_EQ(posix_spawn(&pids[static_cast<std::size_t>(r)], "/bin/sh", nullptr, nullptr,
                           const_cast<char* const*>(argv), environ),

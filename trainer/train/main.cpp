@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
                "WORLD_SIZE (as torchrun or ferry-run set them; SLURM_PROCID and SLURM_NTASKS also work) and the "
                "shared secret from FERRY_SECRET or FERRY_SECRET_FILE.",
                "ferry-train"};
-  app.option_defaults()->always_capture_default();
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
   app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
   app.add_option("--lr", c.lr, "Adam learning rate")->check(CLI::PositiveNumber);
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", c.checkpoint, "checkpoint file rank 0 writes (atomically)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch; 0: never")
+  app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch (BatchNorm statistics are averaged there too); 0: never")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", c.resume, "continue from this checkpoint (read by rank 0)");
   app.add_option("--metrics", c.metrics, "JSON-lines metrics file rank 0 writes (see ferry plot)");
@@ -114,8 +116,9 @@ int main(int argc, char** argv) {
   c.hidden.clear();
   for (std::size_t at = 0; at <= hidden.size();) {
     const auto end = std::min(hidden.find(',', at), hidden.size());
-    const auto w = std::atoll(hidden.substr(at, end - at).c_str());
-    if (w <= 0 || w > (1 << 20)) {
+    std::int64_t w = 0;
+    const auto [stop, ec] = std::from_chars(hidden.data() + at, hidden.data() + end, w);
+    if (ec != std::errc() || stop != hidden.data() + end || w <= 0 || w > (1 << 20)) {
       std::fprintf(stderr, "ferry-train: --hidden: '%s' is not a list of positive widths (see --help)\n", hidden.c_str());
       return 2;
     }
@@ -127,16 +130,35 @@ int main(int argc, char** argv) {
                stderr);
     return 2;
   }
-  // Test hook (FERRY_TRAIN_DIE=RANK:STEP): that rank dies by SIGKILL at
-  // that global step, as a crashed machine would.
-  if (const char* d = std::getenv("FERRY_TRAIN_DIE"); d != nullptr) {
-    char* end = nullptr;
-    c.die_rank = std::strtoll(d, &end, 10);
-    c.die_at_step = *end == ':' ? std::strtoll(end + 1, nullptr, 10) : -1;
-  }
+  // Test hooks (train_config): FERRY_TRAIN_DIE and FERRY_TRAIN_FLIP=RANK:STEP.
+  const auto hook = [](const char* name, std::int64_t& rank, std::int64_t& step) {
+    if (const char* d = std::getenv(name); d != nullptr) {
+      char* end = nullptr;
+      rank = std::strtoll(d, &end, 10);
+      step = *end == ':' ? std::strtoll(end + 1, nullptr, 10) : -1;
+    }
+  };
+  hook("FERRY_TRAIN_DIE", c.die_rank, c.die_at_step);
+  hook("FERRY_TRAIN_FLIP", c.flip_rank, c.flip_at_step);
 
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
   const std::string who = "ferry-train: rank " + rank + ": ";
+  // One line; for a failure while training (a peer lost), the way back
+  // when there is a checkpoint to go back to.
+  const auto failed = [&](std::string text, bool while_training) {
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    std::string hint;
+    std::error_code ec;
+    if (while_training && std::filesystem::exists(c.checkpoint, ec)) {
+      hint = "; to continue, run the job again with --resume " + c.checkpoint.string() + " (the last checkpoint)";
+    } else if (while_training) {
+      hint = "; no checkpoint was written yet (" + c.checkpoint.string() + "): run the job again from the start";
+    }
+    // comm/'s errors already begin with "rank N: ".
+    const bool named = text.rfind("rank " + rank + ": ", 0) == 0;
+    std::fprintf(stderr, "%s%s%s\n", named ? "ferry-train: " : who.c_str(), text.c_str(), hint.c_str());
+    return 1;
+  };
   std::unique_ptr<ferry::trainer::collectives> comm;
   try {
     torch::set_num_threads(thread_count(c.threads));
@@ -150,6 +172,10 @@ int main(int argc, char** argv) {
       setenv("WORLD_SIZE", "1", 0);
       setenv("MASTER_PORT", "0", 0);
       setenv("FERRY_SECRET", "ferry-train-single", 0);
+    } else if (env_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True") {
+      // Under torchrun, its agent's store holds MASTER_PORT on node 0: the
+      // ring (and Gloo's store, one further) take the ports after it.
+      setenv("MASTER_PORT", std::to_string(std::atoi(env_or("MASTER_PORT", "29500").c_str()) + 1).c_str(), 1);
     }
     comm = c.backend == "gloo" ? ferry::trainer::make_gloo_collectives() : ferry::trainer::make_ferry_collectives();
     if (comm->rank() == 0) {
@@ -184,12 +210,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const ferry::comm::comm_error& e) {
-    std::fprintf(stderr, "%s%s; to continue, run the job again with --resume %s (the last checkpoint)\n", who.c_str(),
-                 e.what(), c.checkpoint.c_str());
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
+    return failed(e.what(), true);
+  } catch (const c10::Error& e) {  // Gloo's failures among them
+    return failed(e.what_without_backtrace(), true);
+  } catch (const std::exception& e) {  // options, data, checkpoints
+    return failed(e.what(), false);
   }
-  return 1;
 }

@@ -3,6 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
+#include <exception>
+#include <limits>
+#include <optional>
 #include <bit>
 #include <chrono>
 #include <cstring>
@@ -212,7 +216,8 @@ at::Tensor load_images(const dataset& d, std::size_t n) {
 }
 
 data_split load_split(const train_config& c, std::string_view split, std::size_t limit) {
-  auto d = load_dataset(c.data, split).value();
+  // Any u8 label is a class; the model has max label + 1 outputs.
+  auto d = load_dataset(c.data, split, 256).value();
   const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
   data_split out;
   out.count = n;
@@ -233,7 +238,7 @@ class job {
   job(const train_config& c, collectives& comm, const train_data& data)
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
     ::torch::manual_seed(c.seed);
-    const std::int64_t classes = train_.labels.max().item<std::int64_t>() + 1;
+    const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
     model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
     params_ = model_->parameters();
     for (const auto& item : model_->named_buffers()) {
@@ -253,6 +258,10 @@ class job {
       adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
     }
     sync_ = std::make_unique<gradient_sync>(params_, comm_, c.compress, c.overlap, c.bucket_bytes);
+    sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
+    const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
+    steps_ = (per_rank + c.batch - 1) / c.batch;
+    if (steps_ == 0) fail(errc::size_mismatch, "no training samples for this rank (fewer samples than ranks)");
     if (rank_ == 0) report_ = std::make_unique<reporter>(c.progress, c.metrics, !c.resume.empty());
   }
 
@@ -260,10 +269,7 @@ class job {
     started_ = started;
     begin();
     train_result result;
-    sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c_.seed, true, c_.drop_last);
-    const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
-    const std::int64_t steps = (per_rank + c_.batch - 1) / c_.batch;
-    if (steps == 0) fail(errc::bad_value, "no training samples for this rank (dataset smaller than the world)");
+    const std::int64_t steps = steps_;
     for (; epoch_ < c_.epochs; ++epoch_, step_ = 0) {
       sampler_->set_epoch(static_cast<std::uint64_t>(epoch_));
       const auto indices = sampler_->indices();
@@ -310,6 +316,10 @@ class job {
           report_->progress(epoch_ + 1, c_.epochs, step_ + 1, steps, l, rate, left);
         }
         if (c_.die_rank == rank_ && global_step_ == c_.die_at_step) raise(SIGKILL);
+        if (c_.flip_rank == rank_ && global_step_ == c_.flip_at_step) {
+          auto* weight = params_[0].data_ptr<float>();
+          *weight = std::bit_cast<float>(std::bit_cast<std::uint32_t>(*weight) ^ 1u);
+        }
         if (c_.checkpoint_steps > 0 && (step_ + 1) % c_.checkpoint_steps == 0 && step_ + 1 < steps) {
           ++step_;
           save(false);
@@ -325,23 +335,25 @@ class job {
  private:
   // start: rank 0's model, optimizer and position, or its checkpoint's.
   void begin() {
+    // Rank 0 tells the others whether it could, then fails with its reason.
     std::int64_t status = 0;
-    std::string why;
+    std::exception_ptr why;
     if (rank_ == 0 && !c_.resume.empty()) {
       try {
         load(c_.resume);
       } catch (const c10::Error& e) {
         status = 1;
-        why = c_.resume.string() + ": " + e.what_without_backtrace();
-      } catch (const std::exception& e) {
+        why = std::make_exception_ptr(
+            ferry::exception(error(trainer_errc::bad_checkpoint, c_.resume.string() + ": " + e.what_without_backtrace())));
+      } catch (const std::exception&) {
         status = 1;
-        why = e.what();
+        why = std::current_exception();
       }
     }
     comm_.broadcast(std::span(&status, 1));
     if (status != 0) {
-      if (rank_ == 0) throw ferry::exception(error(errc::bad_value, why));
-      fail(errc::bad_value, "rank 0 could not load " + c_.resume.string());
+      if (rank_ == 0) std::rethrow_exception(why);
+      fail(trainer_errc::bad_checkpoint, "rank 0 could not load " + c_.resume.string());
     }
     auto state = all_float_state();
     auto flat = pack(state);
@@ -543,17 +555,36 @@ class job {
   // Rank 0 only; throws on any problem, naming the file.
   void load(const std::filesystem::path& path) {
     auto l = ferry::torch::load(path).value();
-    const auto need = [&](const std::string& key) {
+    const auto where = path.string() + ": ";
+    // A whole decimal number in [lo, hi], or bad_checkpoint naming the key.
+    const auto number = [&](const std::string& key, std::int64_t lo, std::int64_t hi) {
       const auto it = l.metadata.find(key);
-      if (it == l.metadata.end()) {
-        fail(errc::bad_value, path.string() + ": not a ferry-train checkpoint (no " + key + ")");
+      if (it == l.metadata.end()) fail(trainer_errc::bad_checkpoint, where + "no " + key);
+      std::int64_t v = 0;
+      const auto& text = it->second;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
+        fail(trainer_errc::bad_checkpoint, where + key + " is '" + text + "', not a whole number from " +
+                                               std::to_string(lo) + " to " + std::to_string(hi));
       }
-      return std::stoll(it->second);
+      return v;
     };
-    const auto epoch = need("trainer.epoch");
-    const auto step = need("trainer.step");
-    const auto global = need("trainer.global_step");
-    const auto world = need("trainer.world_size");
+    constexpr auto most = std::numeric_limits<std::int64_t>::max();
+    const auto world = number("trainer.world_size", 1, most);
+    const auto epoch = number("trainer.epoch", 0, most);
+    const auto step = number("trainer.step", 0, most);
+    const auto global = number("trainer.global_step", 0, most);
+    if (epoch >= c_.epochs) {
+      fail(trainer_errc::bad_checkpoint, where + "already trained " + std::to_string(epoch) +
+                                             " epoch(s); ask for more with --epochs");
+    }
+    // A mid-epoch position means a place in this epoch's shards, which
+    // exist only for the world that wrote it.
+    if (step != 0 && (world != world_ || step >= steps_)) {
+      fail(trainer_errc::bad_checkpoint, where + "written in the middle of an epoch by " + std::to_string(world) +
+                                             " rank(s) (step " + std::to_string(step) +
+                                             "): resume it with that many ranks and the same --batch and --limit");
+    }
     ferry::torch::tensor_map model, optim;
     at::Tensor rng, residual, partial;
     for (auto& [name, t] : l.tensors) {
@@ -562,20 +593,32 @@ class job {
       else if (name == "trainer.partial") partial = t;
       else (name.starts_with("optimizer.") ? optim : model).emplace(name, t);
     }
-    if (auto r = ferry::torch::load_state_dict(*model_, model); !r) {
-      fail(r.error().code(), path.string() + ": the checkpoint's model does not match --hidden (" + r.error().what() + ")");
-    }
-    ferry::torch::load_optimizer_state(*adam_, *model_, optim, l.metadata).value();
-    // load_optimizer_state replaced the state objects: find them again.
+    const auto in_file = [&](result<void, error> r) {
+      if (!r) throw ferry::exception(r.error().wrap(path.string()));
+    };
+    in_file(ferry::torch::load_state_dict(*model_, model));
+    in_file(ferry::torch::load_optimizer_state(*adam_, *model_, optim, l.metadata));
+    // load_optimizer_state replaced the state objects: find them again
+    // (every parameter must have one), contiguous for ferry's Adam step.
     moments_.clear();
     states_.clear();
-    for (const auto& p : params_) {
-      auto& st = static_cast<::torch::optim::AdamParamState&>(*adam_->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    std::optional<std::int64_t> adam_step;
+    for (const auto& item : model_->named_parameters()) {
+      const auto it = adam_->state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
+      if (it == adam_->state().end()) fail(trainer_errc::bad_checkpoint, where + "no Adam state for " + item.key());
+      auto& st = static_cast<::torch::optim::AdamParamState&>(*it->second);
+      if (adam_step && *adam_step != st.step()) {
+        fail(trainer_errc::bad_checkpoint, where + "the parameters' Adam steps differ (" + item.key() + ")");
+      }
+      adam_step = st.step();
+      st.exp_avg(st.exp_avg().contiguous());
+      st.exp_avg_sq(st.exp_avg_sq().contiguous());
       moments_.push_back(st.exp_avg());
       moments_.push_back(st.exp_avg_sq());
       states_.push_back(&st);
-      adam_step_ = st.step();
     }
+    adam_step_ = adam_step.value_or(0);
+    if (adam_step_ < 0) fail(trainer_errc::bad_checkpoint, where + "a negative Adam step");
     const auto rng_arch = l.metadata.find("trainer.rng.cpu.arch");
     if (rng.defined() && rng_arch != l.metadata.end() && rng_arch->second == comm::host_arch()) {
       auto generator = at::detail::getDefaultCPUGenerator();
@@ -584,17 +627,38 @@ class job {
     epoch_ = epoch;
     step_ = step;
     global_step_ = global;
+    // Per-rank state, kept when the world is the same.
+    const auto per_rank = [&](const at::Tensor& t, at::ScalarType type, std::int64_t columns) {
+      return t.defined() && t.scalar_type() == type && t.dim() == 2 && t.size(0) == world_ && t.size(1) == columns;
+    };
     if (world == world_) {
-      if (residual.defined() && residual.numel() == static_cast<std::int64_t>(sync_->size() * world_)) {
-        resumed_residuals_.assign(residual.data_ptr<float>(), residual.data_ptr<float>() + residual.numel());
+      if (per_rank(residual, at::kFloat, static_cast<std::int64_t>(sync_->size()))) {
+        const auto r = residual.contiguous();
+        resumed_residuals_.assign(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
       }
-      if (partial.defined() && partial.numel() == 3 * world_) {
-        resumed_partial_.assign(partial.data_ptr<double>(), partial.data_ptr<double>() + partial.numel());
+      if (per_rank(partial, at::kDouble, 3)) {
+        const auto p = partial.contiguous();
+        resumed_partial_.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
       }
-    } else if (step_ != 0) {
-      step_ = 0;  // the sampler's shards changed with the world: the epoch starts over
-      report_->line("note: the checkpoint was written by " + std::to_string(world) + " ranks, this run has " +
-                    std::to_string(world_) + ": epoch " + std::to_string(epoch_ + 1) + " starts over");
+    }
+    // Options that change the result: the run goes on with this run's.
+    const auto saved = l.metadata.find("trainer.config");
+    if (saved != l.metadata.end()) {
+      const auto before = nlohmann::json::parse(saved->second, nullptr, false);
+      const auto now = nlohmann::json::parse(to_json(c_));
+      std::string changed;
+      for (const char* key : {"hidden", "lr", "batch", "seed", "drop_last", "limit", "compress"}) {
+        if (before.is_object() && before.contains(key) && before[key] != now[key]) {
+          changed += std::string(changed.empty() ? "" : ", ") + "--" + key + " " + before[key].dump() + " -> " +
+                     now[key].dump();
+        }
+      }
+      if (world != world_) changed += std::string(changed.empty() ? "" : ", ") + std::to_string(world) + " -> " +
+                                      std::to_string(world_) + " ranks";
+      if (!changed.empty()) {
+        report_->line("note: resuming with other settings than the checkpoint's (" + changed +
+                      "): training continues, but not as the uninterrupted run would have");
+      }
     }
     report_->line("resumed from " + path.string() + " at epoch " + std::to_string(epoch_ + 1) + ", step " +
                   std::to_string(step_));
@@ -612,6 +676,7 @@ class job {
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;
+  std::int64_t steps_ = 0;  // per epoch, the same on every rank
   std::int64_t epoch_ = 0, step_ = 0, global_step_ = 0, adam_step_ = 0;
   std::array<double, 3> partial_{};  // loss sum, correct, seen in this epoch
   std::vector<float> resumed_residuals_;
@@ -635,6 +700,10 @@ std::shared_ptr<const train_data> load_data(const train_config& c) {
   auto d = std::make_shared<train_data>();
   d->train = load_split(c, "train", c.limit);
   d->test = load_split(c, "t10k", c.test_limit);
+  if (d->test.images.size(1) != d->train.images.size(1)) {
+    fail(errc::size_mismatch, c.data.string() + ": the test images have " + std::to_string(d->test.images.size(1)) +
+                                  " pixels, the training images " + std::to_string(d->train.images.size(1)));
+  }
   return d;
 }
 

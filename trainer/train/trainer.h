@@ -1,8 +1,7 @@
 // ferry-train's training job: the reference MLP on an IDX classification set
 // (Fashion-MNIST by default), data-parallel over `collectives`.
 //
-// What every rank does, in this order (the comments in trainer.cpp refer to
-// the steps by name):
+// What every rank does, in this order:
 //   start       build the model from the seed, then take rank 0's parameters
 //               and buffers (or rank 0's checkpoint, with --resume);
 //   step        forward and backward on this rank's batch, gradients
@@ -55,12 +54,15 @@ struct train_config {
   std::int64_t log_every = 50;    ///< steps between "step" records in the metrics
   int progress = -1;              ///< -1 auto (redraw on a terminal), 0 plain lines, 1 redraw
   int threads = 0;                ///< LibTorch threads per rank (0: from the environment)
-  /// Test hook: the rank that kills itself (SIGKILL) at `die_at_step`
-  /// global steps, as a crash would; -1 for none. FERRY_TRAIN_DIE=RANK:STEP.
+  /// Test hooks (environment FERRY_TRAIN_DIE=RANK:STEP and
+  /// FERRY_TRAIN_FLIP=RANK:STEP): that rank kills itself with SIGKILL, as a
+  /// crash would, or flips one bit of a parameter, as a faulty replica
+  /// would, after that global step; -1 for none.
   std::int64_t die_rank = -1, die_at_step = -1;
+  std::int64_t flip_rank = -1, flip_at_step = -1;
 };
 
-/// The configuration as JSON (stored in checkpoints), and back.
+/// The configuration as JSON (stored in checkpoints as trainer.config).
 std::string to_json(const train_config& c);
 
 struct train_result {
