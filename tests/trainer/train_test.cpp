@@ -160,6 +160,25 @@ TEST_F(Trainer, HostileCheckpointsGetOneLineNamingTheProblem) {
   EXPECT_EQ(ok.status, 0) << ok.err;
 }
 
+// --data takes any IDX set: here two 2x4 training images and three test ones.
+TEST_F(Trainer, TrainsOnAnyIdxSet) {
+  const auto r = shell(train() + " --data '" + FERRY_TEST_DATA_DIR + "/trainer/tiny' --epochs 2 --hidden 4 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("epoch 2/2: train loss"), std::string::npos) << r.out;
+}
+
+// On a terminal the progress line redraws in place (\r, erase line);
+// elsewhere it is plain lines.
+TEST_F(Trainer, ProgressRedrawsOnATerminalOnly) {
+  const auto tty = shell("script -qec \"" + job(2000, 1) + "\" /dev/null");
+  ASSERT_EQ(tty.status, 0) << tty.err;
+  EXPECT_NE(tty.out.find("\r\033[Kepoch 1/1  step "), std::string::npos) << tty.out;
+  const auto plain = shell(job(2000, 1));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out.find('\r'), std::string::npos);
+  EXPECT_NE(plain.out.find("\nepoch 1/1  step "), std::string::npos) << plain.out;
+}
+
 TEST_F(Trainer, LauncherGivesEachRankItsEnvironment) {
   const auto r = shell(run() + " -n 3 sh -c 'echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR "
                                "$OMP_NUM_THREADS $FERRY_SECRET'");
