@@ -1,4 +1,5 @@
-// Helpers of the checkpoint tests: a scratch folder per test, and a small
+// Helpers of the checkpoint tests (and of the tools' and trainer's): a
+// scratch folder per test, files read and written whole, and a small
 // deterministic checkpoint (the same on every architecture) that the golden,
 // bit-flip and cross-architecture tests share.
 #pragma once
@@ -42,6 +43,11 @@ inline std::vector<std::byte> slurp(const fs::path& p) {
   std::vector<std::byte> out(c.size());
   std::memcpy(out.data(), c.data(), c.size());
   return out;
+}
+
+inline std::string read_text(const fs::path& p) {
+  const auto b = slurp(p);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
 inline void spit(const fs::path& p, std::span<const std::byte> bytes) {

@@ -16,11 +16,6 @@ struct run_result {
   std::string out, err;
 };
 
-std::string read_text(const fs::path& p) {
-  const auto b = slurp(p);
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
-
 class Cli : public scratch_dir {
  protected:
   run_result run(const std::string& args) { return shell("'" + std::string(FERRY_CLI) + "' " + args); }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../checkpoint/helpers.h"
 #include "../test_bytes.h"
 #include "ferry/trainer/idx.h"
 #include "ferry/wire/bulk.h"
@@ -377,21 +378,9 @@ TEST(Idx, AllocationsFollowTheInputNotTheHeader) {
   EXPECT_LE(largest_allocation.load(), std::max<std::size_t>(size * 1032, 1 << 16));
 }
 
-class scratch : public ::testing::Test {
+class scratch : public checkpoint::testing::scratch_dir {
  protected:
-  void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "ferry-idx-test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  void write(const std::string& name, std::span<const std::byte> bytes) {
-    std::ofstream out(dir_ / name, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
+  void write(const std::string& name, std::span<const std::byte> bytes) { checkpoint::testing::spit(dir_ / name, bytes); }
   // A valid split: n images of 2 x 3 pixels and labels i % 10.
   void write_split(const std::string& split, std::uint32_t n, bool gz_images, bool gz_labels) {
     std::vector<std::byte> labels(n);
@@ -401,7 +390,6 @@ class scratch : public ::testing::Test {
     write(split + "-images-idx3-ubyte" + (gz_images ? ".gz" : ""), gz_images ? gzip(images) : images);
     write(split + "-labels-idx1-ubyte" + (gz_labels ? ".gz" : ""), gz_labels ? gzip(label_file) : label_file);
   }
-  fs::path dir_;
 };
 
 using IdxFile = scratch;

@@ -20,19 +20,13 @@ namespace ferry::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using checkpoint::testing::read_text;
 using checkpoint::testing::scratch_dir;
 
 const std::string native = FERRY_NATIVE_TRAIN;
 const std::string aarch64 = std::string("qemu-aarch64 -L /usr/aarch64-linux-gnu ") + FERRY_AARCH64_TRAIN;
 const std::string s390x = std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_TRAIN;
 const std::string cli = FERRY_CLI;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -28,19 +28,13 @@ namespace ferry::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using checkpoint::testing::read_text;
 using checkpoint::testing::scratch_dir;
 
 struct run_result {
   int status = -1;
   std::string out, err;
 };
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
 
