@@ -44,6 +44,10 @@ class collectives {
   virtual void barrier() = 0;
 };
 
+/// The ranks whose value in `all` (one per rank) differs from rank 0's, as
+/// "1, 3"; empty when every rank agrees.
+std::string ranks_unlike_rank0(std::span<const std::int64_t> all);
+
 /// comm::communicator::from_env() (MASTER_ADDR, MASTER_PORT, RANK,
 /// WORLD_SIZE, FERRY_SECRET, FERRY_TIMEOUT).
 std::unique_ptr<collectives> make_ferry_collectives();

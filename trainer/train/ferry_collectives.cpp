@@ -32,6 +32,14 @@ class ferry_collectives final : public collectives {
 
 }  // namespace
 
+std::string ranks_unlike_rank0(std::span<const std::int64_t> all) {
+  std::string ranks;
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return ranks;
+}
+
 std::unique_ptr<collectives> make_ferry_collectives() {
   return std::make_unique<ferry_collectives>(comm::communicator::from_env());
 }

@@ -62,10 +62,7 @@ void require_uniform_hosts() {
   const std::int64_t mine = (wire::host_order == wire::byte_order::big ? 1000 : 0) + static_cast<std::int64_t>(sizeof(void*));
   std::vector<std::int64_t> all(ring.world_size());
   ring.allgather(std::span<const std::int64_t>(&mine, 1), all);
-  std::string differ;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-  }
+  const auto differ = ranks_unlike_rank0(all);
   if (!differ.empty()) {
     const auto describe = [](std::int64_t v) {
       return std::string(v >= 1000 ? "big-endian" : "little-endian") + ", " + std::to_string((v % 1000) * 8) + "-bit";

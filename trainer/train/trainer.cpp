@@ -442,11 +442,7 @@ class job {
     std::vector<std::int64_t> all(world_);
     const std::int64_t mine = crc;
     comm_.allgather(std::span<const std::int64_t>(&mine, 1), all);
-    std::string differ;
-    for (std::size_t r = 1; r < all.size(); ++r) {
-      if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-    }
-    if (!differ.empty()) {
+    if (const auto differ = ranks_unlike_rank0(all); !differ.empty()) {
       fail(trainer_errc::replica_mismatch, "replicas differ after epoch " + std::to_string(epoch_ + 1) + ": rank(s) " +
                                                differ + " disagree with rank 0 (CRC32C of parameters and buffers)");
     }
