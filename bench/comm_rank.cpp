@@ -1,0 +1,264 @@
+// comm_rank: one rank of bench/comm_cluster, started inside a node (a
+// network namespace) of the simulated cluster.
+//
+//   comm_rank --contender C --sizes COUNT:WARMUP:ITERS[,...] [--out FILE]
+//             [--gloo-store PATH --gloo-addr ADDR]
+//   comm_rank --features
+//
+// C is ferry, ferry-bf16, ferry-f16 (compression with error feedback, as
+// comm_bench) or gloo (LibTorch's ProcessGroupGloo, f32). Every rank reads
+// RANK and WORLD_SIZE; ferry ranks read their whole configuration through
+// comm::config::from_env (MASTER_ADDR, MASTER_PORT, FERRY_SECRET, and
+// whatever else the library reads, such as FERRY_CHUNK_BYTES, FERRY_AUTH or
+// FERRY_RING_ORDER), so a row measures exactly what a user who sets those
+// variables gets. Gloo ranks meet through a FileStore at PATH, their device
+// bound to ADDR (the node's address).
+//
+// For each size in order: WARMUP allreduces, then ITERS timed ones; rank 0
+// times each (steady_clock around the call). Every rank checks every result
+// against the exact sum (the inputs are small integers, exact in f32, bf16
+// and f16, so compressed results must be exact too) and restores its input
+// before the next call, outside the timed region. A wrong result ends the
+// rank with status 3.
+//
+// Rank 0 writes FILE, a JSON object: contender, world, ring (for ferry: the
+// rank that follows each rank on the ring, as the handshakes reported it;
+// null for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
+// times_s: [...]}].
+//
+// --features prints the configuration fields this build of comm/ has
+// (auth, ring_order), one per line, so the driver knows which rows it can
+// measure.
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/comm/communicator.h"
+#include "gloo_peer.h"
+
+namespace {
+
+using namespace ferry;
+
+struct size_spec {
+  std::size_t count = 0;
+  int warmup = 0;
+  int iterations = 0;
+};
+
+[[noreturn]] void die(const std::string& msg, int status = 2) {
+  std::fprintf(stderr, "comm_rank: %s\n", msg.c_str());
+  std::exit(status);
+}
+
+template <class T>
+T parse_number(std::string_view what, std::string_view text) {
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    die(std::string(what) + " '" + std::string(text) + "' is not a number");
+  }
+  return v;
+}
+
+int env_number(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) die(std::string(name) + " is not set");
+  return parse_number<int>(name, v);
+}
+
+std::vector<size_spec> parse_sizes(std::string_view text) {
+  std::vector<size_spec> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    const auto a = item.find(':');
+    const auto b = a == std::string_view::npos ? a : item.find(':', a + 1);
+    if (b == std::string_view::npos) die("--sizes item '" + std::string(item) + "' is not COUNT:WARMUP:ITERS");
+    size_spec s{parse_number<std::size_t>("count", item.substr(0, a)),
+                parse_number<int>("warm-up count", item.substr(a + 1, b - a - 1)),
+                parse_number<int>("iteration count", item.substr(b + 1))};
+    if (s.count == 0 || s.warmup < 0 || s.iterations < 1) die("--sizes item '" + std::string(item) + "' out of range");
+    out.push_back(s);
+  }
+  if (out.empty()) die("--sizes is empty");
+  return out;
+}
+
+// Rank r's value at i: (r + 1) * (i % 7 - 3). The sum over n ranks is
+// n(n+1)/2 * (i % 7 - 3): integers of magnitude <= 3 n(n+1)/2, exact in
+// bf16 (8 significant bits) for n <= 9 and in f16 for n <= 31.
+float input(int rank, std::size_t i) { return static_cast<float>((rank + 1) * (static_cast<int>(i % 7) - 3)); }
+
+// Checks `data` against the sum and restores this rank's input, in one pass.
+void check_and_reset(std::vector<float>& data, int rank, int n, const char* when) {
+  const int s = n * (n + 1) / 2;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const int k = static_cast<int>(i % 7) - 3;
+    const float want = static_cast<float>(s * k);
+    if (data[i] != want) {
+      die("rank " + std::to_string(rank) + ": wrong sum at index " + std::to_string(i) + " of " +
+              std::to_string(data.size()) + " (" + when + "): " + std::to_string(data[i]) + ", not " +
+              std::to_string(want),
+          3);
+    }
+    data[i] = static_cast<float>((rank + 1) * k);
+  }
+}
+
+template <class C>
+constexpr bool has_auth = requires(C c) { c.auth; };
+template <class C>
+constexpr bool has_ring_order = requires(C c) { c.ring_order; };
+
+struct options {
+  std::string contender;
+  std::vector<size_spec> sizes;
+  std::string out;
+  std::string gloo_store;
+  std::string gloo_addr;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--contender") {
+      o.contender = value();
+    } else if (a == "--sizes") {
+      o.sizes = parse_sizes(value());
+    } else if (a == "--out") {
+      o.out = value();
+    } else if (a == "--gloo-store") {
+      o.gloo_store = value();
+    } else if (a == "--gloo-addr") {
+      o.gloo_addr = value();
+    } else {
+      die("unknown argument '" + std::string(a) + "' (see the comment at the top of bench/comm_rank.cpp)");
+    }
+  }
+  if (o.contender != "ferry" && o.contender != "ferry-bf16" && o.contender != "ferry-f16" && o.contender != "gloo") {
+    die("--contender must be ferry, ferry-bf16, ferry-f16 or gloo");
+  }
+  if (o.sizes.empty()) die("--sizes is required");
+  if (o.contender == "gloo" && (o.gloo_store.empty() || o.gloo_addr.empty())) {
+    die("gloo needs --gloo-store and --gloo-addr");
+  }
+  return o;
+}
+
+std::string json_result(const options& o, int n, const std::vector<std::uint32_t>& ring,
+                        const std::vector<std::vector<double>>& times) {
+  std::string j = "{\"contender\": \"" + o.contender + "\", \"world\": " + std::to_string(n) + ", \"ring\": ";
+  if (ring.empty()) {
+    j += "null";
+  } else {
+    j += "[";
+    for (std::size_t r = 0; r < ring.size(); ++r) j += (r ? ", " : "") + std::to_string(ring[r]);
+    j += "]";
+  }
+  j += ", \"sizes\": [";
+  for (std::size_t k = 0; k < o.sizes.size(); ++k) {
+    const auto& s = o.sizes[k];
+    j += std::string(k ? ", " : "") + "{\"count\": " + std::to_string(s.count) +
+         ", \"bytes\": " + std::to_string(s.count * sizeof(float)) + ", \"warmup\": " + std::to_string(s.warmup) +
+         ", \"times_s\": [";
+    for (std::size_t i = 0; i < times[k].size(); ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.9f", i ? ", " : "", times[k][i]);
+      j += buf;
+    }
+    j += "]}";
+  }
+  return j + "]}\n";
+}
+
+int run(const options& o) {
+  const int rank = env_number("RANK");
+  const int n = env_number("WORLD_SIZE");
+  std::optional<comm::communicator> comm;
+  std::optional<bench::gloo_group> gloo;
+  comm::compression comp = comm::compression::none;
+  if (o.contender == "gloo") {
+    gloo.emplace(o.gloo_store, rank, n, o.gloo_addr);
+  } else {
+    comm.emplace(comm::communicator::from_env());
+    if (o.contender == "ferry-bf16") comp = comm::compression::bf16;
+    if (o.contender == "ferry-f16") comp = comm::compression::f16;
+  }
+  // The ring as it was formed: each rank's successor, gathered on every rank.
+  std::vector<std::uint32_t> ring;
+  if (comm && n > 1) ring = comm->allgather(comm->next_peer().rank);
+
+  std::vector<std::vector<double>> times(o.sizes.size());
+  for (std::size_t k = 0; k < o.sizes.size(); ++k) {
+    const size_spec& s = o.sizes[k];
+    std::vector<float> data(s.count);
+    for (std::size_t i = 0; i < s.count; ++i) data[i] = input(rank, i);
+    std::optional<comm::error_feedback> ef;
+    comm::allreduce_options opts;
+    if (comp != comm::compression::none) {
+      ef.emplace(s.count);
+      opts.comp = comp;
+      opts.feedback = &*ef;
+    }
+    auto step = [&] {
+      if (gloo) {
+        gloo->allreduce(data.data(), data.size());
+      } else {
+        comm->allreduce(data, opts);
+      }
+    };
+    for (int i = 0; i < s.warmup; ++i) {
+      step();
+      check_and_reset(data, rank, n, "warm-up");
+    }
+    times[k].reserve(static_cast<std::size_t>(s.iterations));
+    for (int i = 0; i < s.iterations; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      times[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      check_and_reset(data, rank, n, "timed");
+    }
+  }
+  if (gloo) gloo->barrier();
+  if (comm) comm->barrier();
+
+  if (rank == 0 && !o.out.empty()) {
+    const std::string j = json_result(o, n, ring, times);
+    std::FILE* f = std::fopen(o.out.c_str(), "w");
+    if (f == nullptr || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0) {
+      die("cannot write " + o.out + ": " + std::strerror(errno), 1);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--features") == 0) {
+    if constexpr (has_auth<comm::config>) std::puts("auth");
+    if constexpr (has_ring_order<comm::config>) std::puts("ring_order");
+    return 0;
+  }
+  const options o = parse_args(argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    die(std::string("rank ") + (std::getenv("RANK") ? std::getenv("RANK") : "?") + ": " + e.what(), 1);
+  }
+}
