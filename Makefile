@@ -9,8 +9,9 @@
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
-#                under qemu), then ferry-train against PyTorch DDP on a
-#                simulated cluster (bench/train_compare, needs root)
+#                under qemu), allreduce against Gloo and ferry-train
+#                against PyTorch DDP on a simulated cluster
+#                (bench/comm_cluster, bench/train_compare; need root)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 
 FUZZ_SECONDS ?= 60
@@ -91,6 +92,7 @@ bench: bench-deps
 	build/bench/bench/graph_bench --benchmark_out=bench-results/graph.json
 	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
 	build/bench/bench/comm_bench --benchmark_out=bench-results/comm.json
+	bench/comm_cluster --out bench-results/comm_cluster.json
 	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)
