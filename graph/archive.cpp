@@ -88,8 +88,8 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
   if (const auto it = object_ids_.find(key); it != object_ids_.end()) {
     // An object is owned either by shared_ptrs (and maybe watched by
     // weak_ptrs) or by exactly one unique_ptr.
-    if (k == kind::unique || objects_[it->second - 1].ownership == owned_unique) fail(graph_errc::ownership_conflict);
-    return it->second;
+    if (k == kind::unique || it->second.ownership == owned_unique) fail(graph_errc::ownership_conflict);
+    return it->second.id;
   }
   if (objects_.size() >= opt_.max_objects) {
     fail(errc::limit_exceeded);
@@ -100,9 +100,10 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
     desc = std::make_unique<schema::descriptor>();
     describe(*this, *desc);  // may add types, never objects
   }
-  objects_.push_back({address, type, k == kind::unique ? owned_unique : owned_shared, write, desc.get()});
+  const std::uint8_t ownership = k == kind::unique ? owned_unique : owned_shared;
+  objects_.push_back({address, type, ownership, write, desc.get()});
   const auto id = static_cast<std::uint32_t>(objects_.size());
-  object_ids_.emplace(key, id);
+  object_ids_.emplace(key, object_id{id, ownership});
   return id;
 }
 
@@ -134,7 +135,7 @@ result<std::vector<std::byte>> writer_state::finish() {
       if (slot.address != nullptr) {
         const auto key = std::make_pair(slot.address, slot.type);
         if (const auto it = object_ids_.find(key); it != object_ids_.end()) {
-          ref = it->second;
+          ref = it->second.id;
         } else if (const auto jt = by_value.find(key); jt != by_value.end()) {
           ref = jt->second;
         } else {

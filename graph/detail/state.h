@@ -162,7 +162,14 @@ class writer_state final : public desc_context {
   std::vector<const type_key*> type_keys_;  // by schema index
   std::vector<write_object> objects_;
   std::unordered_map<describe_fn, std::unique_ptr<schema::descriptor>> descriptors_;  // one per type
-  std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> object_ids_;
+  // What a reference needs of an object already met: its id and its
+  // ownership, kept in the table itself so a hit never touches objects_
+  // (a cache miss per reference on a large graph).
+  struct object_id {
+    std::uint32_t id;
+    std::uint8_t ownership;
+  };
+  std::unordered_map<std::pair<const void*, std::type_index>, object_id, pair_hash> object_ids_;
   std::vector<std::pair<const void*, std::type_index>> tracked_;
   struct raw_slot {
     std::size_t offset;
