@@ -1,0 +1,422 @@
+// ferry's ring across a simulated cluster: two network namespaces joined by
+// a bridge, each link shaped to 1 Gbit/s with tbf (scripts/netns-cluster,
+// prefix "ferryt", its own so it never meets bench/comm_cluster's "ferryc"
+// or bench/train_compare's "ferry-tc").
+//
+// Each rank is a forked child that enters its node with setns(2) before it
+// opens a socket, so every byte between nodes crosses the shaped veths; the
+// only addresses used are the nodes' (10.77.0.x). Checked: the sums are
+// bit-exact (finite values of every magnitude, signed zeros, subnormals, a
+// NaN payload), and a 16 MB allreduce takes no less than the link allows
+// (which proves the namespaces and the shaping are real). A 2x2 world with
+// cyclically numbered ranks (node 0 holds ranks 0 and 2) completes with the
+// right sums; where comm/ orders the ring by node (config::ring_order) the
+// ring must cross each link once per direction.
+//
+// Needs root, ip and tc; otherwise every test is skipped with the reason.
+// The topology is removed after the suite, also when a test fails, and on
+// SIGINT/SIGTERM/SIGHUP; one left by a killed run is removed by the next
+// run's `up`. Concurrent runs (several build trees) take turns through a
+// lock file.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ferry/comm/communicator.h"
+
+namespace ferry::comm {
+namespace {
+
+constexpr const char* cluster_script = FERRY_NETNS_CLUSTER;
+constexpr const char* prefix = "ferryt";
+constexpr double link_rate = 125e6;               // 1 Gbit/s in bytes per second
+constexpr double tbf_burst = 256.0 * 1024;        // netns-cluster's bucket: bytes that may pass above the rate
+constexpr std::uint16_t port = 29655;
+
+struct command_result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `argv` (no shell), capturing its output.
+command_result run_command(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> c;
+    for (const auto& a : argv) c.push_back(const_cast<char*>(a.c_str()));
+    c.push_back(nullptr);
+    ::execvp(c[0], c.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", c[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  command_result r;
+  char buf[4096];
+  for (;;) {
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got <= 0) break;
+    r.output.append(buf, static_cast<std::size_t>(got));
+  }
+  ::close(fds[0]);
+  ::waitpid(pid, &r.status, 0);
+  while (!r.output.empty() && r.output.back() == '\n') r.output.pop_back();
+  return r;
+}
+
+bool succeeded(const command_result& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
+
+command_result cluster(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{cluster_script, "--prefix", prefix};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+// Teardown on a signal: fork + exec are async-signal-safe.
+extern "C" void on_signal(int sig) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const char* argv[] = {cluster_script, "--prefix", prefix, "down", nullptr};
+    ::execv(cluster_script, const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  if (pid > 0) ::waitpid(pid, nullptr, 0);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+float from_bits(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+std::uint32_t to_bits(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+constexpr std::uint32_t nan_payload = 0x7FC0BEEFu;  // quiet, so addition keeps it as is
+
+// Two ranks: any finite floats (addition of two operands is commutative, so
+// the sum does not depend on which rank the ring adds first), signed zeros
+// in all four pairings, subnormals, and a NaN payload on one side.
+float two_rank_value(std::uint32_t rank, std::size_t i) {
+  if (i % 61 == 5) return (i / 61 + rank) % 2 ? -0.0f : 0.0f;
+  if (i % 61 == 9) return -0.0f;
+  if (i == 77) return rank == 0 ? from_bits(nan_payload) : 1.5f;
+  const std::uint64_t h = splitmix((std::uint64_t{rank} << 48) ^ i);
+  std::uint32_t bits = static_cast<std::uint32_t>(h) & 0x807FFFFFu;
+  bits |= static_cast<std::uint32_t>(97 + (h >> 32) % 60) << 23;  // 2^-30 .. 2^29
+  if (i % 101 == 7) bits &= 0x807FFFFFu;                           // subnormal
+  return from_bits(bits);
+}
+
+// Any number of ranks: integers (exact in any order of addition), -0 on
+// every rank (the sum is -0 only if no +0 creeps in), a NaN payload on one.
+float many_rank_value(std::uint32_t rank, std::size_t i) {
+  if (i % 97 == 3) return -0.0f;
+  if (i == 10) return rank == 2 ? from_bits(nan_payload) : 3.0f;
+  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 201) - 100);
+}
+
+struct rank_report {
+  bool ok = false;
+  std::string error;
+  std::vector<float> data;     // the first allreduce's result
+  std::vector<double> times;   // rank 0: the timed allreduces, seconds
+  std::vector<std::uint32_t> ring;  // each rank's successor on the ring
+};
+
+void write_all(int fd, const void* p, std::size_t n) {
+  const auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, b, n);
+    if (w <= 0) return;
+    b += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+template <class T>
+void put(std::string& out, const std::vector<T>& v) {
+  const std::uint64_t n = v.size();
+  out.append(reinterpret_cast<const char*>(&n), 8);
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <class T>
+bool get(const std::string& in, std::size_t& at, std::vector<T>& v) {
+  std::uint64_t n = 0;
+  if (in.size() - at < 8) return false;
+  std::memcpy(&n, in.data() + at, 8);
+  at += 8;
+  if (n > (in.size() - at) / sizeof(T)) return false;
+  v.resize(n);
+  if (n != 0) std::memcpy(v.data(), in.data() + at, n * sizeof(T));
+  at += n * sizeof(T);
+  return true;
+}
+
+struct world_spec {
+  std::vector<int> node_of_rank;  // node index per rank
+  std::size_t count = 0;
+  std::function<float(std::uint32_t, std::size_t)> value;
+  int timed = 0;  // timed allreduces after the first
+};
+
+// Forks one child per rank; each enters its node's network namespace, then
+// forms the ring, allreduces its input once (the result is returned), then
+// `timed` more times (rank 0 times them).
+std::vector<rank_report> run_world(const world_spec& w, const std::string& master) {
+  const auto n = static_cast<std::uint32_t>(w.node_of_rank.size());
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    int fds[2];
+    if (::pipe(fds) != 0) std::abort();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string out;
+      std::uint8_t ok = 0;
+      std::string error;
+      std::vector<float> data;
+      std::vector<double> times;
+      std::vector<std::uint32_t> ring;
+      try {
+        const std::string ns = "/run/netns/" + std::string(prefix) + "-node" + std::to_string(w.node_of_rank[r]);
+        const int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+          throw std::runtime_error("cannot enter " + ns + ": " + std::strerror(errno));
+        }
+        ::close(fd);
+        config c;
+        c.rank = r;
+        c.world_size = n;
+        c.master_addr = master;
+        c.master_port = port;
+        c.secret = "cluster-test-secret-0123456789";
+        c.timeout = std::chrono::milliseconds(20'000);
+        communicator comm(c);
+        ring = comm.allgather(comm.next_peer().rank);
+        data.resize(w.count);
+        for (std::size_t i = 0; i < w.count; ++i) data[i] = w.value(r, i);
+        comm.allreduce(data);
+        std::vector<float> scratch = data;
+        for (int k = 0; k < w.timed; ++k) {
+          comm.barrier();  // every rank starts together: the time is the transfer's
+          const auto t0 = std::chrono::steady_clock::now();
+          comm.allreduce(scratch);
+          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        comm.barrier();
+        ok = 1;
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      out.push_back(static_cast<char>(ok));
+      put(out, std::vector<char>(error.begin(), error.end()));
+      put(out, data);
+      put(out, times);
+      put(out, ring);
+      write_all(fds[1], out.data(), out.size());
+      ::close(fds[1]);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<rank_report> reports(n);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    std::string in;
+    char buf[65536];
+    for (;;) {
+      const ssize_t got = ::read(pipes[r], buf, sizeof buf);
+      if (got <= 0) break;
+      in.append(buf, static_cast<std::size_t>(got));
+    }
+    ::close(pipes[r]);
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+    rank_report& rep = reports[r];
+    std::size_t at = 1;
+    std::vector<char> error;
+    if (in.empty() || !get(in, at, error) || !get(in, at, rep.data) || !get(in, at, rep.times) ||
+        !get(in, at, rep.ring)) {
+      rep.error = "rank died without reporting (wait status " + std::to_string(status) + ")";
+      continue;
+    }
+    rep.ok = in[0] != 0;
+    rep.error.assign(error.begin(), error.end());
+  }
+  return reports;
+}
+
+// Indices where `got` differs from `want` bit for bit, with the first few named.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << ", expected " << want.size();
+  }
+  std::size_t wrong = 0;
+  std::string first;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (to_bits(got[i]) != to_bits(want[i])) {
+      if (wrong++ < 3) {
+        char line[128];
+        std::snprintf(line, sizeof line, " [%zu] 0x%08x, expected 0x%08x;", i, to_bits(got[i]), to_bits(want[i]));
+        first += line;
+      }
+    }
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << wrong << " of " << got.size() << " values differ:" << first;
+}
+
+template <class C>
+constexpr bool has_ring_order = requires(C c) { c.ring_order; };
+
+class Cluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason_.clear();
+    if (::geteuid() != 0) {
+      skip_reason_ = "needs root for network namespaces (running as uid " + std::to_string(::geteuid()) + ")";
+      return;
+    }
+    if (!succeeded(run_command({"ip", "-V"})) || !succeeded(run_command({"tc", "-V"}))) {
+      skip_reason_ = "needs ip and tc from iproute2";
+      return;
+    }
+    lock_fd_ = ::open("/tmp/ferry-netns-ferryt.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ >= 0) ::flock(lock_fd_, LOCK_EX);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, on_signal);
+    const auto up = cluster({"up", "--nodes", "2", "--rate", "1gbit"});
+    if (!succeeded(up)) {
+      skip_reason_ = "cannot build the simulated cluster: " + up.output;
+      cluster({"down"});
+      return;
+    }
+    up_ = true;
+    master_ = cluster({"addr", "0"}).output;
+  }
+
+  static void TearDownTestSuite() {
+    if (up_) {
+      const auto down = cluster({"down"});
+      if (!succeeded(down)) ADD_FAILURE() << "netns-cluster down: " << down.output;
+      up_ = false;
+    }
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  }
+
+  static inline std::string skip_reason_;
+  static inline bool up_ = false;
+  static inline std::string master_;
+  static inline int lock_fd_ = -1;
+};
+
+TEST_F(Cluster, TwoNodesSumBitExactAndNoFasterThanTheLink) {
+  world_spec w;
+  w.node_of_rank = {0, 1};
+  w.count = 4'194'304;  // 16 MB: tbf's 256 KiB burst is 1.6 % of it
+  w.value = two_rank_value;
+  w.timed = 3;
+  const auto reports = run_world(w, master_);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) ASSERT_TRUE(reports[r].ok) << "rank " << r << ": " << reports[r].error;
+
+  std::vector<float> want(w.count);
+  for (std::size_t i = 0; i < w.count; ++i) want[i] = two_rank_value(0, i) + two_rank_value(1, i);
+  EXPECT_EQ(to_bits(want[77]), nan_payload);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) EXPECT_TRUE(same_bits(reports[r].data, want)) << "rank " << r;
+
+  // A ring of two moves the whole buffer over the link in each direction:
+  // at 1 Gbit/s that cannot take less than bytes / R, less what tbf's
+  // bucket lets through above the rate.
+  const double bytes = static_cast<double>(w.count) * sizeof(float);
+  const double limit = bytes / link_rate;
+  const double floor = (bytes - tbf_burst) / link_rate;
+  const auto& times = reports[0].times;
+  ASSERT_EQ(times.size(), 3u);
+  const double fastest = *std::min_element(times.begin(), times.end());
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[1];
+  std::printf("[ cluster  ] 16 MB over one 1 Gbit/s link: median %.1f ms, fastest %.1f ms; link limit %.1f ms; "
+              "fraction of the limit %.2f\n",
+              median * 1e3, fastest * 1e3, limit * 1e3, limit / median);
+  EXPECT_GE(fastest, floor) << "faster than a 1 Gbit/s link allows: the traffic did not cross the shaped link";
+}
+
+TEST_F(Cluster, TwoByTwoCyclicRanksSumExact) {
+  world_spec w;
+  w.node_of_rank = {0, 1, 0, 1};  // cyclic: node 0 holds ranks 0 and 2
+  w.count = 1'000'003;
+  w.value = many_rank_value;
+  const auto reports = run_world(w, master_);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) ASSERT_TRUE(reports[r].ok) << "rank " << r << ": " << reports[r].error;
+
+  std::vector<float> want(w.count);
+  for (std::size_t i = 0; i < w.count; ++i) {
+    float s = 0.0f;
+    for (std::uint32_t r = 0; r < 4; ++r) s = r == 0 ? many_rank_value(r, i) : s + many_rank_value(r, i);
+    want[i] = s;
+  }
+  EXPECT_EQ(to_bits(want[10]), nan_payload);
+  EXPECT_EQ(to_bits(want[3]), 0x80000000u);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) EXPECT_TRUE(same_bits(reports[r].data, want)) << "rank " << r;
+
+  const auto& ring = reports[0].ring;
+  ASSERT_EQ(ring.size(), 4u);
+  std::string text = "0";
+  std::map<int, int> leaving;  // node -> ring edges leaving it
+  for (std::uint32_t r = 0, k = 0; k < 4; ++k) {
+    if (w.node_of_rank[r] != w.node_of_rank[ring[r]]) ++leaving[w.node_of_rank[r]];
+    r = ring[r];
+    text += " -> " + std::to_string(r);
+  }
+  const int crossings = std::max(leaving[0], leaving[1]);
+  std::printf("[ cluster  ] 2x2 with cyclic ranks: ring %s, the busiest link carries it %d time(s) per direction\n",
+              text.c_str(), crossings);
+  if constexpr (has_ring_order<config>) {
+    EXPECT_EQ(crossings, 1) << "the ring (" << text << ") should visit each node's ranks together";
+  }
+}
+
+}  // namespace
+}  // namespace ferry::comm
