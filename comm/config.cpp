@@ -78,6 +78,17 @@ result<config, error> config::from_env() {
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
   }
   FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes));
+  if (const char* a = env("FERRY_AUTH")) {
+    const std::string_view text(a);
+    bool known = false;
+    for (const frame_auth mode : {frame_auth::none, frame_auth::frames, frame_auth::encrypt}) {
+      if (text == name(mode)) {
+        c.auth = mode;
+        known = true;
+      }
+    }
+    if (!known) return bad("FERRY_AUTH='" + std::string(text) + "' is not one of none, frames, encrypt");
+  }
   FERRY_TRY(c.validate());
   return c;
 }
@@ -92,9 +103,14 @@ result<void, error> config::validate() const {
   }
   if (timeout.count() <= 0) return bad("the timeout must be positive");
   if (chunk_bytes < 4 || chunk_bytes % 4 != 0) return bad("chunk_bytes must be a positive multiple of 4");
-  if (std::uint64_t{chunk_bytes} + 32 > max_frame_bytes) {
+  if (auth != frame_auth::none && auth != frame_auth::frames && auth != frame_auth::encrypt) {
+    return bad("auth is not one of none, frames, encrypt");
+  }
+  const std::size_t overhead = frame_header_size + trailer_size(auth);
+  if (std::uint64_t{chunk_bytes} + overhead > max_frame_bytes) {
     return bad("max_frame_bytes (" + std::to_string(max_frame_bytes) + ") must hold a chunk of " +
-               std::to_string(chunk_bytes) + " bytes plus 32 bytes of header and CRC");
+               std::to_string(chunk_bytes) + " bytes plus " + std::to_string(overhead) + " bytes of header and " +
+               (auth == frame_auth::none ? "CRC" : "tag"));
   }
   if (world_size > 1 && master_addr.empty()) return bad("MASTER_ADDR is empty");
   return {};

@@ -9,6 +9,13 @@
 //   FERRY_SECRET_FILE  a file holding it (one trailing newline is dropped)
 //   FERRY_TIMEOUT      seconds any blocking step may go without progress (default 60)
 //   FERRY_CHUNK_BYTES  payload bytes per frame in collectives (default 256 KiB)
+//   FERRY_AUTH         how frames are protected after the handshake (default none):
+//                      none     CRC32C only (catches accidents, not attacks)
+//                      frames   every frame and ABORT carries a ChaCha20-Poly1305
+//                               tag: one altered, injected, replayed, reordered or
+//                               dropped on the path fails the collective
+//                      encrypt  the same, with payloads encrypted
+//                      Every rank must use the same value (checked at the handshake).
 #pragma once
 
 #include <chrono>
@@ -16,6 +23,7 @@
 #include <string>
 
 #include "ferry/comm/error.h"
+#include "ferry/comm/frame.h"
 
 namespace ferry::comm {
 
@@ -32,6 +40,9 @@ struct config {
   /// The largest frame accepted, header and CRC included; frames announcing
   /// more are refused before anything is allocated. Same on every rank.
   std::uint32_t max_frame_bytes = 16 * 1024 * 1024;
+  /// Per-frame authentication (FERRY_AUTH, frame.h's AUTHENTICATION). Same
+  /// on every rank.
+  frame_auth auth = frame_auth::none;
 
   /// Reads the variables above. A configuration error, not a failure of
   /// communication: bad_config naming the variable that is missing or

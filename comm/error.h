@@ -26,7 +26,8 @@ namespace ferry {
   X(connect_failed, 307, "address could not be resolved, bound or reached")          \
   X(bad_config, 308, "invalid configuration")                                        \
   X(aborted, 309, "communicator failed earlier")                                     \
-  X(protocol_error, 310, "message not allowed by the protocol at this point")
+  X(protocol_error, 310, "message not allowed by the protocol at this point")        \
+  X(forged_frame, 311, "frame failed authentication: altered, injected, replayed, reordered or dropped")
 FERRY_DEFINE_ERRORS(comm_errc, FERRY_COMM_ERRORS);
 
 }  // namespace ferry

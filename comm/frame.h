@@ -4,7 +4,7 @@
 // a fixed width (no size_t, no long, no struct dumps), so ranks that disagree
 // on word size or byte order still agree on the bytes.
 //
-// LAYOUT (version 1)
+// LAYOUT (version 1; protocol version 2 adds flag bits 4 and 5)
 //
 //   offset size field
 //   0      4    magic      "FDF1" (46 44 46 31)
@@ -15,7 +15,11 @@
 //                          bits 1-3: payload encoding, 0 raw (elements of
 //                          `dtype`), 1 bf16, 2 f16 (both: dtype MUST be F32, each
 //                          element sent as 2 bytes); other values MUST NOT appear;
-//                          bits 4-7 MUST be 0
+//                          bit 4: the trailer is a 16-byte tag, not a CRC;
+//                          bit 5: the payload is encrypted (only with bit 4);
+//                          bits 4-5 MUST be exactly what the link negotiated
+//                          (frame_auth: none 00, frames 01, encrypt 11);
+//                          bits 6-7 MUST be 0
 //   6      1    dtype      element type code of codec/dtype.h
 //   7      1    reserved   MUST be 0
 //   8      4    sender     u32, the sending rank
@@ -23,24 +27,48 @@
 //   20     4    chunk      u32, the chunk's index within the collective
 //   24     4    count      u32, elements in the payload
 //   28     n    payload    count elements; n = count * (2 if compressed else
-//                          size_of(dtype))
-//   28+n   4    crc        u32 CRC32C (codec/crc32c.h) of bytes [0, 28+n)
+//                          size_of(dtype)); ciphertext of as many bytes when
+//                          bit 5 is set
+//   28+n   4    crc        u32 CRC32C (codec/crc32c.h) of bytes [0, 28+n),
+//                          when bit 4 is clear; or
+//   28+n   16   tag        the Poly1305 tag of ChaCha20-Poly1305 (RFC 8439),
+//                          when bit 4 is set (see AUTHENTICATION below)
 //
-// A frame is exactly 32 + n bytes. A decoder MUST check the header's size
-// against its negotiated maximum before allocating or reading the payload,
-// and MUST check the CRC before using any payload byte.
+// A frame is exactly 32 + n bytes (44 + n with a tag). A decoder MUST check
+// the header's size against its negotiated maximum before allocating or
+// reading the payload, and MUST check the CRC or the tag before using any
+// payload byte.
+//
+// AUTHENTICATION (FERRY_AUTH=frames or encrypt, negotiated in the HELLO)
+//
+// Each direction of a connection has its own 32-byte key (handshake.h
+// derives them) and its own message counter: 0 for the first frame or
+// ABORT sent in that direction, then +1 for every frame and ABORT. The
+// counter is not on the wire. The AEAD is ChaCha20-Poly1305 with
+//   nonce = 00 00 00 00 || u64 little-endian counter      (12 bytes)
+//   frames:  AAD = header || payload, plaintext empty     (payload in clear)
+//   encrypt: AAD = header, plaintext = payload            (ciphertext sent)
+// and its 16-byte tag replaces the CRC. An ABORT is its 32 bytes (CRC kept)
+// followed by the tag of AAD = those 32 bytes, empty plaintext, at the
+// next counter. A receiver that counts every message it accepts therefore
+// refuses any frame or ABORT altered, injected, replayed, reordered or
+// dropped (the one after a dropped one) on the path: forged_frame.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "ferry/codec/dtype.h"
 #include "ferry/wire/byte_order.h"
 #include "ferry/comm/error.h"
+
+struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX, used in frame.cpp only
 
 namespace ferry::comm {
 
@@ -51,12 +79,31 @@ enum class encoding : std::uint8_t {
   f16 = 2,   ///< F32 values rounded to f16
 };
 
+/// How frames are protected on a link (FERRY_AUTH). Both ends of every
+/// link must agree (checked at the handshake).
+enum class frame_auth : std::uint8_t {
+  none = 0,     ///< CRC32C: catches accidents, not attacks
+  frames = 1,   ///< a ChaCha20-Poly1305 tag over header and payload
+  encrypt = 2,  ///< the same, with the payload encrypted
+};
+/// "none", "frames", "encrypt": FERRY_AUTH's values.
+[[nodiscard]] std::string_view name(frame_auth a) noexcept;
+
 inline constexpr std::size_t frame_header_size = 28;
-inline constexpr std::size_t frame_trailer_size = 4;
+inline constexpr std::size_t frame_trailer_size = 4;  ///< the CRC (frame_auth::none)
+inline constexpr std::size_t frame_tag_size = 16;     ///< the tag (frames, encrypt)
+inline constexpr std::size_t frame_key_size = 32;
+using frame_key = std::array<std::byte, frame_key_size>;
+
+/// Trailer bytes of a frame under `a`: 4 (CRC) or 16 (tag).
+[[nodiscard]] constexpr std::size_t trailer_size(frame_auth a) noexcept {
+  return a == frame_auth::none ? frame_trailer_size : frame_tag_size;
+}
 
 struct frame_header {
   wire::byte_order order = wire::host_order;
   encoding enc = encoding::raw;
+  frame_auth auth = frame_auth::none;  ///< flag bits 4-5
   codec::dtype type = codec::dtype::f32;
   std::uint32_t sender = 0;
   std::uint64_t sequence = 0;
@@ -78,8 +125,9 @@ void encode_header(const frame_header& h, std::span<std::byte, frame_header_size
 /// Parses and validates the fixed header. Errors: truncated, bad_magic,
 /// unsupported_version, bad_value (flags, reserved, or a compressed
 /// encoding with a dtype other than F32), unknown_dtype; limit_exceeded if
-/// the whole frame would exceed `max_frame_bytes` (checked before anything
-/// is allocated).
+/// the whole frame (with its CRC or tag) would exceed `max_frame_bytes`
+/// (checked before anything is allocated). Whether h.auth is the one the
+/// link negotiated is the caller's check (frame_decoder makes it).
 result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t max_frame_bytes) noexcept;
 
 // ---------------------------------------------------------------- sending
@@ -95,9 +143,65 @@ struct frame_envelope {
 };
 
 /// The header of `h` and the CRC32C of header and payload, both in h.order.
-/// Requires: payload.size() == payload_size(h) and the payload's elements
-/// in h.order.
+/// Requires: h.auth == none, payload.size() == payload_size(h) and the
+/// payload's elements in h.order.
 [[nodiscard]] frame_envelope seal(const frame_header& h, std::span<const std::byte> payload) noexcept;
+
+/// One direction of an authenticated link: ChaCha20-Poly1305 under that
+/// direction's key, in one reusable OpenSSL context (each message re-keys
+/// only the nonce). Sealing or opening, fixed at construction. The message
+/// counter is the caller's: whoever sends or receives counts.
+class frame_cipher {
+ public:
+  /// Requires: mode != none. Throws comm_error (auth_failed) if OpenSSL
+  /// cannot set up the cipher.
+  frame_cipher(frame_auth mode, const frame_key& key, bool sealing);
+  frame_cipher(frame_cipher&&) noexcept;
+  frame_cipher& operator=(frame_cipher&&) noexcept;
+  ~frame_cipher();
+
+  [[nodiscard]] frame_auth mode() const noexcept { return mode_; }
+
+  /// Seals one message at `counter`: frames mode authenticates `aad` and
+  /// `payload` (ciphertext unused, may be empty); encrypt mode
+  /// authenticates `aad`, encrypts `payload` into `ciphertext` (same size,
+  /// may be the same bytes) and authenticates that. Requires: sealing.
+  /// False only if OpenSSL fails.
+  [[nodiscard]] bool seal(std::uint64_t counter, std::span<const std::byte> aad, std::span<const std::byte> payload,
+                          std::span<std::byte> ciphertext, std::span<std::byte, frame_tag_size> tag) noexcept;
+
+  /// Opens one message in steps, as its bytes arrive: begin() with the
+  /// counter and the header (the AAD), update() with each piece of payload
+  /// in order (encrypt mode decrypts it in place), end() with the tag:
+  /// true if it verifies. Requires: not sealing. Until end() returns true
+  /// the bytes are unauthenticated (and in encrypt mode possibly garbage).
+  [[nodiscard]] bool begin(std::uint64_t counter, std::span<const std::byte> aad) noexcept;
+  [[nodiscard]] bool update(std::span<std::byte> piece) noexcept;
+  [[nodiscard]] bool end(std::span<const std::byte, frame_tag_size> tag) noexcept;
+
+ private:
+  struct ctx_free {
+    void operator()(evp_cipher_ctx_st* c) const noexcept;
+  };
+  [[nodiscard]] bool start(std::uint64_t counter, std::span<const std::byte> aad) noexcept;
+  std::unique_ptr<evp_cipher_ctx_st, ctx_free> ctx_;
+  frame_auth mode_;
+  bool sealing_;
+};
+
+/// The bytes around the payload of an authenticated frame.
+struct sealed_envelope {
+  std::array<std::byte, frame_header_size> header{};
+  std::array<std::byte, frame_tag_size> tag{};
+};
+
+/// The header of `h` (its auth set to c.mode()) and its tag at `counter`;
+/// encrypt mode writes the payload's ciphertext into `ciphertext` (same
+/// size as the payload, may alias it; unused in frames mode). Requires
+/// what seal() requires, and a sealing cipher. Throws comm_error
+/// (auth_failed) only if OpenSSL fails.
+[[nodiscard]] sealed_envelope seal(frame_header h, std::span<const std::byte> payload, frame_cipher& c,
+                                   std::uint64_t counter, std::span<std::byte> ciphertext);
 
 /// Host floats as the payload of an F32 frame of encoding `enc`, in the
 /// host's byte order: a copy (raw), or rounded to nearest even (bf16, f16;
@@ -107,6 +211,9 @@ void encode_f32_payload(encoding enc, std::span<const float> values, std::span<s
 /// A whole frame in one buffer (header, payload, trailer), for callers that
 /// keep frames in memory or files. Requires what seal() requires.
 [[nodiscard]] std::vector<std::byte> encode_frame(const frame_header& h, std::span<const std::byte> payload);
+/// The same, authenticated (and encrypted) by `c` at `counter`.
+[[nodiscard]] std::vector<std::byte> encode_frame(const frame_header& h, std::span<const std::byte> payload,
+                                                  frame_cipher& c, std::uint64_t counter);
 
 // -------------------------------------------------------------- receiving
 
@@ -140,7 +247,7 @@ class frame_sink {
   /// goes: exactly payload_size(h) bytes, which the decoder fills and
   /// checks before on_frame(); or an error to refuse the frame.
   virtual result<std::span<std::byte>> on_header(const frame_header& h) = 0;
-  /// The payload is in place and the frame's CRC is right.
+  /// The payload is in place (decrypted) and the frame's CRC or tag is right.
   virtual result<void> on_frame(const frame_header& h, std::span<std::byte> payload) = 0;
   /// An ABORT arrived where a frame may start, and parsed.
   virtual result<void> on_abort(const abort_message& a) = 0;
@@ -148,10 +255,15 @@ class frame_sink {
 
 /// The receiving side of a link: takes bytes as they arrive, in any split,
 /// and hands complete, checked frames to a frame_sink. Header, then
-/// payload (straight into the buffer the sink chose), then the CRC check,
-/// before the sink sees any payload byte. An ABORT may stand wherever a
-/// frame may start. The size check happens on the 28 header bytes alone,
+/// payload (straight into the buffer the sink chose), then the CRC or tag
+/// check, before the sink sees any payload byte. An ABORT may stand wherever
+/// a frame may start. The size check happens on the 28 header bytes alone,
 /// so no hostile frame makes anything allocate.
+///
+/// In an authenticated mode the decoder counts the messages it accepts
+/// (the implicit counter of frame.h's AUTHENTICATION), authenticates each
+/// payload piece as it lands (hot in cache; encrypt mode decrypts it in
+/// place) and checks the tag before on_frame() or on_abort().
 ///
 /// Two ways to feed it: feed() copies bytes a caller already has; a socket
 /// reader asks buffers() where the next bytes go, reads into them (readv),
@@ -159,18 +271,24 @@ class frame_sink {
 class frame_decoder {
  public:
   explicit frame_decoder(std::size_t max_frame_bytes) noexcept : max_frame_bytes_(max_frame_bytes) {}
+  /// An authenticated link's receiving end: frames and ABORTs opened with
+  /// `key`, the first at message counter `counter`. Requires: mode != none.
+  frame_decoder(std::size_t max_frame_bytes, frame_auth mode, const frame_key& key, std::uint64_t counter = 0);
 
   /// Where the next bytes go, in order, at most 3 spans: the rest of the
-  /// part being received (header, payload or CRC), a payload's CRC after
-  /// it, and, with `read_ahead`, the next frame's first 28 bytes. Without
+  /// part being received (header, payload or CRC/tag), a payload's CRC or
+  /// tag after it, and, with `read_ahead`, the next frame's first 28 bytes. Without
   /// read_ahead nothing past the current frame is asked for. Returns how
   /// many spans were set.
   std::size_t buffers(std::span<std::span<std::byte>, 3> out, bool read_ahead) noexcept;
 
   /// `n` bytes were written, in order, into the spans of the last
   /// buffers() call. Completed parts go to the sink. Errors: those of
-  /// parse_header() and parse_abort(), checksum_mismatch, or the sink's;
-  /// after one, every call returns it again.
+  /// parse_header() and parse_abort(), checksum_mismatch, forged_frame (a
+  /// tag that does not verify, or a header whose bits 4-5 are not the
+  /// negotiated mode; bad_value for tagged frames on a link without
+  /// authentication), or the sink's; after one, every call returns it
+  /// again.
   result<void> advance(std::size_t n, frame_sink& sink);
 
   /// Copies `bytes` in (any split of a stream of frames).
@@ -178,6 +296,10 @@ class frame_decoder {
 
   /// True when no frame or ABORT is partly received.
   [[nodiscard]] bool idle() const noexcept { return part_ == part::header && head_got_ == 0; }
+  /// The message counter of the next frame or ABORT (authenticated modes;
+  /// it counts the messages accepted).
+  [[nodiscard]] std::uint64_t counter() const noexcept { return counter_; }
+  [[nodiscard]] frame_auth mode() const noexcept { return mode_; }
 
  private:
   enum class part : std::uint8_t { header, payload, trailer };
@@ -188,15 +310,18 @@ class frame_decoder {
   }
 
   std::size_t max_frame_bytes_;
+  frame_auth mode_ = frame_auth::none;
+  std::optional<frame_cipher> cipher_;  // set in the authenticated modes
+  std::uint64_t counter_ = 0;
   part part_ = part::header;
   error_code error_;
-  std::array<std::byte, 32> head_{};  // a header, or a whole ABORT
+  std::array<std::byte, 32 + frame_tag_size> head_{};  // a header, or a whole ABORT and its tag
   std::size_t head_got_ = 0;
   frame_header header_;
   std::uint32_t header_crc_ = 0;
   std::span<std::byte> payload_;
   std::size_t payload_got_ = 0;
-  std::array<std::byte, frame_trailer_size> trailer_{};
+  std::array<std::byte, frame_tag_size> trailer_{};  // the CRC or the tag
   std::size_t trailer_got_ = 0;
 };
 
@@ -211,10 +336,16 @@ struct decoded_frame {
 /// (allocating no more than the buffer holds). Errors: those of the
 /// decoder, truncated, trailing_bytes, bad_magic (an ABORT, not a frame).
 result<decoded_frame> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes);
+/// The same for an authenticated frame at message counter `counter`
+/// (payload decrypted in encrypt mode). Requires: mode != none.
+result<decoded_frame> decode_frame(std::span<const std::byte> frame, std::size_t max_frame_bytes, frame_auth mode,
+                                   const frame_key& key, std::uint64_t counter);
 
 /// ABORT, the message a rank sends both neighbours when a collective fails
 /// there, so that every rank fails naming the same culprit. It may stand
-/// wherever a frame may, on either direction of a link.
+/// wherever a frame may, on either direction of a link. On an
+/// authenticated link its 32 bytes are followed by a 16-byte tag
+/// (AUTHENTICATION above).
 ///
 ///   offset size field
 ///   0      4    magic      "FDX1" (46 44 58 31)
@@ -242,5 +373,15 @@ inline constexpr std::size_t abort_size = 32;
 /// Errors: bad_magic, unsupported_version, bad_value (flags, reserved,
 /// code 0), checksum_mismatch.
 result<abort_message> parse_abort(std::span<const std::byte, abort_size> bytes) noexcept;
+
+inline constexpr std::size_t sealed_abort_size = abort_size + frame_tag_size;
+/// An ABORT in the host's byte order and its tag at `counter`. Throws
+/// comm_error (auth_failed) only if OpenSSL fails.
+[[nodiscard]] std::array<std::byte, sealed_abort_size> seal_abort(const abort_message& m, frame_cipher& c,
+                                                                  std::uint64_t counter);
+/// Checks the tag of a sealed ABORT at `counter` (forged_frame if wrong),
+/// then parses it.
+result<abort_message> open_abort(std::span<const std::byte, sealed_abort_size> bytes, frame_cipher& c,
+                                 std::uint64_t counter) noexcept;
 
 }  // namespace ferry::comm

@@ -1,9 +1,12 @@
 #include "ferry/comm/handshake.h"
 
 #include <netinet/in.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -149,6 +152,7 @@ std::array<std::byte, hello_size> encode_hello(const hello& h) {
   put<std::uint32_t>(b, 16, h.chunk_bytes);
   put<std::uint32_t>(b, 20, h.max_frame_bytes);
   put<std::uint16_t>(b, 24, h.listen_port);
+  put<std::uint8_t>(b, 26, static_cast<std::uint8_t>(h.auth));
   const std::size_t n = std::min(h.arch.size(), arch_size);
   std::memcpy(b.data() + 28, h.arch.data(), n);
   std::copy(h.nonce.begin(), h.nonce.end(), b.begin() + 44);
@@ -180,7 +184,9 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.chunk_bytes = get<std::uint32_t>(b, 16);
   h.max_frame_bytes = get<std::uint32_t>(b, 20);
   h.listen_port = get<std::uint16_t>(b, 24);
-  if (get<std::uint16_t>(b, 26) != 0) return errc::bad_value;
+  const auto auth = get<std::uint8_t>(b, 26);
+  if (auth > 2 || get<std::uint8_t>(b, 27) != 0) return errc::bad_value;
+  h.auth = static_cast<frame_auth>(auth);
   std::copy(b.begin() + 44, b.begin() + 76, h.nonce.begin());
   if (h.world_size == 0 || h.rank >= h.world_size) return comm_errc::config_mismatch;
   return h;
@@ -196,6 +202,10 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
   field("world size", mine.world_size, theirs.world_size);
   field("chunk bytes", mine.chunk_bytes, theirs.chunk_bytes);
   field("max frame bytes", mine.max_frame_bytes, theirs.max_frame_bytes);
+  if (mine.auth != theirs.auth) {
+    diff += (diff.empty() ? "" : "; ") + std::string("frame authentication FERRY_AUTH=") + std::string(name(mine.auth)) +
+            " on " + describe(mine) + " but FERRY_AUTH=" + std::string(name(theirs.auth)) + " on " + describe(theirs);
+  }
   if (diff.empty() && mine.rank == theirs.rank) {
     diff = "two processes claim rank " + std::to_string(mine.rank) + ": " + describe(mine) + " and " + describe(theirs);
   }
@@ -219,6 +229,37 @@ std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
     fail(comm_errc::auth_failed, "OpenSSL HMAC-SHA256 failed");
   }
   return mac;
+}
+
+frame_keys derive_frame_keys(frame_auth mode, std::string_view secret, std::span<const std::byte, 32> initiator_nonce,
+                             std::span<const std::byte, 32> acceptor_nonce) {
+  std::array<unsigned char, 64> salt{};
+  std::memcpy(salt.data(), initiator_nonce.data(), 32);
+  std::memcpy(salt.data() + 32, acceptor_nonce.data(), 32);
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* ctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
+  EVP_KDF_free(kdf);  // the context holds its own reference
+  if (ctx == nullptr) fail(comm_errc::auth_failed, "OpenSSL's HKDF is not available");
+  auto derive = [&](const char* sender, frame_key& out) {
+    const std::string info = "ferry-comm-2 " + std::string(name(mode)) + " " + sender;
+    char digest[] = "SHA256";
+    std::string ikm(secret);
+    const OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, ikm.data(), ikm.size()),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt.data(), salt.size()),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
+        OSSL_PARAM_construct_end()};
+    const bool ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params) == 1;
+    OPENSSL_cleanse(ikm.data(), ikm.size());
+    return ok;
+  };
+  frame_keys keys;
+  const bool ok = derive("initiator", keys.initiator) && derive("acceptor", keys.acceptor);
+  EVP_KDF_CTX_free(ctx);
+  OPENSSL_cleanse(salt.data(), salt.size());
+  if (!ok) fail(comm_errc::auth_failed, "OpenSSL's HKDF-SHA256 failed");
+  return keys;
 }
 
 std::vector<std::byte> encode_reject(error_code code, std::string_view text) {
@@ -322,7 +363,7 @@ namespace {
 // configuration check.
 void finish(const socket& s, bool initiator, const hello& mine, const hello& theirs,
             const std::array<std::byte, hello_size>& i_bytes, const std::array<std::byte, hello_size>& a_bytes,
-            std::string_view secret, clock::time_point deadline, const std::string& who) {
+            std::string_view secret, clock::time_point deadline, const std::string& who, frame_keys* keys) {
   auto send_auth = [&] {
     std::array<std::byte, auth_size> m{};
     std::copy(auth_magic.begin(), auth_magic.end(), m.begin());
@@ -351,12 +392,16 @@ void finish(const socket& s, bool initiator, const hello& mine, const hello& the
     send_auth();
   }
   if (const std::string diff = compare_worlds(mine, theirs); !diff.empty()) fail(comm_errc::config_mismatch, diff);
+  if (keys != nullptr && mine.auth != frame_auth::none) {
+    *keys = derive_frame_keys(mine.auth, secret, initiator ? mine.nonce : theirs.nonce,
+                              initiator ? theirs.nonce : mine.nonce);
+  }
 }
 
 }  // namespace
 
 hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
-                         const std::string& who) {
+                         const std::string& who, frame_keys* keys) {
   mine.nonce = random_nonce();
   const auto mine_bytes = encode_hello(mine);
   send_all(s, mine_bytes, deadline, who);
@@ -365,11 +410,12 @@ hello handshake_initiate(const socket& s, hello mine, std::string_view secret, c
   if (!theirs) fail(theirs.error(), who + " sent a malformed HELLO: " + std::string(message(theirs.error())));
   if (theirs->version != protocol_version) fail(comm_errc::version_mismatch, version_error(mine, *theirs));
   if (theirs->role != role::reply) fail(comm_errc::protocol_error, who + " answered with a HELLO that is not a reply");
-  finish(s, true, mine, *theirs, mine_bytes, theirs_bytes, secret, deadline, who);
+  finish(s, true, mine, *theirs, mine_bytes, theirs_bytes, secret, deadline, who, keys);
   return *theirs;
 }
 
-hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline) {
+hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
+                       frame_keys* keys) {
   const std::string who = "the connecting peer";
   mine.role = role::reply;
   mine.listen_port = 0;
@@ -389,7 +435,7 @@ hello handshake_accept(const socket& s, hello mine, std::string_view secret, clo
   if (theirs->role == role::reply) fail(comm_errc::protocol_error, who + " opened with a reply HELLO");
   const auto mine_bytes = encode_hello(mine);
   send_all(s, mine_bytes, deadline, who);
-  finish(s, false, mine, *theirs, theirs_bytes, mine_bytes, secret, deadline, describe(*theirs));
+  finish(s, false, mine, *theirs, theirs_bytes, mine_bytes, secret, deadline, describe(*theirs), keys);
   return *theirs;
 }
 

@@ -11,7 +11,7 @@
 // version, so a mismatch can be reported with both sides named)
 //   offset size field
 //   0      4    magic        "FDH1" (46 44 48 31)
-//   4      1    version      protocol version, 1
+//   4      1    version      protocol version, 2 (1 had no frame authentication)
 //   5      1    role         1 join (to rank 0's rendezvous), 2 ring (to the
 //                            next rank's ring listener), 3 reply (the acceptor)
 //   6      1    byte order   the sender host's native order (0 little, 1 big)
@@ -21,7 +21,9 @@
 //   16     4    chunk bytes  u32, payload bytes per frame in collectives
 //   20     4    max frame    u32, largest frame this rank accepts, bytes
 //   24     2    listen port  u16, role 1 only: the joiner's ring listener
-//   26     2    reserved     0
+//   26     1    auth         frame authentication (FERRY_AUTH): 0 none, 1 frames,
+//                            2 encrypt; both sides MUST say the same
+//   27     1    reserved     0
 //   28     16   arch         ASCII architecture name, NUL-padded ("x86_64")
 //   44     32   nonce        32 random bytes (the challenge)
 //   76     4    crc          u32 CRC32C of bytes [0, 76)
@@ -53,7 +55,18 @@
 // Order on a connection: the initiator sends HELLO; the acceptor answers
 // HELLO (role 3) or REJECT; the initiator sends AUTH; the acceptor answers
 // AUTH or REJECT. After that both compare configurations (world size,
-// chunk bytes, max frame) and both fail, naming both sides, if they differ.
+// chunk bytes, max frame, auth) and both fail, naming both sides, if they
+// differ.
+//
+// FRAME KEYS (auth frames or encrypt): each side then derives one 32-byte
+// key per direction of the connection with HKDF-SHA256 (RFC 5869):
+//   IKM  = the shared secret's bytes
+//   salt = initiator's nonce || acceptor's nonce (64 bytes)
+//   info = "ferry-comm-2 " mode " " sender, ASCII, mode "frames" or
+//          "encrypt", sender "initiator" or "acceptor": the side that
+//          sends with that key
+// Fresh nonces make fresh keys for every connection, so nothing recorded
+// from another connection or another world authenticates on this one.
 #pragma once
 
 #include <array>
@@ -66,10 +79,11 @@
 
 #include "ferry/wire/byte_order.h"
 #include "ferry/comm/error.h"
+#include "ferry/comm/frame.h"
 
 namespace ferry::comm {
 
-inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::uint8_t protocol_version = 2;
 inline constexpr std::size_t hello_size = 80;
 inline constexpr std::size_t auth_size = 36;
 inline constexpr std::size_t max_reject_text = 1024;
@@ -87,6 +101,7 @@ struct hello {
   std::uint32_t chunk_bytes = 0;
   std::uint32_t max_frame_bytes = 0;
   std::uint16_t listen_port = 0;
+  frame_auth auth = frame_auth::none;
   std::string arch;  ///< at most 16 ASCII characters
   std::array<std::byte, 32> nonce{};
   friend bool operator==(const hello&, const hello&) = default;
@@ -103,8 +118,8 @@ std::array<std::byte, hello_size> encode_hello(const hello& h);
 /// Parses a HELLO. A version other than protocol_version parses only the
 /// fields every version keeps (version, role, order, word size, rank,
 /// arch) so the caller can report the mismatch. Errors: bad_magic, checksum_mismatch, bad_value
-/// (role, byte order, word size, arch, reserved), config_mismatch (rank not
-/// below world size, world size 0).
+/// (role, byte order, word size, arch, auth, reserved), config_mismatch
+/// (rank not below world size, world size 0).
 result<hello> parse_hello(std::span<const std::byte, hello_size> bytes) noexcept;
 
 /// Describes how two HELLOs' world configurations differ, naming both
@@ -115,6 +130,18 @@ std::string compare_worlds(const hello& mine, const hello& theirs);
 std::array<std::byte, 32> auth_proof(std::string_view secret, bool initiator,
                                      std::span<const std::byte, hello_size> initiator_hello,
                                      std::span<const std::byte, hello_size> acceptor_hello);
+
+/// The two keys of one connection (FRAME KEYS above).
+struct frame_keys {
+  frame_key initiator{};  ///< the initiator sends with it, the acceptor receives
+  frame_key acceptor{};   ///< the acceptor sends with it, the initiator receives
+  friend bool operator==(const frame_keys&, const frame_keys&) = default;
+};
+
+/// HKDF-SHA256 of FRAME KEYS. Requires: mode != none. Throws comm_error
+/// (auth_failed) only if OpenSSL fails.
+frame_keys derive_frame_keys(frame_auth mode, std::string_view secret, std::span<const std::byte, 32> initiator_nonce,
+                             std::span<const std::byte, 32> acceptor_nonce);
 
 std::vector<std::byte> encode_reject(error_code code, std::string_view text);
 /// Parses a REJECT body (the bytes after its 4-byte magic: code, length,

@@ -13,24 +13,29 @@ namespace ferry::comm::detail {
 
 std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
+namespace {
+
+// How far ahead of the socket frames are sealed in the authenticated modes.
+constexpr std::size_t seal_window = std::size_t{1} << 20;
+
+}  // namespace
+
 // Hands the decoder's frames to the running plan, checking that each is the
-// next one of this collective from the previous rank.
+// next one of this collective from the previous rank. On an authenticated
+// link that check waits for the tag: a frame out of order there is one
+// replayed, reordered or injected on the path (forged_frame, from the tag)
+// unless its tag verifies, and only then a rank out of step.
 class link::receiver final : public frame_sink {
  public:
-  receiver(link& l, plan& p) : l_(l), p_(p) {}
+  receiver(link& l, plan& p) : l_(l), p_(p), authenticated_(l.cfg_.auth != frame_auth::none) {}
 
   result<std::span<std::byte>> on_header(const frame_header& h) override {
-    if (h.sender != l_.prev_ || h.sequence != l_.sequence_ || h.chunk != l_.received_) {
-      l_.fail(comm_errc::sequence_mismatch, l_.prev_,
-              "expected chunk " + std::to_string(l_.received_) + " of collective #" + std::to_string(l_.sequence_) +
-                  " (" + p_.name + ") from " + rank_name(l_.prev_) + ", got chunk " + std::to_string(h.chunk) +
-                  " of collective #" + std::to_string(h.sequence) + " from sender " + std::to_string(h.sender) +
-                  ": do all ranks call the same collectives in the same order?");
-    }
+    if (!authenticated_) check_order(h);
     return p_.on_header(h, l_.received_);
   }
 
   result<void> on_frame(const frame_header& h, std::span<std::byte> payload) override {
+    if (authenticated_) check_order(h);
     const std::uint32_t index = l_.received_++;
     p_.on_frame(h, index, payload);
     return {};
@@ -39,9 +44,29 @@ class link::receiver final : public frame_sink {
   result<void> on_abort(const abort_message& a) override { l_.fail_from_abort(a, l_.prev_); }
 
  private:
+  void check_order(const frame_header& h) {
+    if (h.sender != l_.prev_ || h.sequence != l_.sequence_ || h.chunk != l_.received_) {
+      l_.fail(comm_errc::sequence_mismatch, l_.prev_,
+              l_.inbound() + ": expected chunk " + std::to_string(l_.received_) + " of collective #" +
+                  std::to_string(l_.sequence_) + " (" + p_.name + ") from " + rank_name(l_.prev_) + ", got chunk " +
+                  std::to_string(h.chunk) + " of collective #" + std::to_string(h.sequence) + " from sender " +
+                  std::to_string(h.sender) + ": do all ranks call the same collectives in the same order?");
+    }
+  }
+
   link& l_;
   plan& p_;
+  bool authenticated_;
 };
+
+namespace {
+
+frame_decoder make_decoder(const comm::config& c, const ring_links& links) {
+  if (c.auth == frame_auth::none || c.world_size == 1) return frame_decoder(c.max_frame_bytes);
+  return frame_decoder(c.max_frame_bytes, c.auth, links.prev_keys.initiator);
+}
+
+}  // namespace
 
 link::link(const comm::config& c, std::optional<listener> rank0)
     : cfg_(c),
@@ -50,7 +75,15 @@ link::link(const comm::config& c, std::optional<listener> rank0)
       n_(c.world_size),
       prev_((c.rank + c.world_size - 1) % c.world_size),
       next_((c.rank + 1) % c.world_size),
-      decoder_(c.max_frame_bytes) {}
+      decoder_(make_decoder(c, links_)) {
+  if (c.auth != frame_auth::none && n_ > 1) {
+    seal_next_.emplace(c.auth, links_.next_keys.initiator, true);
+    seal_prev_.emplace(c.auth, links_.prev_keys.acceptor, true);
+    open_next_.emplace(c.auth, links_.next_keys.acceptor, false);
+  }
+}
+
+std::string link::inbound() const { return "link from " + rank_name(prev_) + " to " + rank_name(rank_); }
 
 void link::fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const {
   throw comm_error(code, culprit, rank_name(rank_) + ": " + what);
@@ -83,24 +116,39 @@ void link::abort_links(const comm_error& e) noexcept {
     a.culprit = e.peer();
     a.sequence = sequence_;
   }
-  const auto bytes = encode_abort(a);
   const auto deadline = clock::now() + std::chrono::seconds(1);
   try {
     // A frame half sent must be finished first, or the ABORT would land
-    // inside it.
+    // inside it. Sealed frames form a prefix of the queue, so the ABORT's
+    // counter follows the last frame that reaches the wire.
+    std::uint64_t counter = next_counter_;
+    if (!sendq_.empty() && sendq_.front().sealed) counter = sendq_.front().counter;
     if (!sendq_.empty() && sendq_.front().sent > 0 && links_.next.valid()) {
       const out_frame& f = sendq_.front();
       std::vector<std::byte> rest(f.total());
-      std::memcpy(rest.data(), f.envelope.header.data(), frame_header_size);
+      std::memcpy(rest.data(), f.header.data(), frame_header_size);
       if (f.size > 0) std::memcpy(rest.data() + frame_header_size, f.payload, f.size);
-      std::memcpy(rest.data() + frame_header_size + f.size, f.envelope.trailer.data(), frame_trailer_size);
+      std::memcpy(rest.data() + frame_header_size + f.size, f.trailer.data(), f.trailer_size);
       send_all(links_.next, std::span(rest).subspan(f.sent), deadline, "next");
+      counter = f.counter + 1;
     }
-    if (links_.next.valid()) send_all(links_.next, bytes, deadline, "next");
+    if (links_.next.valid()) {
+      if (seal_next_) {
+        send_all(links_.next, seal_abort(a, *seal_next_, counter), deadline, "next");
+      } else {
+        send_all(links_.next, encode_abort(a), deadline, "next");
+      }
+    }
   } catch (...) {
   }
   try {
-    if (links_.prev.valid()) send_all(links_.prev, bytes, deadline, "prev");
+    if (links_.prev.valid()) {
+      if (seal_prev_) {
+        send_all(links_.prev, seal_abort(a, *seal_prev_, prev_counter_++), deadline, "prev");
+      } else {
+        send_all(links_.prev, encode_abort(a), deadline, "prev");
+      }
+    }
   } catch (...) {
   }
   sendq_.clear();
@@ -125,22 +173,63 @@ void link::send(frame_header h, std::span<const std::byte> payload, int slot) {
   h.sender = rank_;
   h.sequence = sequence_;
   out_frame f;
-  f.envelope = seal(h, payload);
   f.payload = payload.data();
   f.size = payload.size();
   f.slot = slot;
+  if (seal_next_) {
+    f.h = h;  // sealed by seal_ahead(), shortly before it is sent
+    f.trailer_size = frame_tag_size;
+  } else {
+    const frame_envelope e = seal(h, payload);
+    std::copy(e.header.begin(), e.header.end(), f.header.begin());
+    std::copy(e.trailer.begin(), e.trailer.end(), f.trailer.begin());
+    f.sealed = true;
+  }
   sendq_.push_back(f);
   ++queued_;
+}
+
+void link::seal_frame(out_frame& f) {
+  std::span<std::byte> ciphertext;
+  if (seal_next_->mode() == frame_auth::encrypt) {
+    if (cipher_free_.empty()) {
+      cipher_bufs_.emplace_back();
+      cipher_free_.push_back(static_cast<int>(cipher_bufs_.size() - 1));
+    }
+    f.cipher_slot = cipher_free_.back();
+    cipher_free_.pop_back();
+    auto& buf = cipher_bufs_[static_cast<std::size_t>(f.cipher_slot)];
+    if (buf.size() < f.size) buf.resize(std::max<std::size_t>(f.size, cfg_.chunk_bytes));
+    ciphertext = std::span(buf).first(f.size);
+  }
+  const sealed_envelope e = seal(f.h, std::span(f.payload, f.size), *seal_next_, next_counter_, ciphertext);
+  std::copy(e.header.begin(), e.header.end(), f.header.begin());
+  std::copy(e.tag.begin(), e.tag.end(), f.trailer.begin());
+  if (!ciphertext.empty()) f.payload = ciphertext.data();
+  f.counter = next_counter_++;
+  f.sealed = true;
+}
+
+// Seals queued frames up to seal_window bytes ahead of what the socket has
+// taken (at least the first).
+void link::seal_ahead() {
+  std::size_t ahead = 0;
+  for (out_frame& f : sendq_) {
+    if (ahead >= seal_window) return;
+    if (!f.sealed) seal_frame(f);
+    ahead += f.total() - f.sent;
+  }
 }
 
 bool link::try_send() {
   bool progress = false;
   while (!sendq_.empty()) {
+    if (seal_next_) seal_ahead();
     constexpr std::size_t max_frames = 32;
     std::array<iovec, 3 * max_frames> iov{};
     std::size_t k = 0;
     std::size_t frames = 0;
-    for (auto it = sendq_.begin(); it != sendq_.end() && frames < max_frames; ++it, ++frames) {
+    for (auto it = sendq_.begin(); it != sendq_.end() && frames < max_frames && it->sealed; ++it, ++frames) {
       std::size_t skip = it->sent;
       auto add = [&](const void* p, std::size_t len) {
         if (skip >= len) {
@@ -150,9 +239,9 @@ bool link::try_send() {
         iov[k++] = {const_cast<std::byte*>(static_cast<const std::byte*>(p)) + skip, len - skip};
         skip = 0;
       };
-      add(it->envelope.header.data(), frame_header_size);
+      add(it->header.data(), frame_header_size);
       add(it->payload, it->size);
-      add(it->envelope.trailer.data(), frame_trailer_size);
+      add(it->trailer.data(), it->trailer_size);
     }
     msghdr msg{};
     msg.msg_iov = iov.data();
@@ -175,6 +264,7 @@ bool link::try_send() {
       left -= take;
       if (f.sent == f.total()) {
         if (f.slot >= 0) scratch_free_.push_back(f.slot);
+        if (f.cipher_slot >= 0) cipher_free_.push_back(f.cipher_slot);
         sendq_.pop_front();
       }
     }
@@ -193,11 +283,15 @@ bool link::try_recv(plan& p, receiver& r) {
     std::array<iovec, 3> iov{};
     for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
     const ssize_t got = ::readv(links_.prev.fd(), iov.data(), static_cast<int>(k));
-    if (got == 0) fail(comm_errc::peer_lost, prev_, "connection from " + rank_name(prev_) + " closed (did it die?)");
+    if (got == 0) {
+      fail(comm_errc::peer_lost, prev_,
+           inbound() + ": connection from " + rank_name(prev_) + " closed (did it die?)");
+    }
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
-      fail(comm_errc::peer_lost, prev_, "connection from " + rank_name(prev_) + " lost: " + std::strerror(errno));
+      fail(comm_errc::peer_lost, prev_,
+           inbound() + ": connection from " + rank_name(prev_) + " lost: " + std::strerror(errno));
     }
     progress = true;
     const auto s = decoder_.advance(static_cast<std::size_t>(got), r);
@@ -205,22 +299,31 @@ bool link::try_recv(plan& p, receiver& r) {
     const error_code e = s.error();
     if (e == errc::limit_exceeded) {
       fail(e, prev_,
-           rank_name(prev_) + " announced a frame larger than the negotiated maximum of " +
+           inbound() + ": " + rank_name(prev_) + " announced a frame larger than the negotiated maximum of " +
                std::to_string(cfg_.max_frame_bytes) + " bytes; refused before reading it");
     }
     if (e == errc::checksum_mismatch) {
       fail(e, prev_,
-           "CRC32C mismatch in chunk " + std::to_string(received_) + " of collective #" + std::to_string(sequence_) +
-               " (or in an ABORT) from " + rank_name(prev_) + ": the bytes were corrupted on the way");
+           inbound() + ": CRC32C mismatch in chunk " + std::to_string(received_) + " of collective #" +
+               std::to_string(sequence_) + " (or in an ABORT) from " + rank_name(prev_) +
+               ": the bytes were corrupted on the way");
     }
-    fail(e, prev_, "malformed frame or ABORT from " + rank_name(prev_));
+    if (e == comm_errc::forged_frame) {
+      fail(e, prev_,
+           inbound() + ": message #" + std::to_string(decoder_.counter()) + " on the link (chunk " +
+               std::to_string(received_) + " of collective #" + std::to_string(sequence_) + ", " + p.name +
+               ") failed authentication (FERRY_AUTH=" + std::string(comm::name(cfg_.auth)) +
+               "): a frame or ABORT altered, injected, replayed, reordered or dropped on the way");
+    }
+    fail(e, prev_, inbound() + ": malformed frame or ABORT from " + rank_name(prev_));
   }
   return progress;
 }
 
 bool link::check_upstream(bool sending_done) {
   for (;;) {
-    const ssize_t got = ::recv(links_.next.fd(), up_head_.data() + up_got_, abort_size - up_got_, 0);
+    const std::size_t need = open_next_ ? sealed_abort_size : abort_size;
+    const ssize_t got = ::recv(links_.next.fd(), up_head_.data() + up_got_, need - up_got_, 0);
     if (got == 0 && sending_done && up_got_ == 0) return false;
     if (got == 0) fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " closed (did it die?)");
     if (got < 0) {
@@ -233,9 +336,17 @@ bool link::check_upstream(bool sending_done) {
     if (up_got_ >= 4 && !is_abort(up_head_)) {
       fail(comm_errc::protocol_error, next_, rank_name(next_) + " sent data against the ring's direction");
     }
-    if (up_got_ == abort_size) {
-      const auto a = parse_abort(up_head_);
+    if (up_got_ == need) {
+      const auto a = open_next_ ? open_abort(up_head_, *open_next_, up_counter_)
+                                : parse_abort(std::span(up_head_).first<abort_size>());
+      if (!a && a.error() == comm_errc::forged_frame) {
+        fail(a.error(), next_,
+             "link from " + rank_name(rank_) + " to " + rank_name(next_) + ": an ABORT from " + rank_name(next_) +
+                 " failed authentication (FERRY_AUTH=" + std::string(comm::name(cfg_.auth)) +
+                 "): altered or injected on the way");
+      }
       if (!a) fail(a.error(), next_, rank_name(next_) + " sent a malformed ABORT");
+      ++up_counter_;
       fail_from_abort(*a, next_);
     }
   }
@@ -291,6 +402,8 @@ void link::run(plan& p, const std::function<void()>& start) {
   queued_ = 0;
   scratch_free_.clear();
   for (int i = static_cast<int>(scratch_.size()) - 1; i >= 0; --i) scratch_free_.push_back(i);
+  cipher_free_.clear();
+  for (int i = static_cast<int>(cipher_bufs_.size()) - 1; i >= 0; --i) cipher_free_.push_back(i);
   waiting_on_.reset();
   if (n_ == 1) return;
   try {

@@ -2,7 +2,11 @@
 // that moves one collective's frames over them: frames out to the next
 // rank (gathered straight from their buffers), frames in from the previous
 // one (through frame_decoder, payloads straight into place), and ABORT
-// messages both ways when a collective fails. Not part of the API.
+// messages both ways when a collective fails. With config::auth, every
+// message is sealed with its direction's key and counter (frame.h's
+// AUTHENTICATION): frames lazily, a little ahead of the socket, so sealing
+// overlaps sending and encrypt mode needs only a few ciphertext buffers.
+// Not part of the API.
 #pragma once
 
 #include <array>
@@ -31,7 +35,7 @@ struct plan {
   /// Validates an incoming header (index = its position in this
   /// collective) and says where its payload goes.
   virtual std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) = 0;
-  /// The payload arrived and its CRC is right.
+  /// The payload arrived and its CRC or tag is right.
   virtual void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) = 0;
   std::uint32_t expected = 0;  ///< frames to receive
   std::size_t sends = 0;       ///< frames to send
@@ -74,16 +78,25 @@ class link {
 
  private:
   struct out_frame {
-    frame_envelope envelope;
-    const std::byte* payload = nullptr;
+    frame_header h;  // until sealed
+    std::array<std::byte, frame_header_size> header{};
+    std::array<std::byte, frame_tag_size> trailer{};  // the CRC (first 4 bytes) or the tag
+    const std::byte* payload = nullptr;               // what goes on the wire: the payload or its ciphertext
     std::size_t size = 0;
     std::size_t sent = 0;
+    std::uint64_t counter = 0;  // its message counter, once sealed (auth)
     int slot = -1;
-    [[nodiscard]] std::size_t total() const { return frame_header_size + size + frame_trailer_size; }
+    int cipher_slot = -1;
+    bool sealed = false;
+    std::uint8_t trailer_size = frame_trailer_size;
+    [[nodiscard]] std::size_t total() const { return frame_header_size + size + trailer_size; }
   };
   class receiver;
 
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from);
+  [[nodiscard]] std::string inbound() const;  // "link from rank P to rank R"
+  void seal_ahead();
+  void seal_frame(out_frame& f);
   void abort_links(const comm_error& e) noexcept;
   bool try_send();
   bool try_recv(plan& p, receiver& r);
@@ -103,9 +116,21 @@ class link {
   std::uint32_t received_ = 0;
   std::size_t queued_ = 0;
   std::deque<out_frame> sendq_;
-  // An ABORT arriving against the flow, from the next rank.
-  std::array<std::byte, abort_size> up_head_{};
+  // An ABORT arriving against the flow, from the next rank (and its tag).
+  std::array<std::byte, sealed_abort_size> up_head_{};
   std::size_t up_got_ = 0;
+
+  // Authenticated modes: one cipher and one counter per direction of each
+  // socket (the decoder holds the fourth, for frames from the previous rank).
+  std::optional<frame_cipher> seal_next_;  // frames and ABORTs to the next rank
+  std::optional<frame_cipher> seal_prev_;  // ABORTs to the previous rank
+  std::optional<frame_cipher> open_next_;  // ABORTs from the next rank
+  std::uint64_t next_counter_ = 0;         // messages sealed for the next rank
+  std::uint64_t prev_counter_ = 0;         // ABORTs sent to the previous rank
+  std::uint64_t up_counter_ = 0;           // ABORTs accepted from the next rank
+  // Ciphertext buffers (encrypt mode), reused across collectives.
+  std::vector<std::vector<std::byte>> cipher_bufs_;
+  std::vector<int> cipher_free_;
   std::optional<abort_message> abort_seen_;
   std::optional<std::uint32_t> waiting_on_;  // the neighbour the pump waits for
 

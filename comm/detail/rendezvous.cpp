@@ -27,14 +27,14 @@ bool stranger_failure(error_code e) {
 // Accepts until the handshake of one peer with role `r` and rank `expect`
 // succeeds; refused strangers are remembered for the timeout message.
 std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, std::optional<std::uint32_t> expect,
-                                     clock::time_point deadline, std::string& refused) {
+                                     clock::time_point deadline, std::string& refused, frame_keys& keys) {
   for (;;) {
     socket s = accept_until(l, deadline);
     if (!s.valid()) return {};
     try {
       // One slow stranger may not hold the door for long.
       const auto until = std::min(deadline, clock::now() + std::chrono::seconds(10));
-      hello theirs = handshake_accept(s, local_hello(c, role::reply), c.secret, until);
+      hello theirs = handshake_accept(s, local_hello(c, role::reply), c.secret, until, &keys);
       if (theirs.role != r || (expect && theirs.rank != *expect)) {
         fail(comm_errc::protocol_error, theirs.rank,
              describe(theirs) + " connected to " + rank_name(c.rank) + " as " +
@@ -58,9 +58,11 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
 ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   const std::uint32_t n = c.world_size;
   std::vector<std::optional<std::pair<socket, hello>>> joined(n);
+  std::vector<frame_keys> joined_keys(n);
   std::string refused;
   for (std::uint32_t count = 0; count + 1 < n;) {
-    auto [s, theirs] = accept_peer(l, c, role::join, std::nullopt, deadline, refused);
+    frame_keys keys;
+    auto [s, theirs] = accept_peer(l, c, role::join, std::nullopt, deadline, refused, keys);
     if (!s.valid()) {
       std::string missing;
       for (std::uint32_t r = 1; r < n; ++r) {
@@ -73,6 +75,7 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
            "two processes joined as " + rank_name(theirs.rank) + ": " + describe(joined[theirs.rank]->second) +
                " and " + describe(theirs));
     }
+    joined_keys[theirs.rank] = keys;
     joined[theirs.rank].emplace(std::move(s), std::move(theirs));
     ++count;
   }
@@ -86,12 +89,14 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
 
   ring_links links;
   links.next = connect_to(table[1].at, deadline, rank_name(1));
-  links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(1));
+  links.next_hello =
+      handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(1), &links.next_keys);
   if (links.next_hello.rank != 1) {
     fail(comm_errc::protocol_error, links.next_hello.rank, describe(links.next_hello) + " answered at rank 1's address");
   }
   links.prev = std::move(joined[n - 1]->first);
   links.prev_hello = joined[n - 1]->second;
+  links.prev_keys = joined_keys[n - 1];
   return links;
 }
 
@@ -104,7 +109,8 @@ ring_links join(const config& c, clock::time_point deadline) {
   const socket ring_listener = listen_on(here);
   hello mine = local_hello(c, role::join);
   mine.listen_port = local_endpoint(ring_listener).port();
-  const hello master_hello = handshake_initiate(to_master, mine, c.secret, deadline, master);
+  frame_keys master_keys;
+  const hello master_hello = handshake_initiate(to_master, mine, c.secret, deadline, master, &master_keys);
   if (master_hello.rank != 0) {
     fail(comm_errc::protocol_error, master_hello.rank, describe(master_hello) + " answered at the rendezvous address");
   }
@@ -125,18 +131,20 @@ ring_links join(const config& c, clock::time_point deadline) {
   if (next == 0) {
     links.next = std::move(to_master);
     links.next_hello = master_hello;
+    links.next_keys = master_keys;
   } else {
     const endpoint& at = (*table)[next].at;
     if (at.family() == AF_UNSPEC) fail(comm_errc::protocol_error, 0, "rank 0's table has no address for " + rank_name(next));
     links.next = connect_to(at, deadline, rank_name(next));
-    links.next_hello = handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(next));
+    links.next_hello =
+        handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(next), &links.next_keys);
     if (links.next_hello.rank != next) {
       fail(comm_errc::protocol_error, links.next_hello.rank,
            describe(links.next_hello) + " answered at " + rank_name(next) + "'s address");
     }
   }
   std::string refused;
-  auto [prev, prev_hello] = accept_peer(ring_listener, c, role::ring, c.rank - 1, deadline, refused);
+  auto [prev, prev_hello] = accept_peer(ring_listener, c, role::ring, c.rank - 1, deadline, refused, links.prev_keys);
   if (!prev.valid()) waited_in_vain(c, rank_name(c.rank - 1) + " to connect", refused);
   links.prev = std::move(prev);
   links.prev_hello = std::move(prev_hello);
@@ -153,6 +161,7 @@ hello local_hello(const config& c, role r) {
   h.world_size = c.world_size;
   h.chunk_bytes = c.chunk_bytes;
   h.max_frame_bytes = c.max_frame_bytes;
+  h.auth = c.auth;
   h.arch = std::string(host_arch());
   return h;
 }

@@ -36,10 +36,12 @@ result<std::vector<table_entry>> parse_table(std::span<const std::byte> bytes, s
 /// acceptor's HELLO once both sides are proven and their worlds agree.
 /// Throws comm_error: auth_failed, version_mismatch, config_mismatch,
 /// protocol_error, peer_lost, timed_out. `who` names the peer in errors.
+/// With `keys` and mine.auth not none, the connection's frame keys go there.
 hello handshake_initiate(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
-                         const std::string& who);
+                         const std::string& who, frame_keys* keys = nullptr);
 /// Acceptor side: returns the initiator's HELLO. `mine.role` is set to reply.
-hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline);
+hello handshake_accept(const socket& s, hello mine, std::string_view secret, clock::time_point deadline,
+                       frame_keys* keys = nullptr);
 
 
 /// The socket a listener holds, taken out of it.
@@ -54,6 +56,11 @@ struct ring_links {
   socket next;
   hello prev_hello;  ///< what rank r-1 said about itself
   hello next_hello;  ///< what rank r+1 said about itself
+  /// Frame keys (config::auth not none). This rank initiated `next` and
+  /// accepted `prev`, so it sends frames with next_keys.initiator and
+  /// receives them with prev_keys.initiator.
+  frame_keys prev_keys;
+  frame_keys next_keys;
 };
 
 /// Forms the ring. Rank 0 uses `rank0` if given, else binds its own.
