@@ -95,13 +95,18 @@ std::uint32_t writer_state::reference(const void* address, std::type_index type,
     fail(errc::limit_exceeded);
     return 0;
   }
-  auto& desc = descriptors_[describe];
-  if (!desc) {
-    desc = std::make_unique<schema::descriptor>();
-    describe(*this, *desc);  // may add types, never objects
+  if (describe != last_describe_) {
+    const auto [it, added] = object_type_ids_.emplace(describe, static_cast<std::uint32_t>(object_types_.size()));
+    if (added) {
+      schema::descriptor desc;
+      describe(*this, desc);  // may add types, never objects
+      object_types_.push_back({type, write, std::move(desc)});
+    }
+    last_describe_ = describe;
+    last_type_ = it->second;
   }
   const std::uint8_t ownership = k == kind::unique ? owned_unique : owned_shared;
-  objects_.push_back({address, type, ownership, write, desc.get()});
+  objects_.push_back({address, last_type_, ownership});
   const auto id = static_cast<std::uint32_t>(objects_.size());
   object_ids_.emplace(key, object_id{id, ownership});
   return id;
@@ -116,9 +121,12 @@ void writer_state::write_payloads() {
   // Objects met while writing payloads join the end of the queue, so a list
   // of a million nodes is written by this loop, not by recursion.
   for (std::size_t i = 0; i < objects_.size() && !failed(); ++i) {
-    const write_fn write = objects_[i].write;
-    const void* address = objects_[i].address;
-    write(*this, address);
+    const write_object o = objects_[i];
+    const write_fn write = object_types_[o.type].write;  // writing may add types
+    payload_address_ = o.address;
+    payload_type_ = object_types_[o.type].type;
+    write(*this, o.address);
+    payload_address_ = nullptr;
   }
 }
 
@@ -127,8 +135,8 @@ result<std::vector<std::byte>> writer_state::finish() {
   const std::size_t n = objects_.size();
   if (!raws_.empty()) {
     std::unordered_map<std::pair<const void*, std::type_index>, std::uint32_t, pair_hash> by_value;
-    for (std::size_t k = 0; k < tracked_.size(); ++k) {
-      by_value.emplace(tracked_[k], static_cast<std::uint32_t>(n + k + 1));  // first occurrence wins
+    for (const tracked_value& t : tracked_) {
+      by_value.emplace(std::make_pair(t.address, t.type), static_cast<std::uint32_t>(n + t.k + 1));  // first occurrence wins
     }
     for (const raw_slot& slot : raws_) {
       std::uint32_t ref = 0;
@@ -152,15 +160,15 @@ result<std::vector<std::byte>> writer_state::finish() {
   schema::encode(schema_, body_);
   std::size_t runs = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    runs += i == 0 || objects_[i].ownership != objects_[i - 1].ownership || objects_[i].desc != objects_[i - 1].desc;
+    runs += i == 0 || objects_[i].ownership != objects_[i - 1].ownership || objects_[i].type != objects_[i - 1].type;
   }
   body_.write_varint(runs);
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i + 1;
-    while (j < n && objects_[j].ownership == objects_[i].ownership && objects_[j].desc == objects_[i].desc) ++j;
+    while (j < n && objects_[j].ownership == objects_[i].ownership && objects_[j].type == objects_[i].type) ++j;
     body_.write_varint(j - i);
     body_.write<std::uint8_t>(objects_[i].ownership, order_);
-    body_.write_bytes(*objects_[i].desc);
+    body_.write_bytes(object_types_[objects_[i].type].desc);
     i = j;
   }
   body_.write_bytes(root_desc_);

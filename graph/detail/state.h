@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string>
@@ -80,14 +81,20 @@ const poly_entry* find_registered(std::type_index type) noexcept;
 const poly_entry* find_registered(std::string_view name) noexcept;
 void add_registered(poly_entry entry);
 
-/// An object of the archive in the writer: its address, type and how to
-/// write it.
-struct write_object {
-  const void* address;
+/// A dynamic type of the writer's objects: how to write one and its
+/// descriptor. A graph has few; its objects name them by index.
+struct object_type {
   std::type_index type;
-  std::uint8_t ownership;        // 1 shared, 2 unique
   write_fn write;
-  const schema::descriptor* desc;  // owned by writer_state's descriptor cache
+  schema::descriptor desc;
+};
+
+/// An object of the archive in the writer: 16 bytes, as a graph may hold
+/// millions.
+struct write_object {
+  const void* address;     // most derived
+  std::uint32_t type;      // index into writer_state's object types
+  std::uint8_t ownership;  // 1 shared, 2 unique
 };
 
 class writer_state final : public desc_context {
@@ -120,9 +127,18 @@ class writer_state final : public desc_context {
                           describe_fn describe);
   /// A raw pointer: writes a u32 placeholder resolved in finish().
   void raw_reference(const void* address, std::type_index type);
-  /// Records a struct written by value (raw pointers may target it).
+  /// Numbers a struct written by value (raw pointers may target it).
   void track_value(const void* address, std::type_index type) {
-    if (untracked_ == 0) tracked_.emplace_back(address, type);
+    if (untracked_ != 0) return;
+    const std::size_t k = struct_count_++;
+    if (address == payload_address_ && type == payload_type_) {
+      // The object whose payload this is: a raw pointer to it resolves to
+      // the object's id (finish() looks there first), so only its number
+      // is needed, not a record per object.
+      payload_address_ = nullptr;
+      return;
+    }
+    tracked_.push_back({address, type, k});
   }
   /// Structs inside map keys and set elements are not counted (their
   /// addresses do not survive reading).
@@ -161,7 +177,10 @@ class writer_state final : public desc_context {
   std::unordered_map<std::string_view, std::size_t> type_indices_;
   std::vector<const type_key*> type_keys_;  // by schema index
   std::vector<write_object> objects_;
-  std::unordered_map<describe_fn, std::unique_ptr<schema::descriptor>> descriptors_;  // one per type
+  std::vector<object_type> object_types_;
+  std::unordered_map<describe_fn, std::uint32_t> object_type_ids_;  // into object_types_
+  describe_fn last_describe_ = nullptr;  // objects of one type come in runs
+  std::uint32_t last_type_ = 0;
   // What a reference needs of an object already met: its id and its
   // ownership, kept in the table itself so a hit never touches objects_
   // (a cache miss per reference on a large graph).
@@ -169,8 +188,19 @@ class writer_state final : public desc_context {
     std::uint32_t id;
     std::uint8_t ownership;
   };
-  std::unordered_map<std::pair<const void*, std::type_index>, object_id, pair_hash> object_ids_;
-  std::vector<std::pair<const void*, std::type_index>> tracked_;
+  // The table's nodes and buckets come from an arena freed at once with the
+  // writer: no malloc and free per object.
+  std::pmr::monotonic_buffer_resource table_arena_;
+  std::pmr::unordered_map<std::pair<const void*, std::type_index>, object_id, pair_hash> object_ids_{&table_arena_};
+  struct tracked_value {
+    const void* address;
+    std::type_index type;
+    std::size_t k;  // the raw reference to it is N + k + 1
+  };
+  std::vector<tracked_value> tracked_;
+  std::size_t struct_count_ = 0;              // structs numbered so far
+  const void* payload_address_ = nullptr;     // the object write_payloads() is writing
+  std::type_index payload_type_ = typeid(void);
   struct raw_slot {
     std::size_t offset;
     const void* address;
