@@ -21,9 +21,11 @@
 // before the next call, outside the timed region. A wrong result ends the
 // rank with status 3.
 //
-// Rank 0 writes FILE, a JSON object: contender, world, ring (for ferry: the
-// rank that follows each rank on the ring, as the handshakes reported it;
-// null for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
+// Rank 0 writes FILE, a JSON object: contender, world, for ferry the
+// configuration fields that shape a row (auth, ring_order where this build
+// has them, as enumerator values; chunk_bytes), ring (for ferry: the rank
+// that follows each rank on the ring, as the handshakes reported it; null
+// for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
 // times_s: [...]}].
 //
 // --features prints the configuration fields this build of comm/ has
@@ -160,9 +162,19 @@ options parse_args(int argc, char** argv) {
   return o;
 }
 
+// The configuration fields that decide what a row measures, as numbers
+// (enumerators' values), for the fields this build has.
+template <class C>
+std::string config_fields(const C& c) {
+  std::string j;
+  if constexpr (has_auth<C>) j += ", \"auth\": " + std::to_string(static_cast<int>(c.auth));
+  if constexpr (has_ring_order<C>) j += ", \"ring_order\": " + std::to_string(static_cast<int>(c.ring_order));
+  return j + ", \"chunk_bytes\": " + std::to_string(c.chunk_bytes);
+}
+
 std::string json_result(const options& o, int n, const std::vector<std::uint32_t>& ring,
-                        const std::vector<std::vector<double>>& times) {
-  std::string j = "{\"contender\": \"" + o.contender + "\", \"world\": " + std::to_string(n) + ", \"ring\": ";
+                        const std::vector<std::vector<double>>& times, const std::string& fields) {
+  std::string j = "{\"contender\": \"" + o.contender + "\", \"world\": " + std::to_string(n) + fields + ", \"ring\": ";
   if (ring.empty()) {
     j += "null";
   } else {
@@ -238,7 +250,7 @@ int run(const options& o) {
   if (comm) comm->barrier();
 
   if (rank == 0 && !o.out.empty()) {
-    const std::string j = json_result(o, n, ring, times);
+    const std::string j = json_result(o, n, ring, times, comm ? config_fields(comm->config()) : "");
     std::FILE* f = std::fopen(o.out.c_str(), "w");
     if (f == nullptr || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0) {
       die("cannot write " + o.out + ": " + std::strerror(errno), 1);
