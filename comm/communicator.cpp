@@ -18,9 +18,7 @@ namespace {
 // Staging of the ring allreduce, reused across collectives (grown, never
 // shrunk), so a call does not fault fresh pages in.
 struct ring_staging {
-  std::vector<float> rx;       // a received chunk
-  std::vector<float> decoded;  // the same, in host floats
-  std::vector<std::uint16_t> tx_scatter, tx_gather;
+  std::vector<float> rx;  // a received chunk
 };
 
 }  // namespace
@@ -115,6 +113,12 @@ std::size_t mod(std::int64_t k, std::uint32_t n) {
 // block (r - t - 1) and add it in. Stage n-1+u (all-gather): send block
 // (r + 1 - u), receive block (r - u) and copy it. Chunk c of stage t+1 is
 // sent as soon as chunk c of stage t is in.
+//
+// Compressed (bf16, f16), every value is rounded once where it is produced
+// and goes out from a scratch slot of the link: the received chunk is
+// widened, added, averaged, error-corrected and rounded in one pass
+// (detail::compress), and an all-gather chunk is received into a slot and
+// forwarded from it as it came.
 struct ring_plan final : detail::plan {
   detail::link& l;
   std::span<float> data;
@@ -123,9 +127,7 @@ struct ring_plan final : detail::plan {
   chunking ch;
   std::size_t stages;
   std::vector<float>& rx;
-  std::vector<float>& decoded;
-  std::vector<std::uint16_t>& tx_scatter;
-  std::vector<std::uint16_t>& tx_gather;
+  int rx_slot = -1;  // compressed all-gather: the slot the chunk arrives in
 
   ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, const allreduce_options& o_);
 
@@ -139,32 +141,49 @@ struct ring_plan final : detail::plan {
     const auto st = static_cast<std::int64_t>(t);
     return t + 1 < l.size() ? mod(r - st - 1, l.size()) : mod(r - (st - (l.size() - 1)), l.size());
   }
+  [[nodiscard]] std::span<float> residual(std::size_t off, std::size_t len) const {
+    return o.feedback != nullptr ? o.feedback->residual().subspan(off, len) : std::span<float>();
+  }
 
-  // Sends chunk `chunk` of stage t: the values in the user's buffer, or
-  // (a partial sum in flight) those in scratch buffer `slot`.
-  void send(std::size_t t, std::size_t chunk, int slot = -1) {
-    const auto [off, len] = ch.chunk(send_block(t), chunk);
+  // Queues chunk `chunk` of stage t: `payload` (in the host's order), held
+  // in scratch slot `slot` if not -1.
+  void send(std::size_t t, std::size_t chunk, std::span<const std::byte> payload, int slot = -1) {
     frame_header h;
     h.type = codec::dtype::f32;
     h.enc = enc;
     h.chunk = static_cast<std::uint32_t>(t * ch.m + chunk);
-    h.count = static_cast<std::uint32_t>(len);
-    const auto values = slot < 0 ? data.subspan(off, len) : l.scratch(slot).first(len);
+    h.count = static_cast<std::uint32_t>(payload.size() / wire_element_size(h));
+    l.send(h, payload, slot);
+  }
+
+  // Rounds a chunk into a fresh slot and queues it as stage t's.
+  void send_compressed(std::size_t t, std::size_t chunk, detail::compress_step step) {
+    const int slot = l.acquire_scratch();
+    const auto out = std::as_writable_bytes(l.scratch(slot)).first(2 * step.n);
+    step.enc = enc;
+    step.out = out.data();
+    detail::compress(step);
+    send(t, chunk, out, slot);
+  }
+
+  // Queues stage 0.
+  void start() {
+    for (std::size_t chunk = 0; chunk < ch.m; ++chunk) start(chunk);
+  }
+
+  // Stage 0's chunk `chunk`: this rank's own values.
+  void start(std::size_t chunk) {
+    const auto [off, len] = ch.chunk(send_block(0), chunk);
+    const auto values = data.subspan(off, len);
     if (enc == encoding::raw) {
-      l.send(h, std::as_bytes(values), slot);
+      send(0, chunk, std::as_bytes(values));
       return;
     }
-    if (slot >= 0) l.release_scratch(slot);  // rounded into tx below, before anything reuses it
-    const bool scatter = t + 1 < l.size();
-    const bool owner = t + 1 == l.size();  // the first all-gather stage: this rank's reduced block
-    auto& tx = scatter ? tx_scatter : tx_gather;
-    const auto out = std::as_writable_bytes(std::span(tx).subspan(off, len));
-    const auto residual = (o.feedback != nullptr && (scatter || owner)) ? o.feedback->residual().subspan(off, len)
-                                                                        : std::span<float>();
-    // The owner keeps exactly what it sends, so every rank ends equal;
-    // forwarded blocks are already representable and round exactly.
-    detail::quantize(enc, values, residual, out, owner ? values : std::span<float>());
-    l.send(h, out);
+    detail::compress_step step;
+    step.n = len;
+    step.a = values.data();
+    step.residual = residual(off, len).data();
+    send_compressed(0, chunk, step);
   }
 
   std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
@@ -175,6 +194,10 @@ struct ring_plan final : detail::plan {
     if (gather && enc == encoding::raw && h.order == wire::host_order) {
       return std::as_writable_bytes(data.subspan(off, len));  // straight into place
     }
+    if (gather && enc != encoding::raw) {
+      rx_slot = l.acquire_scratch();
+      return std::as_writable_bytes(l.scratch(rx_slot)).first(2 * len);
+    }
     return std::as_writable_bytes(std::span(rx)).first(len * wire_element_size(h));
   }
 
@@ -183,30 +206,56 @@ struct ring_plan final : detail::plan {
     const std::size_t chunk = index % ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), chunk);
     const auto region = data.subspan(off, len);
-    const bool direct = enc == encoding::raw && h.order == wire::host_order;
-    if (t + 1 < l.size()) {  // reduce-scatter
-      const float* src = rx.data();
-      if (enc != encoding::raw) {
-        decode_f32_payload(h.enc, h.order, payload, std::span(decoded.data(), len));  // F32: checked by on_header
-        src = decoded.data();
-      } else if (!direct) {
-        payload_to_host(h, payload);
-      }
-      if (t + 2 < l.size()) {  // a partial sum, only passed on
-        const int slot = l.acquire_scratch();
-        detail::add(l.scratch(slot).data(), region.data(), src, len);
-        send(t + 1, chunk, slot);
+    const bool scatter = t + 1 < l.size();
+    const bool last_scatter = t + 2 == l.size();  // the block is complete here
+    const float divisor = o.op == reduce_op::avg ? static_cast<float>(l.size()) : 0.0f;
+    if (enc != encoding::raw) {
+      if (scatter) {
+        // The sum goes straight out, rounded; only the owner of the block
+        // keeps it, exactly as sent, so every rank ends equal.
+        detail::compress_step step;
+        step.n = len;
+        step.a = region.data();
+        step.received = payload.data();
+        step.received_order = h.order;
+        step.divisor = last_scatter ? divisor : 0.0f;
+        step.residual = residual(off, len).data();
+        step.back = last_scatter ? region.data() : nullptr;
+        send_compressed(t + 1, chunk, step);
         return;
       }
-      detail::add(region.data(), region.data(), src, len);  // the block is complete here
-      if (o.op == reduce_op::avg) {
-        const auto div = static_cast<float>(l.size());
-        for (float& v : region) v /= div;
+      decode_f32_payload(h.enc, h.order, payload, region);
+      const int slot = std::exchange(rx_slot, -1);
+      if (t + 1 == stages) {
+        l.release_scratch(slot);
+      } else if (h.order == wire::host_order) {
+        send(t + 1, chunk, payload, slot);  // forwarded as it came
+      } else {
+        l.release_scratch(slot);
+        detail::compress_step step;  // already representable: rounds exactly
+        step.n = len;
+        step.a = region.data();
+        send_compressed(t + 1, chunk, step);
       }
-      send(t + 1, chunk);
+      return;
+    }
+    if (scatter) {
+      if (h.order != wire::host_order) payload_to_host(h, payload);
+      if (!last_scatter) {  // a partial sum, only passed on
+        const int slot = l.acquire_scratch();
+        const auto sum = l.scratch(slot).first(len);
+        detail::add(sum.data(), region.data(), rx.data(), len);
+        send(t + 1, chunk, std::as_bytes(sum), slot);
+        return;
+      }
+      detail::add(region.data(), region.data(), rx.data(), len);
+      if (divisor != 0.0f) {
+        for (float& v : region) v /= divisor;
+      }
+      send(t + 1, chunk, std::as_bytes(region));
     } else {  // all-gather
-      if (!direct) decode_f32_payload(h.enc, h.order, payload, region);
-      if (t + 1 < stages) send(t + 1, chunk);
+      if (payload.data() != static_cast<void*>(region.data())) decode_f32_payload(h.enc, h.order, payload, region);
+      if (t + 1 < stages) send(t + 1, chunk, std::as_bytes(region));
     }
   }
 };
@@ -218,20 +267,12 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, con
       enc(encoding_of(o_.comp)),
       ch(d.size(), l_.size(), l_.config().chunk_bytes / (o_.comp == compression::none ? 4 : 2)),
       stages(2 * (std::size_t{l_.size()} - 1)),
-      rx(st.rx),
-      decoded(st.decoded),
-      tx_scatter(st.tx_scatter),
-      tx_gather(st.tx_gather) {
+      rx(st.rx) {
   name = "allreduce";
   expected = frame_count(l, stages * ch.m);
   sends = expected;
   const std::size_t chunk = std::min(ch.grain, ch.base + 1);
   if (rx.size() < chunk) rx.resize(chunk);
-  if (enc != encoding::raw) {
-    if (decoded.size() < chunk) decoded.resize(chunk);
-    if (tx_scatter.size() < d.size()) tx_scatter.resize(d.size());
-    if (tx_gather.size() < d.size()) tx_gather.resize(d.size());
-  }
 }
 
 // The copy pipeline of broadcast and allgather: values move around the
@@ -299,7 +340,7 @@ void communicator::impl::allreduce(std::span<float> data, const allreduce_option
   }
   ring_plan p(link, staging, data, o);
   link.run(p, [&] {
-    for (std::size_t chunk = 0; chunk < p.ch.m; ++chunk) p.send(0, chunk);
+    p.start();
   });
 }
 

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ferry/codec/half.h"
+#include "ferry/wire/bulk.h"
+
 namespace ferry::comm::detail {
 
 void add(float* out, const float* a, const float* __restrict b, std::size_t n) noexcept {
@@ -23,45 +26,148 @@ void add(float* out, const float* a, const float* __restrict b, std::size_t n) n
   for (; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void quantize(encoding enc, std::span<const float> in, std::span<float> residual, std::span<std::byte> out,
-              std::span<float> back) noexcept {
-  assert(enc != encoding::raw && out.size() == 2 * in.size());
-  assert(residual.empty() || residual.size() == in.size());
-  assert(back.empty() || back.size() == in.size());
-  using v4f = float __attribute__((vector_size(16)));
-  using v4i = std::int32_t __attribute__((vector_size(16)));
-  constexpr std::size_t step = 2048;
-  std::array<float, step> sum;
-  std::array<float, step> wide;
-  for (std::size_t i = 0; i < in.size(); i += step) {
-    const std::size_t len = std::min(step, in.size() - i);
-    std::span<const float> s = in.subspan(i, len);
-    if (!residual.empty()) {
-      add(sum.data(), in.data() + i, residual.data() + i, len);
-      s = std::span<const float>(sum).first(len);
+namespace {
+
+// ---------------------------------------------------------------- bf16
+//
+// Four lanes at a time (16-byte vectors: SSE2, NEON, z/Architecture). The rounding is codec::to_bf16's, lane-wise:
+// NaN -> (bits >> 16) | 0x0040, else (bits + 0x7FFF + lsb) >> 16.
+
+using vf = float __attribute__((vector_size(16)));
+using vu = std::uint32_t __attribute__((vector_size(16)));
+using vh = std::uint16_t __attribute__((vector_size(8)));
+constexpr std::size_t lanes = 4;
+
+template <class To, class From>
+To bits(From v) noexcept {
+  static_assert(sizeof(To) == sizeof(From));
+  To t;
+  std::memcpy(&t, &v, sizeof t);
+  return t;
+}
+
+// The lanes of elements [i, i + lanes), the steps chosen at compile time
+// so that the loop has no branch.
+template <bool Received, bool Swap, bool Divide, bool Feedback, bool Back>
+[[gnu::always_inline]] inline void bf16_lanes(const compress_step& s, std::size_t i) noexcept {
+  vf x;
+  std::memcpy(&x, s.a + i, sizeof x);
+  if constexpr (Received) {
+    vh h;
+    std::memcpy(&h, s.received + 2 * i, sizeof h);
+    if constexpr (Swap) h = static_cast<vh>((h << 8) | (h >> 8));
+    x += bits<vf>(__builtin_convertvector(h, vu) << 16);
+  }
+  if constexpr (Divide) x = x / s.divisor;
+  if constexpr (Feedback) {
+    vf r;
+    std::memcpy(&r, s.residual + i, sizeof r);
+    x += r;
+  }
+  const vu u = bits<vu>(x);
+  const vu is_nan = reinterpret_cast<vu>((u & 0x7FFF'FFFFu) > 0x7F80'0000u);
+  const vu rounded = (u + (0x7FFFu + ((u >> 16) & 1u))) >> 16;
+  const vu h = (((u >> 16) | 0x0040u) & is_nan) | (rounded & ~is_nan);
+  const vh out = __builtin_convertvector(h, vh);
+  std::memcpy(s.out + 2 * i, &out, sizeof out);
+  const vf w = bits<vf>(h << 16);
+  if constexpr (Feedback) {
+    const vf d = x - w;
+    const vu keep = reinterpret_cast<vu>((d - d) == 0.0f);  // inf - inf and NaN - NaN are NaN
+    const vu r = bits<vu>(d) & keep;
+    std::memcpy(s.residual + i, &r, sizeof r);
+  }
+  if constexpr (Back) std::memcpy(s.back + i, &w, sizeof w);
+}
+
+template <bool Received, bool Swap, bool Divide, bool Feedback, bool Back>
+void bf16_loop(const compress_step& s) noexcept {
+  std::size_t i = 0;
+  for (; i + lanes <= s.n; i += lanes) bf16_lanes<Received, Swap, Divide, Feedback, Back>(s, i);
+  if (i == s.n) return;
+  // The last few elements: the same lanes on a zero-padded copy.
+  const std::size_t k = s.n - i;
+  std::array<float, lanes> a{}, residual{}, back{};
+  std::array<std::byte, 2 * lanes> received{}, out{};
+  std::memcpy(a.data(), s.a + i, k * sizeof(float));
+  compress_step t = s;
+  t.a = a.data();
+  t.out = out.data();
+  t.received = received.data();
+  t.residual = residual.data();
+  t.back = back.data();
+  if constexpr (Received) std::memcpy(received.data(), s.received + 2 * i, 2 * k);
+  if constexpr (Feedback) std::memcpy(residual.data(), s.residual + i, k * sizeof(float));
+  bf16_lanes<Received, Swap, Divide, Feedback, Back>(t, 0);
+  std::memcpy(s.out + 2 * i, out.data(), 2 * k);
+  if constexpr (Feedback) std::memcpy(s.residual + i, residual.data(), k * sizeof(float));
+  if constexpr (Back) std::memcpy(s.back + i, back.data(), k * sizeof(float));
+}
+
+// Picks the instance of bf16_loop for the steps that `s` asks for.
+template <bool... Chosen>
+void compress_bf16(const compress_step& s) noexcept {
+  constexpr std::size_t k = sizeof...(Chosen);
+  if constexpr (k == 5) {
+    bf16_loop<Chosen...>(s);
+  } else {
+    const bool flags[] = {s.received != nullptr, s.received != nullptr && s.received_order != wire::host_order,
+                          s.divisor != 0.0f, s.residual != nullptr, s.back != nullptr};
+    if (flags[k]) {
+      compress_bf16<Chosen..., true>(s);
+    } else {
+      compress_bf16<Chosen..., false>(s);
     }
-    const auto o = out.subspan(2 * i, 2 * len);
-    encode_f32_payload(enc, s, o);
-    if (residual.empty() && back.empty()) continue;
-    const auto w = back.empty() ? std::span(wide).first(len) : back.subspan(i, len);
-    decode_f32_payload(enc, wire::host_order, o, w);
-    if (residual.empty()) continue;
-    float* r = residual.data() + i;
-    std::size_t j = 0;
-    for (; j + 4 <= len; j += 4) {
-      v4f x, y;
-      std::memcpy(&x, s.data() + j, 16);
-      std::memcpy(&y, w.data() + j, 16);
-      const v4f d = x - y;
-      v4i bits;
-      std::memcpy(&bits, &d, 16);
-      bits &= ((d - d) == 0);  // inf - inf and NaN - NaN are NaN: keep finite lanes only
-      std::memcpy(r + j, &bits, 16);
+  }
+}
+
+// ----------------------------------------------------------------- f16
+//
+// f16's rounding (subnormals, overflow) is codec's bulk kernel (F16C where
+// the CPU has it); the pass is still single: each block of `step` elements
+// goes through every operation while it sits in L1.
+
+void compress_f16(const compress_step& s) noexcept {
+  constexpr std::size_t step = 512;
+  std::array<float, step> x, w;
+  std::array<f16, step> h;
+  for (std::size_t i = 0; i < s.n; i += step) {
+    const std::size_t k = std::min(step, s.n - i);
+    const auto xs = std::span(x).first(k);
+    const auto ws = std::span(w).first(k);
+    const auto hs = std::span(h).first(k);
+    std::memcpy(x.data(), s.a + i, k * sizeof(float));
+    if (s.received != nullptr) {
+      wire::load_array<f16>(std::span(s.received + 2 * i, 2 * k), s.received_order, hs);
+      codec::to_float(std::span<const f16>(hs), ws);
+      add(x.data(), x.data(), w.data(), k);
     }
-    for (; j < len; ++j) {
-      const float d = s[j] - w[j];
-      r[j] = std::isfinite(d) ? d : 0.0f;
+    if (s.divisor != 0.0f) {
+      for (float& v : xs) v /= s.divisor;
     }
+    if (s.residual != nullptr) add(x.data(), x.data(), s.residual + i, k);
+    codec::to_f16(std::span<const float>(xs), hs);
+    std::memcpy(s.out + 2 * i, h.data(), 2 * k);
+    if (s.residual == nullptr && s.back == nullptr) continue;
+    codec::to_float(std::span<const f16>(hs), ws);
+    if (s.residual != nullptr) {
+      for (std::size_t j = 0; j < k; ++j) {
+        const float d = x[j] - w[j];
+        s.residual[i + j] = std::isfinite(d) ? d : 0.0f;
+      }
+    }
+    if (s.back != nullptr) std::memcpy(s.back + i, w.data(), k * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void compress(const compress_step& s) noexcept {
+  assert(s.enc == encoding::bf16 || s.enc == encoding::f16);
+  if (s.enc == encoding::bf16) {
+    compress_bf16<>(s);
+  } else {
+    compress_f16(s);
   }
 }
 

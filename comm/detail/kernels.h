@@ -1,10 +1,11 @@
 // ferry/comm/detail/kernels.h: INTERNAL. The arithmetic of the ring
-// allreduce: the sum of two chunks, and rounding to 16 bits with error
-// feedback. Not part of the API.
+// allreduce: the sum of two chunks, and the compressed ring's step (widen,
+// add, average, round to 16 bits with error feedback) fused into one pass.
+// Not part of the API.
 //
-// Every kernel is lane-wise IEEE arithmetic (vector extensions let -O2 use
-// the SIMD unit where there is one), so it gives the same bits as the
-// plain scalar loop on every architecture: the ring's results are
+// Every kernel is lane-wise IEEE arithmetic (vector extensions let the
+// compiler use the SIMD unit where there is one), so it gives the same bits
+// as the plain scalar loop on every architecture: the ring's results are
 // bit-identical across ranks whatever mix of machines runs it.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <span>
 
 #include "ferry/comm/frame.h"
+#include "ferry/wire/byte_order.h"
 
 namespace ferry::comm::detail {
 
@@ -19,14 +21,35 @@ namespace ferry::comm::detail {
 /// is stored); `b` must not overlap `out`.
 void add(float* out, const float* a, const float* __restrict b, std::size_t n) noexcept;
 
-/// Rounds `in + residual` (just `in` when `residual` is empty: adding 0
-/// would turn -0 into +0) to `enc` (bf16 or f16) as a host-order payload in
-/// `out`; keeps what the rounding lost in `residual` (non-finite losses are
-/// dropped, not carried) and, if `back` is not empty, the rounded values
-/// widened again. The rounding and widening are the frame codec's
-/// (frame.h). Requires: out.size() == 2 * in.size(); residual and back
-/// empty or in.size().
-void quantize(encoding enc, std::span<const float> in, std::span<float> residual, std::span<std::byte> out,
-              std::span<float> back) noexcept;
+/// One chunk of the compressed ring, in a single pass over memory: for
+/// each element i,
+///   s = a[i]
+///   s = s + widen(received[i])      if `received` is set (16-bit values
+///                                   of `enc` in `received_order`)
+///   s = s / divisor                 if `divisor` is not 0 (an average)
+///   s = s + residual[i]             if `residual` is set (error feedback;
+///                                   not added otherwise: 0 would turn -0
+///                                   into +0)
+///   h = round(s) to `enc`           (codec/half.h: nearest even, NaN kept
+///                                   and quieted)
+///   out[i] = h                      (host byte order)
+///   residual[i] = s - widen(h)      if finite, else 0 (losses of infinities
+///                                   and NaNs are dropped, not carried)
+///   back[i] = widen(h)              if `back` is set
+/// Each operation is one IEEE binary32 operation, in this order. `back`
+/// may be `a`; nothing else may overlap. Requires: enc is bf16 or f16;
+/// out holds 2 * n bytes, received (if set) 2 * n bytes.
+struct compress_step {
+  encoding enc = encoding::bf16;
+  std::size_t n = 0;
+  const float* a = nullptr;
+  const std::byte* received = nullptr;
+  wire::byte_order received_order = wire::host_order;
+  float divisor = 0.0f;
+  float* residual = nullptr;
+  float* back = nullptr;
+  std::byte* out = nullptr;
+};
+void compress(const compress_step& s) noexcept;
 
 }  // namespace ferry::comm::detail
