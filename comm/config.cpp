@@ -78,6 +78,7 @@ result<config, error> config::from_env() {
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
   }
   FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes));
+  FERRY_TRY(read_number<std::uint32_t>({"FERRY_SEND_BUFFER"}, 0, 1u << 30, c.send_buffer_bytes));
   if (const char* a = env("FERRY_AUTH")) {
     const std::string_view text(a);
     bool known = false;

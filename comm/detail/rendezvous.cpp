@@ -177,8 +177,8 @@ ring_links form_ring(const config& c, std::optional<listener> rank0) {
   } else {
     links = join(c, deadline);
   }
-  tune_for_collectives(links.prev, c.timeout);
-  tune_for_collectives(links.next, c.timeout);
+  tune_for_collectives(links.prev, c.timeout, c.send_buffer_bytes);
+  tune_for_collectives(links.next, c.timeout, c.send_buffer_bytes);
   return links;
 }
 

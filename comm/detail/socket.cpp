@@ -272,7 +272,7 @@ void recv_all(const socket& s, std::span<std::byte> bytes, clock::time_point dea
   }
 }
 
-void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout) {
+void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout, std::uint32_t send_buffer) {
   set_int_option(s.fd(), IPPROTO_TCP, TCP_NODELAY, 1);
   set_int_option(s.fd(), SOL_SOCKET, SO_KEEPALIVE, 1);
   const auto ms = static_cast<int>(std::min<std::int64_t>(timeout.count(), INT_MAX));
@@ -283,6 +283,7 @@ void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout) {
   set_int_option(s.fd(), IPPROTO_TCP, TCP_KEEPIDLE, idle);
   set_int_option(s.fd(), IPPROTO_TCP, TCP_KEEPINTVL, idle);
   set_int_option(s.fd(), IPPROTO_TCP, TCP_KEEPCNT, 3);
+  if (send_buffer > 0) set_int_option(s.fd(), SOL_SOCKET, SO_SNDBUF, static_cast<int>(std::min<std::uint32_t>(send_buffer, INT_MAX)));
 }
 
 int poll_timeout(clock::time_point deadline) noexcept {

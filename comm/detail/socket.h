@@ -74,8 +74,9 @@ void send_all(const socket& s, std::span<const std::byte> bytes, clock::time_poi
 void recv_all(const socket& s, std::span<std::byte> bytes, clock::time_point deadline, const std::string& who);
 
 /// Options for a connection that carries collectives: no Nagle delay,
-/// keepalive, and unacknowledged data failing after `timeout`.
-void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout);
+/// keepalive, unacknowledged data failing after `timeout`, and a send
+/// buffer of `send_buffer` bytes (0: the kernel's autotuning).
+void tune_for_collectives(const socket& s, std::chrono::milliseconds timeout, std::uint32_t send_buffer);
 
 /// Milliseconds left until `deadline` for poll(): at least 0, at most INT_MAX.
 int poll_timeout(clock::time_point deadline) noexcept;
