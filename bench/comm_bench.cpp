@@ -7,6 +7,9 @@
 // benchmark's iteration count; rank 0 times each allreduce. Reported: time
 // per allreduce and bus bandwidth 2(n-1)/n * bytes / time, for f32 (both),
 // and ferry with bf16 compression and error feedback (Gloo has no bf16).
+// At 68KB and 64MB, ferry f32 also runs with FERRY_AUTH=frames and
+// FERRY_AUTH=encrypt (comm/frame.h's AUTHENTICATION), and a second table
+// gives their cost: authenticated time / plain time.
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,8 +44,20 @@ constexpr size_case sizes[] = {
     {"64MB", 16'777'216, 3},
 };
 constexpr int rank_counts[] = {2, 4};
-enum class peer { ferry, ferry_bf16, gloo };
-const char* peer_name(peer p) { return p == peer::ferry ? "ferry" : p == peer::ferry_bf16 ? "ferry_bf16" : "gloo"; }
+enum class peer { ferry, ferry_bf16, gloo, ferry_frames, ferry_encrypt };
+const char* peer_name(peer p) {
+  switch (p) {
+    case peer::ferry: return "ferry";
+    case peer::ferry_bf16: return "ferry_bf16";
+    case peer::gloo: return "gloo";
+    case peer::ferry_frames: return "ferry_auth_frames";
+    case peer::ferry_encrypt: return "ferry_auth_encrypt";
+  }
+  return "?";
+}
+// The sizes the authenticated contenders run at: the reference model's
+// gradients and the large end, where the cost per byte shows.
+bool auth_size(const size_case& s) { return std::string(s.label) == "68KB" || std::string(s.label) == "64MB"; }
 
 // One rank's allreduce loop object.
 struct rank_runner {
@@ -65,6 +80,8 @@ struct rank_runner {
     c.master_port = static_cast<std::uint16_t>(std::stoi(where));
     c.secret = secret;
     if (const char* chunk = std::getenv("FERRY_CHUNK_BYTES")) c.chunk_bytes = static_cast<std::uint32_t>(std::stoul(chunk));
+    if (p == peer::ferry_frames) c.auth = comm::frame_auth::frames;
+    if (p == peer::ferry_encrypt) c.auth = comm::frame_auth::encrypt;
     comm.emplace(c, std::move(l));
     if (p == peer::ferry_bf16) {
       ef.emplace(count);
@@ -172,6 +189,19 @@ void print_table(const bench::results& r) {
                   rf >= target ? "met" : "MISSED", rb, rb >= target ? "met" : "MISSED", target);
     }
   }
+  std::printf("\nthe cost of FERRY_AUTH on loopback (ferry f32): authenticated time / plain time\n\n"
+              "| ranks | size | plain | frames | encrypt | frames / plain | encrypt / plain |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (int n : rank_counts) {
+    for (const auto& s : sizes) {
+      const auto* f = get(peer::ferry, n, s);
+      const auto* a = get(peer::ferry_frames, n, s);
+      const auto* e = get(peer::ferry_encrypt, n, s);
+      if (f == nullptr || a == nullptr || e == nullptr) continue;
+      std::printf("| %d | %s | %.0f us | %.0f us | %.0f us | %.2fx | %.2fx |\n", n, s.label, f->ns / 1e3, a->ns / 1e3,
+                  e->ns / 1e3, a->ns / f->ns, e->ns / f->ns);
+    }
+  }
 }
 
 }  // namespace
@@ -180,7 +210,8 @@ int main(int argc, char** argv) {
   if (argc >= 8 && std::strcmp(argv[1], "--helper") == 0) return helper_main(argv);
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16}) {
+      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16, peer::ferry_frames, peer::ferry_encrypt}) {
+        if ((p == peer::ferry_frames || p == peer::ferry_encrypt) && !auth_size(s)) continue;
         const std::string name = std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label;
         benchmark::RegisterBenchmark(name.c_str(), [p, n, s](benchmark::State& st) { run_case(st, p, n, s); })
             ->Iterations(s.iterations)

@@ -15,8 +15,11 @@ std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
 namespace {
 
-// How far ahead of the socket frames are sealed in the authenticated modes.
-constexpr std::size_t seal_window = std::size_t{1} << 20;
+// How far ahead of the socket frames are sealed in the authenticated modes:
+// two default chunks, so the bytes the MAC pulled into cache are still
+// there when the kernel copies them (loopback, 64 MB: 1.6x the plain time
+// at 512 KiB, 1.8x at 64 KiB and at 4 MiB).
+constexpr std::size_t seal_window = std::size_t{1} << 19;
 
 }  // namespace
 
