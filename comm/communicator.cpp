@@ -131,13 +131,14 @@ struct ring_plan final : detail::plan {
 
   ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, const allreduce_options& o_);
 
+  // Blocks are numbered by place on the ring (link::position()).
   [[nodiscard]] std::size_t send_block(std::size_t t) const {
-    const auto r = static_cast<std::int64_t>(l.rank());
+    const auto r = static_cast<std::int64_t>(l.position());
     const auto st = static_cast<std::int64_t>(t);
     return t + 1 < l.size() ? mod(r - st, l.size()) : mod(r + 1 - (st - (l.size() - 1)), l.size());
   }
   [[nodiscard]] std::size_t recv_block(std::size_t t) const {
-    const auto r = static_cast<std::int64_t>(l.rank());
+    const auto r = static_cast<std::int64_t>(l.position());
     const auto st = static_cast<std::int64_t>(t);
     return t + 1 < l.size() ? mod(r - st - 1, l.size()) : mod(r - (st - (l.size() - 1)), l.size());
   }
@@ -300,9 +301,10 @@ struct copy_plan final : detail::plan {
   }
 
   // The block that frames of stage t carry, on the sending and the
-  // receiving side.
+  // receiving side: allgather's block k is rank k's, and stage t carries
+  // the block of the rank t places back on the ring.
   [[nodiscard]] std::size_t sent_block(std::size_t t) const {
-    return gather ? mod(static_cast<std::int64_t>(l.rank()) - static_cast<std::int64_t>(t), l.size()) : 0;
+    return gather ? l.rank_at(mod(static_cast<std::int64_t>(l.position()) - static_cast<std::int64_t>(t), l.size())) : 0;
   }
   [[nodiscard]] std::size_t received_block(std::size_t t) const { return gather ? sent_block(t + 1) : 0; }
   // The stage at which a chunk received in stage t is passed on, if any.

@@ -90,6 +90,17 @@ result<config, error> config::from_env() {
     }
     if (!known) return bad("FERRY_AUTH='" + std::string(text) + "' is not one of none, frames, encrypt");
   }
+  if (const char* a = env("FERRY_RING_ORDER")) {
+    const std::string_view text(a);
+    if (text == "node") {
+      c.order = ring_order::node;
+    } else if (text == "rank") {
+      c.order = ring_order::rank;
+    } else {
+      return bad("FERRY_RING_ORDER='" + std::string(text) + "' is not one of node, rank");
+    }
+    c.order_set = true;
+  }
   FERRY_TRY(c.validate());
   return c;
 }

@@ -16,6 +16,13 @@
 //                               dropped on the path fails the collective
 //                      encrypt  the same, with payloads encrypted
 //                      Every rank must use the same value (checked at the handshake).
+//   FERRY_RING_ORDER   where ranks sit on the ring (default node):
+//                      node  ranks of one host next to each other, so each
+//                            host's link carries the ring once per direction
+//                            (whatever order a launcher numbers them in)
+//                      rank  rank r sends to rank r+1
+//                      Read on rank 0, which tells the others; a rank that
+//                      sets another value fails at the rendezvous.
 //   FERRY_SEND_BUFFER  bytes of the kernel's send buffer on each ring link
 //                      (SO_SNDBUF; default 256 KiB, 0 leaves the kernel's
 //                      autotuning); this rank's own setting
@@ -29,6 +36,14 @@
 #include "ferry/comm/frame.h"
 
 namespace ferry::comm {
+
+/// Where ranks sit on the ring (FERRY_RING_ORDER).
+enum class ring_order : std::uint8_t {
+  rank = 0,  ///< rank r sends to rank (r + 1) mod n
+  node = 1,  ///< grouped by host: hosts (the addresses rank 0 saw their ranks
+             ///< join from) in the order of their lowest rank, each host's
+             ///< ranks in rank order; rank 0 first
+};
 
 struct config {
   std::uint32_t rank = 0;
@@ -53,6 +68,11 @@ struct config {
   /// Per-frame authentication (FERRY_AUTH, frame.h's AUTHENTICATION). Same
   /// on every rank.
   frame_auth auth = frame_auth::none;
+  /// Where ranks sit on the ring (FERRY_RING_ORDER). Rank 0's choice is the
+  /// world's; `order_set` says whether this rank asked for one explicitly
+  /// (then it must match rank 0's).
+  ring_order order = ring_order::node;
+  bool order_set = false;
 
   /// Reads the variables above. A configuration error, not a failure of
   /// communication: bad_config naming the variable that is missing or

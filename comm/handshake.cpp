@@ -313,6 +313,7 @@ std::vector<std::byte> encode_table(std::span<const table_entry> entries) {
       std::memcpy(b.data() + at + 4, &in->sin6_addr, 16);
     }
     if (e.at.family() != AF_UNSPEC) put<std::uint16_t>(b, at + 2, e.at.port());
+    if (at == 8) put<std::uint8_t>(b, at + 1, static_cast<std::uint8_t>(e.order));
     at += entry_size;
   }
   put<std::uint32_t>(b, at, codec::crc32c(std::span<const std::byte>(b).first(at)));
@@ -337,7 +338,9 @@ result<std::vector<table_entry>> parse_table(std::span<const std::byte> b, std::
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t at = 8 + entry_size * i;
     const auto family = get<std::uint8_t>(b, at);
-    if (get<std::uint8_t>(b, at + 1) != 0) return errc::bad_value;
+    const auto order = get<std::uint8_t>(b, at + 1);  // entry 0: the ring order; else reserved
+    if (order > (i == 0 ? 1 : 0)) return errc::bad_value;
+    out[i].order = static_cast<ring_order>(order);
     endpoint& e = out[i].at;
     if (family == 4) {
       auto* in = reinterpret_cast<sockaddr_in*>(&e.storage);

@@ -76,8 +76,9 @@ link::link(const comm::config& c, std::optional<listener> rank0)
       links_(form_ring(c, std::move(rank0))),
       rank_(c.rank),
       n_(c.world_size),
-      prev_((c.rank + c.world_size - 1) % c.world_size),
-      next_((c.rank + 1) % c.world_size),
+      position_(static_cast<std::uint32_t>(std::find(links_.ring.begin(), links_.ring.end(), c.rank) - links_.ring.begin())),
+      prev_(rank_at((position_ + n_ - 1) % n_)),
+      next_(rank_at((position_ + 1) % n_)),
       decoder_(make_decoder(c, links_)) {
   if (c.auth != frame_auth::none && n_ > 1) {
     seal_next_.emplace(c.auth, links_.next_keys.initiator, true);

@@ -50,6 +50,12 @@ class link {
   [[nodiscard]] const comm::config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
   [[nodiscard]] std::uint32_t size() const noexcept { return n_; }
+  /// This rank's place on the ring (0 .. n-1; config.h's ring_order), and
+  /// the rank at a place. Ring collectives number their blocks by place.
+  [[nodiscard]] std::uint32_t position() const noexcept { return position_; }
+  [[nodiscard]] std::uint32_t rank_at(std::size_t position) const noexcept {
+    return links_.ring.empty() ? 0 : links_.ring[position];
+  }
   [[nodiscard]] std::uint32_t prev() const noexcept { return prev_; }
   [[nodiscard]] std::uint32_t next() const noexcept { return next_; }
   [[nodiscard]] const hello& prev_hello() const noexcept { return links_.prev_hello; }
@@ -107,6 +113,7 @@ class link {
   ring_links links_;
   std::uint32_t rank_ = 0;
   std::uint32_t n_ = 1;
+  std::uint32_t position_ = 0;
   std::uint32_t prev_ = 0;
   std::uint32_t next_ = 0;
   std::uint64_t sequence_ = 0;

@@ -2,6 +2,8 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,21 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
   }
 }
 
+const char* order_name(ring_order o) { return o == ring_order::node ? "node" : "rank"; }
+
+bool same_host(const endpoint& a, const endpoint& b) {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(&b.storage)->sin_addr, sizeof(in_addr)) == 0;
+  }
+  if (a.family() == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(&b.storage)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
 [[noreturn]] void waited_in_vain(const config& c, const std::string& for_whom, const std::string& refused) {
   std::string what = rank_name(c.rank) + " timed out after " + std::to_string(c.timeout.count()) +
                      " ms waiting for " + for_whom;
@@ -80,6 +97,9 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
     ++count;
   }
   std::vector<table_entry> table(n);
+  table[0].at = local_endpoint(joined[1]->first);  // where this host was reached
+  table[0].at.set_port(0);
+  table[0].order = c.order;
   for (std::uint32_t r = 1; r < n; ++r) {
     table[r].at = remote_endpoint(joined[r]->first);
     table[r].at.set_port(joined[r]->second.listen_port);
@@ -88,15 +108,19 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   for (std::uint32_t r = 1; r < n; ++r) send_all(joined[r]->first, bytes, deadline, rank_name(r));
 
   ring_links links;
-  links.next = connect_to(table[1].at, deadline, rank_name(1));
+  links.ring = ring_positions(table, c.order);
+  const std::uint32_t next = links.ring[1];
+  const std::uint32_t prev = links.ring[n - 1];
+  links.next = connect_to(table[next].at, deadline, rank_name(next));
   links.next_hello =
-      handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(1), &links.next_keys);
-  if (links.next_hello.rank != 1) {
-    fail(comm_errc::protocol_error, links.next_hello.rank, describe(links.next_hello) + " answered at rank 1's address");
+      handshake_initiate(links.next, local_hello(c, role::ring), c.secret, deadline, rank_name(next), &links.next_keys);
+  if (links.next_hello.rank != next) {
+    fail(comm_errc::protocol_error, links.next_hello.rank,
+         describe(links.next_hello) + " answered at " + rank_name(next) + "'s address");
   }
-  links.prev = std::move(joined[n - 1]->first);
-  links.prev_hello = joined[n - 1]->second;
-  links.prev_keys = joined_keys[n - 1];
+  links.prev = std::move(joined[prev]->first);  // its join connection carries its frames to rank 0
+  links.prev_hello = joined[prev]->second;
+  links.prev_keys = joined_keys[prev];
   return links;
 }
 
@@ -126,8 +150,17 @@ ring_links join(const config& c, clock::time_point deadline) {
   const auto table = parse_table(table_bytes, n);
   if (!table) fail(table.error(), 0, "rank 0 sent a malformed table: " + std::string(message(table.error())));
 
+  const ring_order order = (*table)[0].order;
+  if (c.order_set && c.order != order) {
+    fail(comm_errc::config_mismatch, 0,
+         rank_name(c.rank) + " has FERRY_RING_ORDER=" + order_name(c.order) + " but rank 0 formed the ring in " +
+             order_name(order) + " order: set the same value on every rank");
+  }
   ring_links links;
-  const std::uint32_t next = (c.rank + 1) % n;
+  links.ring = ring_positions(*table, order);
+  const auto at_ring = static_cast<std::uint32_t>(std::find(links.ring.begin(), links.ring.end(), c.rank) - links.ring.begin());
+  const std::uint32_t next = links.ring[(at_ring + 1) % n];
+  const std::uint32_t prev = links.ring[(at_ring + n - 1) % n];
   if (next == 0) {
     links.next = std::move(to_master);
     links.next_hello = master_hello;
@@ -144,15 +177,32 @@ ring_links join(const config& c, clock::time_point deadline) {
     }
   }
   std::string refused;
-  auto [prev, prev_hello] = accept_peer(ring_listener, c, role::ring, c.rank - 1, deadline, refused, links.prev_keys);
-  if (!prev.valid()) waited_in_vain(c, rank_name(c.rank - 1) + " to connect", refused);
-  links.prev = std::move(prev);
+  auto [prev_socket, prev_hello] = accept_peer(ring_listener, c, role::ring, prev, deadline, refused, links.prev_keys);
+  if (!prev_socket.valid()) waited_in_vain(c, rank_name(prev) + " to connect", refused);
+  links.prev = std::move(prev_socket);
   links.prev_hello = std::move(prev_hello);
   return links;
 }
 
 }  // namespace
 
+
+std::vector<std::uint32_t> ring_positions(std::span<const table_entry> table, ring_order order) {
+  const auto n = static_cast<std::uint32_t>(table.size());
+  std::vector<std::uint32_t> ring;
+  ring.reserve(n);
+  std::vector<bool> placed(n, false);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (placed[r]) continue;
+    for (std::uint32_t s = r; s < n; ++s) {
+      if (!placed[s] && (s == r || (order == ring_order::node && same_host(table[r].at, table[s].at)))) {
+        placed[s] = true;
+        ring.push_back(s);
+      }
+    }
+  }
+  return ring;
+}
 
 hello local_hello(const config& c, role r) {
   hello h;

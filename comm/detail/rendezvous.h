@@ -23,9 +23,11 @@
 
 namespace ferry::comm::detail {
 
-/// One rank's ring listener, as rank 0 saw it.
+/// One rank's ring listener, as rank 0 saw it. Entry 0 is rank 0's own
+/// address (port 0) and carries the world's ring order.
 struct table_entry {
   endpoint at;  ///< family AF_UNSPEC (0) for none
+  ring_order order = ring_order::rank;  ///< entry 0 only
 };
 std::vector<std::byte> encode_table(std::span<const table_entry> entries);
 /// Errors: bad_magic, truncated, trailing_bytes, checksum_mismatch,
@@ -61,7 +63,14 @@ struct ring_links {
   /// receives them with prev_keys.initiator.
   frame_keys prev_keys;
   frame_keys next_keys;
+  /// The ranks in ring order (position -> rank); empty when n == 1.
+  std::vector<std::uint32_t> ring;
 };
+
+/// The ranks in ring order (position -> rank) for a world whose TABLE is
+/// `table` (config.h, ring_order): rank order, or grouped by the address
+/// each rank joined from (entry 0: rank 0's). Rank 0 is always first.
+std::vector<std::uint32_t> ring_positions(std::span<const table_entry> table, ring_order order);
 
 /// Forms the ring. Rank 0 uses `rank0` if given, else binds its own.
 /// Throws comm_error (connect_failed, timed_out, auth_failed,
