@@ -45,8 +45,11 @@
 // TABLE (8 + 20 * world size + 4 bytes): rank 0's answer to a joiner
 //   0      4    magic        "FDT1"
 //   4      4    count        u32, equal to the world size
-//   then per rank: 1 byte family (0 none, 4 IPv4, 6 IPv6), 1 reserved (0),
-//                  u16 port, 16 bytes address (IPv4 in the first 4)
+//   then per rank: 1 byte family (0 none, 4 IPv4, 6 IPv6), 1 byte order
+//                  (entry 0: the ring order, 0 rank or 1 node, config.h;
+//                  other entries MUST be 0), u16 port, 16 bytes address
+//                  (IPv4 in the first 4); entry 0 is rank 0's own address
+//                  with port 0, entry r its ring listener
 //   end    4    crc          u32 CRC32C of everything before it
 //
 // The TABLE codec and the exchange over a socket are internal
