@@ -59,12 +59,61 @@ void add_registered(poly_entry entry) {
 
 // ------------------------------------------------------------------ writer
 
-writer_state::writer_state(const options& opt) : opt_(opt), order_(opt.order), body_(body_bytes_) {
+namespace {
+
+// What a thread keeps between writes, at most 8 MiB of object list (half a
+// million objects) and 24 MiB of arena: enough for graphs of a few hundred
+// thousand objects to be written again without page faults, little enough
+// to keep in every thread that ever wrote one. Larger scratch is freed.
+constexpr std::size_t max_kept_objects_bytes = std::size_t{8} << 20;
+constexpr std::size_t max_kept_arena_bytes = std::size_t{24} << 20;
+constexpr std::size_t min_arena_bytes = std::size_t{16} << 10;
+
+thread_local writer_scratch kept_scratch;
+
+}  // namespace
+
+scratch_lease::scratch_lease() : scratch(std::move(kept_scratch)) {
+  kept_scratch = {};
+  if (!scratch.arena) {
+    scratch.arena = std::make_unique_for_overwrite<std::byte[]>(min_arena_bytes);
+    scratch.arena_size = min_arena_bytes;
+  }
+}
+
+scratch_lease::~scratch_lease() {
+  // Next time the first block holds all this write's arena needed.
+  if (arena_needed > scratch.arena_size) {
+    scratch.arena.reset();
+    scratch.arena_size = 0;
+    if (arena_needed <= max_kept_arena_bytes) {
+      scratch.arena = std::make_unique_for_overwrite<std::byte[]>(arena_needed);
+      scratch.arena_size = arena_needed;
+    }
+  }
+  scratch.objects.clear();
+  if (scratch.objects.capacity() * sizeof(write_object) > max_kept_objects_bytes) scratch.objects = {};
+  if (kept_scratch.arena_size <= scratch.arena_size) kept_scratch = std::move(scratch);
+}
+
+writer_state::writer_state(const options& opt)
+    : opt_(opt),
+      order_(opt.order),
+      body_(body_bytes_),
+      objects_(std::move(scratch_.scratch.objects)),
+      table_arena_(scratch_.scratch.arena.get(), scratch_.scratch.arena_size, &arena_upstream_) {
+  objects_.clear();
   body_.write_bytes(magic);
   body_.write<std::uint8_t>(format_version, order_);
   body_.write<std::uint8_t>(static_cast<std::uint8_t>(order_), order_);
   body_.write<std::uint8_t>(0, order_);   // flags, set in finish()
   body_.write<std::uint64_t>(0, order_);  // body_size, set in finish()
+}
+
+writer_state::~writer_state() {
+  // The lease outlives the table and the arena; it keeps what they used.
+  scratch_.arena_needed = scratch_.scratch.arena_size + arena_upstream_.allocated();
+  scratch_.scratch.objects = std::move(objects_);
 }
 
 std::optional<std::uint64_t> writer_state::struct_index(const type_key& key) {

@@ -97,9 +97,57 @@ struct write_object {
   std::uint8_t ownership;  // 1 shared, 2 unique
 };
 
+/// Memory a thread keeps between writes (archive.cpp): the object list and
+/// the object table's arena of the last write, up to a cap, so a graph like
+/// the last one is written without fresh pages (each costs a page fault on
+/// first touch) and without growing either again.
+struct writer_scratch {
+  std::vector<write_object> objects;   // empty; its capacity is the point
+  std::unique_ptr<std::byte[]> arena;  // the table arena's first block
+  std::size_t arena_size = 0;
+};
+
+/// Holds the thread's scratch while a writer lives: takes it on
+/// construction, gives it back on destruction (after the writer's table
+/// and arena, which use it, are gone). A writer nested in another's
+/// value_codec finds none and makes its own.
+class scratch_lease {
+ public:
+  scratch_lease();
+  ~scratch_lease();
+  scratch_lease(const scratch_lease&) = delete;
+  scratch_lease& operator=(const scratch_lease&) = delete;
+
+  writer_scratch scratch;
+  std::size_t arena_needed = 0;  // set by the writer: the bytes its arena used
+};
+
+/// Passes allocations to the heap and counts their bytes, so the writer
+/// knows how large an arena block the next write needs.
+class counting_resource final : public std::pmr::memory_resource {
+ public:
+  [[nodiscard]] std::size_t allocated() const noexcept { return allocated_; }
+
+ private:
+  std::size_t allocated_ = 0;
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    allocated_ += bytes;
+    return std::pmr::new_delete_resource()->allocate(bytes, align);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t align) override {
+    std::pmr::new_delete_resource()->deallocate(p, bytes, align);
+  }
+  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+};
+
 class writer_state final : public desc_context {
  public:
   explicit writer_state(const options& opt);
+  ~writer_state();
+  writer_state(const writer_state&) = delete;
+  writer_state& operator=(const writer_state&) = delete;
 
   template <class T>
   void write_root(const T& root);
@@ -176,6 +224,7 @@ class writer_state final : public desc_context {
   schema::schema schema_;
   std::unordered_map<std::string_view, std::size_t> type_indices_;
   std::vector<const type_key*> type_keys_;  // by schema index
+  scratch_lease scratch_;
   std::vector<write_object> objects_;
   std::vector<object_type> object_types_;
   std::unordered_map<describe_fn, std::uint32_t> object_type_ids_;  // into object_types_
@@ -189,7 +238,9 @@ class writer_state final : public desc_context {
     std::uint8_t ownership;
   };
   // The table's nodes and buckets come from an arena freed at once with the
-  // writer: no malloc and free per object.
+  // writer: no malloc and free per object. Its first block is the
+  // scratch's.
+  counting_resource arena_upstream_;
   std::pmr::monotonic_buffer_resource table_arena_;
   std::pmr::unordered_map<std::pair<const void*, std::type_index>, object_id, pair_hash> object_ids_{&table_arena_};
   struct tracked_value {

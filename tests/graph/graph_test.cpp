@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "ferry/graph/dump.h"
 #include "types.h"
@@ -734,6 +736,86 @@ TEST(Hostile, AllocationIsBoundedByTheInput) {
   for (int i = 0; i < 20; ++i) more.push_back(std::make_shared<big>());
   auto large = graph::write(more);
   EXPECT_EQ(graph::read<std::vector<std::shared_ptr<big>>>(*large, tight).error(), errc::limit_exceeded);
+}
+
+// A writer keeps scratch memory in its thread for the next write
+// (archive.cpp). What it writes must not depend on what the thread wrote
+// before, nor on a writer running inside another: a value_codec that
+// writes a graph of its own (sealed, below).
+struct sealed {
+  std::vector<std::shared_ptr<node>> nodes;
+};
+
+std::vector<std::shared_ptr<node>> make_web(int n) {
+  std::vector<std::shared_ptr<node>> v;
+  for (int i = 0; i < n; ++i) {
+    v.push_back(std::make_shared<node>());
+    v.back()->label = std::to_string(i);
+  }
+  for (int i = 0; i < n; ++i) {
+    auto& x = *v[static_cast<std::size_t>(i)];
+    for (int j : {i + 1, i + n / 2, i + 7}) {
+      if (j < n) x.children.push_back(v[static_cast<std::size_t>(j)]);  // forward only: no cycles
+    }
+    x.parent = v[static_cast<std::size_t>(i / 2)];
+    x.buddy = v[static_cast<std::size_t>(i * 3 % n)].get();
+  }
+  return v;
+}
+
+template <class T>
+std::vector<std::byte> write_on_new_thread(const T& root) {
+  std::vector<std::byte> out;
+  std::thread([&] { out = *graph::write(root); }).join();
+  return out;
+}
+
+}  // namespace
+}  // namespace ferry::testing
+
+template <>
+struct ferry::graph::value_codec<ferry::testing::sealed> {
+  using wire_type = std::vector<std::uint8_t>;  // an archive of its own
+  static wire_type to_wire(const ferry::testing::sealed& s) {
+    const auto bytes = *ferry::graph::write(s.nodes);
+    wire_type w(bytes.size());
+    std::memcpy(w.data(), bytes.data(), bytes.size());
+    return w;
+  }
+  static ferry::result<void> from_wire(const wire_type& w, ferry::testing::sealed& s) {
+    std::vector<std::byte> bytes(w.size());
+    std::memcpy(bytes.data(), w.data(), w.size());
+    FERRY_TRY_ASSIGN(s.nodes, ferry::graph::read<std::vector<std::shared_ptr<ferry::testing::node>>>(bytes));
+    return {};
+  }
+};
+
+namespace ferry::testing {
+namespace {
+
+TEST(Graph, WritesDoNotDependOnWhatTheThreadWroteBefore) {
+  const auto large = make_web(20000);
+  const auto small = make_web(3);
+  const auto large_alone = write_on_new_thread(large);
+  const auto small_alone = write_on_new_thread(small);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(*graph::write(large), large_alone);
+    EXPECT_EQ(*graph::write(small), small_alone);
+  }
+  // The inner writer runs while the outer one holds the thread's scratch.
+  const auto both = std::make_pair(sealed{small}, large);
+  const auto both_alone = write_on_new_thread(both);
+  auto bytes = graph::write(both);
+  ASSERT_TRUE(bytes);
+  EXPECT_EQ(*bytes, both_alone);
+  EXPECT_EQ(*graph::write(large), large_alone);
+  auto back = graph::read<std::pair<sealed, std::vector<std::shared_ptr<node>>>>(*bytes);
+  ASSERT_TRUE(back) << name(back.error());
+  ASSERT_EQ(back->first.nodes.size(), 3U);
+  EXPECT_EQ(back->first.nodes[2]->label, "2");
+  EXPECT_EQ(back->first.nodes[1]->children[0], back->first.nodes[2]);
+  ASSERT_EQ(back->second.size(), large.size());
+  EXPECT_EQ(back->second[12345]->buddy, back->second[12345 * 3 % 20000].get());
 }
 
 }  // namespace
