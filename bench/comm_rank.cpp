@@ -22,15 +22,16 @@
 // rank with status 3.
 //
 // Rank 0 writes FILE, a JSON object: contender, world, for ferry the
-// configuration fields that shape a row (auth, ring_order where this build
-// has them, as enumerator values; chunk_bytes), ring (for ferry: the rank
+// configuration fields that shape a row (auth, and ring_order for
+// config::order, where this build has them, as enumerator values;
+// chunk_bytes), ring (for ferry: the rank
 // that follows each rank on the ring, as the handshakes reported it; null
 // for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
 // times_s: [...]}].
 //
 // --features prints the configuration fields this build of comm/ has
-// (auth, ring_order), one per line, so the driver knows which rows it can
-// measure.
+// (auth; ring_order for config::order), one per line, so the driver knows
+// which rows it can measure.
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -119,8 +120,9 @@ void check_and_reset(std::vector<float>& data, int rank, int n, const char* when
 
 template <class C>
 constexpr bool has_auth = requires(C c) { c.auth; };
+// FERRY_RING_ORDER's field (config::order, of enum ring_order).
 template <class C>
-constexpr bool has_ring_order = requires(C c) { c.ring_order; };
+constexpr bool has_ring_order = requires(C c) { c.order; };
 
 struct options {
   std::string contender;
@@ -168,7 +170,7 @@ template <class C>
 std::string config_fields(const C& c) {
   std::string j;
   if constexpr (has_auth<C>) j += ", \"auth\": " + std::to_string(static_cast<int>(c.auth));
-  if constexpr (has_ring_order<C>) j += ", \"ring_order\": " + std::to_string(static_cast<int>(c.ring_order));
+  if constexpr (has_ring_order<C>) j += ", \"ring_order\": " + std::to_string(static_cast<int>(c.order));
   return j + ", \"chunk_bytes\": " + std::to_string(c.chunk_bytes);
 }
 

@@ -10,8 +10,8 @@
 // NaN payload), and a 16 MB allreduce takes no less than the link allows
 // (which proves the namespaces and the shaping are real). A 2x2 world with
 // cyclically numbered ranks (node 0 holds ranks 0 and 2) completes with the
-// right sums; where comm/ orders the ring by node (config::ring_order) the
-// ring must cross each link once per direction.
+// right sums; where comm/ orders the ring by node (config::order, default
+// ring_order::node) the ring must cross each link once per direction.
 //
 // Needs root, ip and tc; otherwise every test is skipped with the reason.
 // The topology is removed after the suite, also when a test fails, and on
@@ -191,6 +191,7 @@ struct world_spec {
   std::size_t count = 0;
   std::function<float(std::uint32_t, std::size_t)> value;
   int timed = 0;  // timed allreduces after the first
+  std::function<void(config&)> tweak;  // adjusts every rank's config
 };
 
 // Forks one child per rank; each enters its node's network namespace, then
@@ -229,6 +230,7 @@ std::vector<rank_report> run_world(const world_spec& w, const std::string& maste
         c.master_port = port;
         c.secret = "cluster-test-secret-0123456789";
         c.timeout = std::chrono::milliseconds(20'000);
+        if (w.tweak) w.tweak(c);
         communicator comm(c);
         ring = comm.allgather(comm.next_peer().rank);
         data.resize(w.count);
@@ -305,8 +307,53 @@ std::vector<rank_report> run_world(const world_spec& w, const std::string& maste
   return ::testing::AssertionFailure() << wrong << " of " << got.size() << " values differ:" << first;
 }
 
+// FERRY_RING_ORDER's field (config::order), where comm/ has it.
 template <class C>
-constexpr bool has_ring_order = requires(C c) { c.ring_order; };
+constexpr bool has_ring_order = requires(C c) { c.order; };
+
+template <class C>
+void use_rank_order(C& c) {
+  if constexpr (has_ring_order<C>) c.order = decltype(c.order)::rank;
+}
+
+// Runs a 2x2 world with cyclic ranks; checks the sums and returns how many
+// times the busiest link carries the ring per direction.
+int two_by_two_cyclic(const std::string& master, const std::function<void(config&)>& tweak) {
+  world_spec w;
+  w.node_of_rank = {0, 1, 0, 1};  // cyclic: node 0 holds ranks 0 and 2
+  w.count = 1'000'003;
+  w.value = many_rank_value;
+  w.tweak = tweak;
+  const auto reports = run_world(w, master);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) {
+    EXPECT_TRUE(reports[r].ok) << "rank " << r << ": " << reports[r].error;
+    if (!reports[r].ok) return -1;
+  }
+  std::vector<float> want(w.count);
+  for (std::size_t i = 0; i < w.count; ++i) {
+    float s = 0.0f;
+    for (std::uint32_t r = 0; r < 4; ++r) s = r == 0 ? many_rank_value(r, i) : s + many_rank_value(r, i);
+    want[i] = s;
+  }
+  EXPECT_EQ(to_bits(want[10]), nan_payload);
+  EXPECT_EQ(to_bits(want[3]), 0x80000000u);
+  for (std::uint32_t r = 0; r < reports.size(); ++r) EXPECT_TRUE(same_bits(reports[r].data, want)) << "rank " << r;
+
+  const auto& ring = reports[0].ring;
+  EXPECT_EQ(ring.size(), 4u);
+  if (ring.size() != 4) return -1;
+  std::string text = "0";
+  std::map<int, int> leaving;  // node -> ring edges leaving it
+  for (std::uint32_t r = 0, k = 0; k < 4; ++k) {
+    if (w.node_of_rank[r] != w.node_of_rank[ring[r]]) ++leaving[w.node_of_rank[r]];
+    r = ring[r];
+    text += " -> " + std::to_string(r);
+  }
+  const int crossings = std::max(leaving[0], leaving[1]);
+  std::printf("[ cluster  ] 2x2 with cyclic ranks%s: ring %s, the busiest link carries it %d time(s) per direction\n",
+              tweak ? " in rank order" : "", text.c_str(), crossings);
+  return crossings;
+}
 
 class Cluster : public ::testing::Test {
  protected:
@@ -387,38 +434,16 @@ TEST_F(Cluster, TwoNodesSumBitExactAndNoFasterThanTheLink) {
 }
 
 TEST_F(Cluster, TwoByTwoCyclicRanksSumExact) {
-  world_spec w;
-  w.node_of_rank = {0, 1, 0, 1};  // cyclic: node 0 holds ranks 0 and 2
-  w.count = 1'000'003;
-  w.value = many_rank_value;
-  const auto reports = run_world(w, master_);
-  for (std::uint32_t r = 0; r < reports.size(); ++r) ASSERT_TRUE(reports[r].ok) << "rank " << r << ": " << reports[r].error;
-
-  std::vector<float> want(w.count);
-  for (std::size_t i = 0; i < w.count; ++i) {
-    float s = 0.0f;
-    for (std::uint32_t r = 0; r < 4; ++r) s = r == 0 ? many_rank_value(r, i) : s + many_rank_value(r, i);
-    want[i] = s;
-  }
-  EXPECT_EQ(to_bits(want[10]), nan_payload);
-  EXPECT_EQ(to_bits(want[3]), 0x80000000u);
-  for (std::uint32_t r = 0; r < reports.size(); ++r) EXPECT_TRUE(same_bits(reports[r].data, want)) << "rank " << r;
-
-  const auto& ring = reports[0].ring;
-  ASSERT_EQ(ring.size(), 4u);
-  std::string text = "0";
-  std::map<int, int> leaving;  // node -> ring edges leaving it
-  for (std::uint32_t r = 0, k = 0; k < 4; ++k) {
-    if (w.node_of_rank[r] != w.node_of_rank[ring[r]]) ++leaving[w.node_of_rank[r]];
-    r = ring[r];
-    text += " -> " + std::to_string(r);
-  }
-  const int crossings = std::max(leaving[0], leaving[1]);
-  std::printf("[ cluster  ] 2x2 with cyclic ranks: ring %s, the busiest link carries it %d time(s) per direction\n",
-              text.c_str(), crossings);
+  const int crossings = two_by_two_cyclic(master_, {});
   if constexpr (has_ring_order<config>) {
-    EXPECT_EQ(crossings, 1) << "the ring (" << text << ") should visit each node's ranks together";
+    EXPECT_EQ(crossings, 1) << "the default ring should visit each node's ranks together";
   }
+}
+
+TEST_F(Cluster, TwoByTwoCyclicRanksInRankOrder) {
+  if constexpr (!has_ring_order<config>) GTEST_SKIP() << "this comm/ has no ring order to choose (config::order)";
+  // The careless ring: rank r sends to rank r + 1, across a link every time.
+  EXPECT_EQ(two_by_two_cyclic(master_, [](config& c) { use_rank_order(c); }), 2);
 }
 
 }  // namespace
