@@ -1,6 +1,7 @@
 // ferry_ring_node: one rank of the mixed-architecture ring test.
 //
-//   ferry_ring_node RANK WORLD PORT OUT      (FERRY_SECRET in the environment)
+//   ferry_ring_node RANK WORLD PORT OUT      (FERRY_SECRET in the environment,
+//                                             FERRY_AUTH too if set)
 //
 // Rank 0 with PORT 0 binds an ephemeral port on 127.0.0.1 and prints
 // "port N" first. Every rank runs the same collectives on inputs that are a
@@ -73,6 +74,11 @@ int main(int argc, char** argv) {
     c.master_port = static_cast<std::uint16_t>(std::stoul(argv[3]));
     c.master_addr = "127.0.0.1";
     c.secret = std::getenv("FERRY_SECRET") ? std::getenv("FERRY_SECRET") : "";
+    if (const char* a = std::getenv("FERRY_AUTH")) {
+      for (const auto mode : {comm::frame_auth::none, comm::frame_auth::frames, comm::frame_auth::encrypt}) {
+        if (comm::name(mode) == a) c.auth = mode;
+      }
+    }
     c.chunk_bytes = 16 * 1024;  // many chunks per block
     c.timeout = std::chrono::seconds(120);
     std::optional<comm::listener> l;
