@@ -172,19 +172,34 @@ struct ring_plan final : detail::plan {
     for (std::size_t chunk = 0; chunk < ch.m; ++chunk) start(chunk);
   }
 
-  // Stage 0's chunk `chunk`: this rank's own values.
+  // Stage 0's chunk `chunk`: this rank's own values; compressed, rounded
+  // only when the socket is about to take it (produce()).
   void start(std::size_t chunk) {
     const auto [off, len] = ch.chunk(send_block(0), chunk);
-    const auto values = data.subspan(off, len);
     if (enc == encoding::raw) {
-      send(0, chunk, std::as_bytes(values));
+      send(0, chunk, std::as_bytes(data.subspan(off, len)));
       return;
     }
+    frame_header h;
+    h.type = codec::dtype::f32;
+    h.enc = enc;
+    h.chunk = static_cast<std::uint32_t>(chunk);
+    h.count = static_cast<std::uint32_t>(len);
+    l.send_later(h, 2 * len);
+  }
+
+  std::pair<std::span<const std::byte>, int> produce(const frame_header& h) override {
+    const auto [off, len] = ch.chunk(send_block(0), h.chunk);  // stage 0's chunks only
+    const int slot = l.acquire_scratch();
+    const auto out = std::as_writable_bytes(l.scratch(slot)).first(2 * len);
     detail::compress_step step;
+    step.enc = enc;
     step.n = len;
-    step.a = values.data();
+    step.a = data.data() + off;
     step.residual = residual(off, len).data();
-    send_compressed(0, chunk, step);
+    step.out = out.data();
+    detail::compress(step);
+    return {out, slot};
   }
 
   std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
@@ -225,7 +240,7 @@ struct ring_plan final : detail::plan {
         send_compressed(t + 1, chunk, step);
         return;
       }
-      decode_f32_payload(h.enc, h.order, payload, region);
+      detail::widen(h.enc, h.order, payload.data(), region.data(), len);
       const int slot = std::exchange(rx_slot, -1);
       if (t + 1 == stages) {
         l.release_scratch(slot);

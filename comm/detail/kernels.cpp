@@ -81,7 +81,10 @@ template <bool Received, bool Swap, bool Divide, bool Feedback, bool Back>
 }
 
 template <bool Received, bool Swap, bool Divide, bool Feedback, bool Back>
-void bf16_loop(const compress_step& s) noexcept {
+void bf16_loop(const compress_step& step) noexcept {
+  // A local copy: the stores through std::byte* may alias `step`, not it,
+  // so its pointers stay in registers.
+  const compress_step s = step;
   std::size_t i = 0;
   for (; i + lanes <= s.n; i += lanes) bf16_lanes<Received, Swap, Divide, Feedback, Back>(s, i);
   if (i == s.n) return;
@@ -160,7 +163,37 @@ void compress_f16(const compress_step& s) noexcept {
   }
 }
 
+template <bool Swap>
+void widen_bf16(const std::byte* in, float* out, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    vh h;
+    std::memcpy(&h, in + 2 * i, sizeof h);
+    if constexpr (Swap) h = static_cast<vh>((h << 8) | (h >> 8));
+    const vu w = __builtin_convertvector(h, vu) << 16;
+    std::memcpy(out + i, &w, sizeof w);
+  }
+  for (; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    if constexpr (Swap) h = static_cast<std::uint16_t>((h << 8) | (h >> 8));
+    const std::uint32_t w = std::uint32_t{h} << 16;
+    std::memcpy(out + i, &w, 4);
+  }
+}
+
 }  // namespace
+
+void widen(encoding enc, wire::byte_order order, const std::byte* in, float* out, std::size_t n) noexcept {
+  assert(enc == encoding::bf16 || enc == encoding::f16);
+  if (enc == encoding::f16) {
+    decode_f32_payload(enc, order, std::span(in, 2 * n), std::span(out, n));
+  } else if (order == wire::host_order) {
+    widen_bf16<false>(in, out, n);
+  } else {
+    widen_bf16<true>(in, out, n);
+  }
+}
 
 void compress(const compress_step& s) noexcept {
   assert(s.enc == encoding::bf16 || s.enc == encoding::f16);

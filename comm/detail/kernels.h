@@ -36,7 +36,9 @@ void add(float* out, const float* a, const float* __restrict b, std::size_t n) n
 ///   residual[i] = s - widen(h)      if finite, else 0 (losses of infinities
 ///                                   and NaNs are dropped, not carried)
 ///   back[i] = widen(h)              if `back` is set
-/// Each operation is one IEEE binary32 operation, in this order. `back`
+/// Each operation is one IEEE binary32 operation, in this order (where
+/// two NaNs meet in an addition, which payload survives is the CPU's rule,
+/// as for every IEEE addition). `back`
 /// may be `a`; nothing else may overlap. Requires: enc is bf16 or f16;
 /// out holds 2 * n bytes, received (if set) 2 * n bytes.
 struct compress_step {
@@ -51,5 +53,10 @@ struct compress_step {
   std::byte* out = nullptr;
 };
 void compress(const compress_step& s) noexcept;
+
+/// out[i] = widen(in[i]) for 16-bit values of `enc` (bf16 or f16) in
+/// `order`: exact (frame.h's decode_f32_payload, without its staging copy
+/// for bf16). Requires: in holds 2 * n bytes.
+void widen(encoding enc, wire::byte_order order, const std::byte* in, float* out, std::size_t n) noexcept;
 
 }  // namespace ferry::comm::detail

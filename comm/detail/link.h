@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/comm/communicator.h"
@@ -37,6 +38,13 @@ struct plan {
   virtual std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) = 0;
   /// The payload arrived and its CRC or tag is right.
   virtual void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) = 0;
+  /// Makes the payload of a frame queued with link::send_later(), just
+  /// before the frame is sealed and sent: the payload (h.count elements)
+  /// and the scratch slot holding it (-1 for none).
+  virtual std::pair<std::span<const std::byte>, int> produce(const frame_header& h) {
+    (void)h;
+    return {};
+  }
   std::uint32_t expected = 0;  ///< frames to receive
   std::size_t sends = 0;       ///< frames to send
   const char* name = "";
@@ -71,6 +79,11 @@ class link {
   /// order are filled in). The payload must stay valid until it is sent;
   /// `slot`, a scratch buffer holding it, is released once it is.
   void send(frame_header h, std::span<const std::byte> payload, int slot = -1);
+  /// Queues a frame whose payload (`bytes` long) the plan makes only when
+  /// the frame comes within the seal window of the socket (plan::produce):
+  /// the work and the scratch slot it needs stay a little ahead of the
+  /// wire instead of a whole stage ahead.
+  void send_later(frame_header h, std::size_t bytes);
 
   /// Chunk-sized float buffers for partial sums in flight, so a frame that
   /// only passes a partial sum on never writes it to the (cache-cold) user
@@ -94,6 +107,7 @@ class link {
     int slot = -1;
     int cipher_slot = -1;
     bool sealed = false;
+    bool produced = true;  // false: plan::produce() makes the payload
     std::uint8_t trailer_size = frame_trailer_size;
     [[nodiscard]] std::size_t total() const { return frame_header_size + size + trailer_size; }
   };
@@ -102,6 +116,7 @@ class link {
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from);
   [[nodiscard]] std::string inbound() const;  // "link from rank P to rank R"
   void seal_ahead();
+  void queue(frame_header h, const std::byte* payload, std::size_t size, int slot, bool produced);
   void seal_frame(out_frame& f);
   void abort_links(const comm_error& e) noexcept;
   bool try_send();
@@ -122,6 +137,7 @@ class link {
   frame_decoder decoder_;
   std::uint32_t received_ = 0;
   std::size_t queued_ = 0;
+  plan* running_ = nullptr;  // the collective run() is running
   std::deque<out_frame> sendq_;
   // An ABORT arriving against the flow, from the next rank (and its tag).
   std::array<std::byte, sealed_abort_size> up_head_{};
