@@ -4,6 +4,7 @@
 #include <ostream>
 #include <functional>
 #include <mutex>
+#include <new>
 
 namespace ferry::graph::detail {
 namespace {
@@ -87,8 +88,9 @@ scratch_lease::~scratch_lease() {
     scratch.arena.reset();
     scratch.arena_size = 0;
     if (arena_needed <= max_kept_arena_bytes) {
-      scratch.arena = std::make_unique_for_overwrite<std::byte[]>(arena_needed);
-      scratch.arena_size = arena_needed;
+      // Never throws from here: without memory the thread just keeps none.
+      scratch.arena.reset(new (std::nothrow) std::byte[arena_needed]);
+      scratch.arena_size = scratch.arena ? arena_needed : 0;
     }
   }
   scratch.objects.clear();
