@@ -11,11 +11,23 @@
 #include "ferry/wire/bulk.h"
 
 namespace ferry::comm::detail {
+namespace {
+
+// Asks for the cache line `elements` floats past `p` (which may lie past
+// the buffer's end: a prefetch never faults, and integer arithmetic keeps
+// the pointer arithmetic defined). rw = 1: about to be written.
+template <int Rw = 0>
+void prefetch(const float* p, std::size_t elements) noexcept {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + elements * sizeof(float)), Rw);
+}
+
+}  // namespace
 
 void add(float* out, const float* a, const float* __restrict b, std::size_t n) noexcept {
   using v4 = float __attribute__((vector_size(16)));
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    prefetch(a, i + 512);  // `a` is the user's buffer, from memory
     v4 x[4];
     v4 y[4];
     std::memcpy(x, a + i, sizeof x);
@@ -86,7 +98,17 @@ void bf16_loop(const compress_step& step) noexcept {
   // so its pointers stay in registers.
   const compress_step s = step;
   std::size_t i = 0;
-  for (; i + lanes <= s.n; i += lanes) bf16_lanes<Received, Swap, Divide, Feedback, Back>(s, i);
+  // The long chain of each lane group leaves few loads in flight, and `a`
+  // and the residual come from memory (the user's buffer, not a chunk just
+  // received): fetch them a little ahead, a cache line per 16 elements.
+  constexpr std::size_t ahead = 512;  // elements: 2 KiB
+  for (; i + lanes <= s.n; i += lanes) {
+    if (i % 16 == 0) {
+      prefetch(s.a, i + ahead);
+      if constexpr (Feedback) prefetch<1>(s.residual, i + ahead);
+    }
+    bf16_lanes<Received, Swap, Divide, Feedback, Back>(s, i);
+  }
   if (i == s.n) return;
   // The last few elements: the same lanes on a zero-padded copy.
   const std::size_t k = s.n - i;
@@ -139,6 +161,10 @@ void compress_f16(const compress_step& s) noexcept {
     const auto xs = std::span(x).first(k);
     const auto ws = std::span(w).first(k);
     const auto hs = std::span(h).first(k);
+    for (std::size_t j = 0; j < step; j += 16) {  // the next block, from memory meanwhile
+      prefetch(s.a, i + step + j);
+      if (s.residual != nullptr) prefetch<1>(s.residual, i + step + j);
+    }
     std::memcpy(x.data(), s.a + i, k * sizeof(float));
     if (s.received != nullptr) {
       wire::load_array<f16>(std::span(s.received + 2 * i, 2 * k), s.received_order, hs);
@@ -167,6 +193,7 @@ template <bool Swap>
 void widen_bf16(const std::byte* in, float* out, std::size_t n) noexcept {
   std::size_t i = 0;
   for (; i + lanes <= n; i += lanes) {
+    if (i % 16 == 0) prefetch<1>(out, i + 512);  // the user's buffer, from memory
     vh h;
     std::memcpy(&h, in + 2 * i, sizeof h);
     if constexpr (Swap) h = static_cast<vh>((h << 8) | (h >> 8));
