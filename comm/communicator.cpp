@@ -1,6 +1,9 @@
 #include "ferry/comm/communicator.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
 
@@ -36,6 +39,7 @@ struct communicator::impl {
   void broadcast(codec::dtype type, std::span<std::byte> data, std::uint32_t root);
   void allgather(codec::dtype type, std::span<const std::byte> mine, std::span<std::byte> out);
   void barrier();
+  void check_ring();
 };
 
 namespace {
@@ -109,9 +113,9 @@ std::size_t mod(std::int64_t k, std::uint32_t n) {
   return static_cast<std::size_t>(((k % ranks) + ranks) % ranks);
 }
 
-// Ring allreduce. Stage t < n-1 (reduce-scatter): send block (r - t), receive
-// block (r - t - 1) and add it in. Stage n-1+u (all-gather): send block
-// (r + 1 - u), receive block (r - u) and copy it. Chunk c of stage t+1 is
+// Ring allreduce, at place p on the ring. Stage t < n-1 (reduce-scatter):
+// send block (p - t), receive block (p - t - 1) and add it in. Stage n-1+u
+// (all-gather): send block (p + 1 - u), receive block (p - u) and copy it. Chunk c of stage t+1 is
 // sent as soon as chunk c of stage t is in.
 //
 // Compressed (bf16, f16), every value is rounded once where it is produced
@@ -297,8 +301,9 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, con
 // block a stage carries and when a rank forwards:
 // - broadcast: one block, one stage; every rank but the root receives it,
 //   and forwards it unless its successor is the root;
-// - allgather: n blocks, n-1 stages; stage t sends block (r - t), receives
-//   block (r - t - 1), and forwards it while t + 2 < n.
+// - allgather: n blocks, n-1 stages; at place p, stage t sends the block of
+//   the rank at place (p - t), receives that of place (p - t - 1), and
+//   forwards it while t + 2 < n.
 struct copy_plan final : detail::plan {
   detail::link& l;
   std::span<std::byte> data;
@@ -408,12 +413,39 @@ void communicator::impl::barrier() {
   }
 }
 
+// With authenticated frames, the world's first collective checks that every
+// rank derived the same ring from rank 0's TABLE, which travels before any
+// frame key is in use: rank 0 broadcasts the SHA-256 of its ring (the ranks
+// by place, u32 little-endian) and every rank compares it with its own.
+// Without it, a TABLE altered on the path could move a rank to another
+// place between the same neighbours, and its blocks would be summed in the
+// wrong places.
+void communicator::impl::check_ring() {
+  std::vector<std::byte> ring(4 * link.size());
+  for (std::uint32_t p = 0; p < link.size(); ++p) {
+    wire::store<std::uint32_t>(link.rank_at(p), ring.data() + 4 * p, wire::byte_order::little);
+  }
+  std::array<std::byte, 32> mine{};
+  unsigned int length = 0;
+  if (EVP_Digest(ring.data(), ring.size(), reinterpret_cast<unsigned char*>(mine.data()), &length, EVP_sha256(),
+                 nullptr) != 1) {
+    link.fail(comm_errc::auth_failed, std::nullopt, "OpenSSL could not compute SHA-256");
+  }
+  std::array<std::byte, 32> rank0 = mine;
+  broadcast(codec::dtype::u8, rank0, 0);
+  if (rank0 != mine) {
+    link.fail(comm_errc::config_mismatch, 0,
+              "this rank's ring differs from rank 0's: the rendezvous TABLE was altered on the way");
+  }
+}
+
 // ---------------------------------------------------------------------------
 // communicator
 
 communicator::communicator(const comm::config& c, std::optional<listener> rank0) {
   c.validate().value();  // a bad config throws its ferry::exception
   impl_ = std::make_unique<impl>(c, std::move(rank0));
+  if (c.auth != frame_auth::none && c.world_size > 1) impl_->check_ring();
 }
 
 communicator communicator::from_env() { return communicator(config::from_env().value()); }

@@ -9,7 +9,8 @@
 // Allreduce is a ring: reduce-scatter, then all-gather, each of the n
 // segments cut into chunks of config::chunk_bytes so that sending,
 // receiving and adding overlap. Segment k's sum is formed in one fixed
-// order, rank k's value first, then rank k+1's, ... (floating-point
+// order, the value of the rank at place k on the ring first, then the one
+// at place k+1's, ... (places: config.h's ring_order; floating-point
 // addition of two operands is commutative, so each step is exact to
 // specify), and then copied to every rank: all ranks end with the same
 // bits, whatever their architecture or timing. Average divides the sum by

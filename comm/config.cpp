@@ -99,7 +99,6 @@ result<config, error> config::from_env() {
     } else {
       return bad("FERRY_RING_ORDER='" + std::string(text) + "' is not one of node, rank");
     }
-    c.order_set = true;
   }
   FERRY_TRY(c.validate());
   return c;

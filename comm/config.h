@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ferry/comm/error.h"
@@ -69,10 +70,9 @@ struct config {
   /// on every rank.
   frame_auth auth = frame_auth::none;
   /// Where ranks sit on the ring (FERRY_RING_ORDER). Rank 0's choice is the
-  /// world's; `order_set` says whether this rank asked for one explicitly
-  /// (then it must match rank 0's).
-  ring_order order = ring_order::node;
-  bool order_set = false;
+  /// world's (node when it sets none); another rank that sets one must
+  /// match it.
+  std::optional<ring_order> order;
 
   /// Reads the variables above. A configuration error, not a failure of
   /// communication: bad_config naming the variable that is missing or

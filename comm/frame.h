@@ -52,7 +52,9 @@
 // followed by the tag of AAD = those 32 bytes, empty plaintext, at the
 // next counter. A receiver that counts every message it accepts therefore
 // refuses any frame or ABORT altered, injected, replayed, reordered or
-// dropped (the one after a dropped one) on the path: forged_frame.
+// dropped (the one after a dropped one) on the path: forged_frame (a header
+// altered into a malformed one, or one that does not fit the collective, is
+// refused before the tag with the decoder's or the collective's error).
 #pragma once
 
 #include <array>

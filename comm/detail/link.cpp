@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -197,6 +198,7 @@ void link::queue(frame_header h, const std::byte* payload, std::size_t size, int
 void link::seal_frame(out_frame& f) {
   if (!f.produced) {
     const auto [payload, slot] = running_->produce(f.h);
+    assert(payload.size() == f.size);
     f.payload = payload.data();
     f.slot = slot;
     f.produced = true;
@@ -428,9 +430,18 @@ void link::run(plan& p, const std::function<void()>& start) {
   try {
     start();
     pump(p);
+    running_ = nullptr;
   } catch (const comm_error& e) {
+    running_ = nullptr;
     broken_ = e;
     abort_links(e);
+    throw;
+  } catch (const std::exception& e) {
+    // Out of memory, say: the frames still queued belong to this
+    // collective and the neighbours expect them; nothing can go on.
+    running_ = nullptr;
+    broken_ = comm_error(comm_errc::aborted, std::nullopt, rank_name(rank_) + ": " + e.what());
+    abort_links(*broken_);
     throw;
   }
 }

@@ -43,7 +43,7 @@ struct plan {
   /// and the scratch slot holding it (-1 for none).
   virtual std::pair<std::span<const std::byte>, int> produce(const frame_header& h) {
     (void)h;
-    return {};
+    return {{}, -1};  // a plan that calls send_later() overrides this
   }
   std::uint32_t expected = 0;  ///< frames to receive
   std::size_t sends = 0;       ///< frames to send

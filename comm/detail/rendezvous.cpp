@@ -99,7 +99,8 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   std::vector<table_entry> table(n);
   table[0].at = local_endpoint(joined[1]->first);  // where this host was reached
   table[0].at.set_port(0);
-  table[0].order = c.order;
+  const ring_order order = c.order.value_or(ring_order::node);
+  table[0].order = order;
   for (std::uint32_t r = 1; r < n; ++r) {
     table[r].at = remote_endpoint(joined[r]->first);
     table[r].at.set_port(joined[r]->second.listen_port);
@@ -108,7 +109,7 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   for (std::uint32_t r = 1; r < n; ++r) send_all(joined[r]->first, bytes, deadline, rank_name(r));
 
   ring_links links;
-  links.ring = ring_positions(table, c.order);
+  links.ring = ring_positions(table, order);
   const std::uint32_t next = links.ring[1];
   const std::uint32_t prev = links.ring[n - 1];
   links.next = connect_to(table[next].at, deadline, rank_name(next));
@@ -151,9 +152,9 @@ ring_links join(const config& c, clock::time_point deadline) {
   if (!table) fail(table.error(), 0, "rank 0 sent a malformed table: " + std::string(message(table.error())));
 
   const ring_order order = (*table)[0].order;
-  if (c.order_set && c.order != order) {
+  if (c.order && *c.order != order) {
     fail(comm_errc::config_mismatch, 0,
-         rank_name(c.rank) + " has FERRY_RING_ORDER=" + order_name(c.order) + " but rank 0 formed the ring in " +
+         rank_name(c.rank) + " has FERRY_RING_ORDER=" + order_name(*c.order) + " but rank 0 formed the ring in " +
              order_name(order) + " order: set the same value on every rank");
   }
   ring_links links;

@@ -4,9 +4,10 @@
 // opens a ring listener (on the local address it reaches rank 0 from, any
 // port), connects to rank 0, passes the handshake (handshake.h) with role
 // "join" announcing that listener's port, and receives the TABLE of every
-// rank's listener as rank 0 saw it. Then rank r connects to rank r+1's
-// listener (role "ring"), and rank n-1's join connection becomes its link to
-// rank 0, closing the ring. Connections that fail the handshake before
+// rank's listener as rank 0 saw it. Every rank derives the ring from it
+// (ring_positions: the ranks by place); the rank at place p connects to the
+// listener of the one at place p+1 (role "ring"), and the last place's join
+// connection becomes its link to rank 0 (place 0), closing the ring. Connections that fail the handshake before
 // authenticating (strangers, wrong secrets) are refused and rank 0 keeps
 // waiting; an authenticated rank whose configuration differs fails the
 // rendezvous on both sides. Everything is bounded by config::timeout.
@@ -51,13 +52,14 @@ struct listener_access {
   static socket take(listener& l) noexcept { return socket(std::exchange(l.fd_, -1)); }
   };
 
-/// One rank's two links: `prev` delivers frames from rank (r-1) mod n,
-/// `next` carries frames to rank (r+1) mod n. Both invalid when n == 1.
+/// One rank's two links: `prev` delivers frames from the rank at the place
+/// before this one on the ring, `next` carries frames to the one after
+/// (`ring`). Both invalid when n == 1.
 struct ring_links {
   socket prev;
   socket next;
-  hello prev_hello;  ///< what rank r-1 said about itself
-  hello next_hello;  ///< what rank r+1 said about itself
+  hello prev_hello;  ///< what the previous rank on the ring said about itself
+  hello next_hello;  ///< what the next rank on the ring said about itself
   /// Frame keys (config::auth not none). This rank initiated `next` and
   /// accepted `prev`, so it sends frames with next_keys.initiator and
   /// receives them with prev_keys.initiator.
