@@ -166,7 +166,9 @@ void link::abort_links(const comm_error& e) noexcept {
 
 int link::acquire_scratch() {
   if (scratch_free_.empty()) {
-    scratch_.emplace_back(cfg_.chunk_bytes / 2);  // the largest chunk: 16-bit elements
+    // A chunk's payload: chunk_bytes of f32 partial sums or of 16-bit
+    // values (compressed sums go out rounded, never as floats).
+    scratch_.emplace_back(cfg_.chunk_bytes / sizeof(float));
     return static_cast<int>(scratch_.size() - 1);
   }
   const int slot = scratch_free_.back();

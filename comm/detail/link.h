@@ -85,9 +85,10 @@ class link {
   /// wire instead of a whole stage ahead.
   void send_later(frame_header h, std::size_t bytes);
 
-  /// Chunk-sized float buffers for partial sums in flight, so a frame that
-  /// only passes a partial sum on never writes it to the (cache-cold) user
-  /// buffer. All are free again when a collective starts.
+  /// Buffers of chunk_bytes for payloads in flight that are not in the
+  /// user's buffer: f32 partial sums (so a frame that only passes one on
+  /// never writes the cache-cold user buffer) and rounded 16-bit chunks.
+  /// All are free again when a collective starts.
   int acquire_scratch();
   void release_scratch(int slot) { scratch_free_.push_back(slot); }
   [[nodiscard]] std::span<float> scratch(int slot) { return scratch_[static_cast<std::size_t>(slot)]; }

@@ -10,8 +10,9 @@
 // NaN payload), and a 16 MB allreduce takes no less than the link allows
 // (which proves the namespaces and the shaping are real). A 2x2 world with
 // cyclically numbered ranks (node 0 holds ranks 0 and 2) completes with the
-// right sums; where comm/ orders the ring by node (config::order, default
-// ring_order::node) the ring must cross each link once per direction.
+// right sums, its compressed allreduces and broadcasts too (the ring's
+// places differ from the ranks there); ordered by node (the default) the
+// ring crosses each link once per direction, in rank order twice.
 //
 // Needs root, ip and tc; otherwise every test is skipped with the reason.
 // The topology is removed after the suite, also when a test fails, and on
@@ -236,6 +237,27 @@ std::vector<rank_report> run_world(const world_spec& w, const std::string& maste
         data.resize(w.count);
         for (std::size_t i = 0; i < w.count; ++i) data[i] = w.value(r, i);
         comm.allreduce(data);
+        // The other collectives on the same ring (whose places may differ
+        // from the ranks): compressed allreduces of small integers (exact
+        // in 16 bits, so the sum is known whatever its order) and a
+        // broadcast from every rank.
+        for (const compression comp : {compression::bf16, compression::f16}) {
+          std::vector<float> v(1001);
+          for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + 1) * (i % 7));
+          comm.allreduce(v, {.comp = comp});
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            if (v[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7))) {
+              throw std::runtime_error("compressed allreduce: element " + std::to_string(i) + " is wrong");
+            }
+          }
+        }
+        for (std::uint32_t root = 0; root < n; ++root) {
+          std::vector<std::uint32_t> b(333, r == root ? 1000 * root + 7 : 0);
+          comm.broadcast(std::span<std::uint32_t>(b), root);
+          for (const std::uint32_t x : b) {
+            if (x != 1000 * root + 7) throw std::runtime_error("broadcast from rank " + std::to_string(root) + " is wrong");
+          }
+        }
         std::vector<float> scratch = data;
         for (int k = 0; k < w.timed; ++k) {
           comm.barrier();  // every rank starts together: the time is the transfer's
