@@ -163,7 +163,9 @@ struct proxy_socket {
   ~proxy_socket() { ::close(fd); }
 };
 
-std::vector<test::outcome> attacked_world(attack a, frame_auth mode) {
+// A two-rank world whose link from rank 1 to rank 0 runs through the
+// attacking proxy; `chunk` sets how many frames the allreduce sends.
+std::vector<test::outcome> attacked_world(attack a, frame_auth mode, std::uint32_t chunk = chunk_bytes) {
   const proxy_socket listening;
   return run_world(3, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
     if (r == 2) {  // the machine on the path
@@ -180,7 +182,7 @@ std::vector<test::outcome> attacked_world(attack a, frame_auth mode) {
     }
     c.world_size = 2;
     c.auth = mode;
-    c.chunk_bytes = chunk_bytes;
+    c.chunk_bytes = chunk;
     c.timeout = 10s;
     if (r == 1) c.master_port = listening.port;
     communicator comm(c, std::move(l));
@@ -244,30 +246,8 @@ TEST(TamperWithoutAttack, TheProxyAloneChangesNothing) {
   // The same world through a proxy that attacks frame `target` of a stream
   // too short to have it: the baseline every attack is measured against.
   for (const frame_auth mode : {frame_auth::none, frame_auth::frames, frame_auth::encrypt}) {
-    const proxy_socket listening;
-    const auto out = run_world(3, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
-      if (r == 2) {
-        const int in = ::accept(listening.fd, nullptr, nullptr);
-        const int to = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(c.master_port);
-        if (::connect(to, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) proxy(in, to, attack::flip, mode);
-        ::close(in);
-        ::close(to);
-        return std::vector<std::byte>();
-      }
-      c.world_size = 2;
-      c.auth = mode;
-      c.timeout = 10s;  // default chunk bytes: 2 frames each way, no frame #2
-      if (r == 1) c.master_port = listening.port;
-      communicator comm(c, std::move(l));
-      std::vector<float> v(count);
-      for (std::size_t i = 0; i < count; ++i) v[i] = input(r, i);
-      comm.allreduce(v);
-      return test::to_bytes(v);
-    });
+    // Default chunk bytes: 2 frames each way, no frame #2.
+    const auto out = attacked_world(attack::flip, mode, config{}.chunk_bytes);
     for (std::uint32_t r = 0; r < 2; ++r) {
       ASSERT_TRUE(out[r].ok) << name(mode) << ": " << out[r].text;
       EXPECT_EQ(test::from_bytes<float>(out[r].bytes), expected_sum()) << name(mode);

@@ -14,6 +14,7 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/config.h"
 #include "ferry/comm/frame.h"
+#include "collect_sink.h"
 #include "ferry/comm/handshake.h"
 #include "ferry/wire/byte_order.h"
 #include "hello_sample.h"
@@ -112,25 +113,7 @@ TEST(FrameAuth, TheSizeLimitCountsTheTag) {
 }
 
 // Collects what a decoder hands on.
-struct collect final : frame_sink {
-  std::vector<frame_header> headers;
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<abort_message> aborts;
-  std::vector<std::byte> buffer;
-  result<std::span<std::byte>> on_header(const frame_header& h) override {
-    buffer.assign(*payload_size(h), std::byte{0});
-    return std::span(buffer);
-  }
-  result<void> on_frame(const frame_header& h, std::span<std::byte> p) override {
-    headers.push_back(h);
-    payloads.emplace_back(p.begin(), p.end());
-    return {};
-  }
-  result<void> on_abort(const abort_message& a) override {
-    aborts.push_back(a);
-    return {};
-  }
-};
+using test::collect;
 
 // Frames 0..2 and an ABORT (counter 3), as one link direction sends them.
 std::vector<std::vector<std::byte>> messages(frame_auth mode, const frame_key& key) {

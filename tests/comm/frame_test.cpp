@@ -10,11 +10,13 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
+#include "collect_sink.h"
 
 namespace ferry::comm {
 namespace {
 
 using wire::byte_order;
+using test::collect;
 
 constexpr std::size_t max_frame = std::size_t{1} << 20;
 
@@ -213,32 +215,9 @@ TEST(Frame, EverySingleBitFlipIsCaught) {
   }
 }
 
-
 // The receiving side as the communicator runs it: frames and ABORTs in
-// one stream, fed in every split, land in the sink's buffers and come out
-// the same whatever the split.
-struct collect final : frame_sink {
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<frame_header> headers;
-  std::vector<abort_message> aborts;
-  std::vector<std::byte> buffer;
-  error_code refuse;  // returned from on_header when set
-  result<std::span<std::byte>> on_header(const frame_header& h) override {
-    if (refuse) return refuse;
-    buffer.assign(*payload_size(h), std::byte{0});
-    return std::span(buffer);
-  }
-  result<void> on_frame(const frame_header& h, std::span<std::byte> p) override {
-    headers.push_back(h);
-    payloads.emplace_back(p.begin(), p.end());
-    return {};
-  }
-  result<void> on_abort(const abort_message& a) override {
-    aborts.push_back(a);
-    return {};
-  }
-};
-
+// one stream, fed in every split, land in the sink's buffers (test::collect)
+// and come out the same whatever the split.
 std::vector<std::byte> sample_stream() {
   std::vector<std::byte> s;
   const std::vector<float> a = {1, 2, 3};
