@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ferry/comm/communicator.h"
+#include "world.h"
 
 namespace ferry::comm {
 namespace {
@@ -157,16 +158,6 @@ struct rank_report {
   std::vector<std::uint32_t> ring;  // each rank's successor on the ring
 };
 
-void write_all(int fd, const void* p, std::size_t n) {
-  const auto* b = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, b, n);
-    if (w <= 0) return;
-    b += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 template <class T>
 void put(std::string& out, const std::vector<T>& v) {
   const std::uint64_t n = v.size();
@@ -275,7 +266,7 @@ std::vector<rank_report> run_world(const world_spec& w, const std::string& maste
       put(out, data);
       put(out, times);
       put(out, ring);
-      write_all(fds[1], out.data(), out.size());
+      test::detail::write_all(fds[1], out.data(), out.size());
       ::close(fds[1]);
       ::_exit(0);
     }
