@@ -150,25 +150,36 @@ struct ring_plan final : detail::plan {
     return o.feedback != nullptr ? o.feedback->residual().subspan(off, len) : std::span<float>();
   }
 
-  // Queues chunk `chunk` of stage t: `payload` (in the host's order), held
-  // in scratch slot `slot` if not -1.
-  void send(std::size_t t, std::size_t chunk, std::span<const std::byte> payload, int slot = -1) {
+  // The header of chunk `chunk` of stage t, `count` elements.
+  [[nodiscard]] frame_header header(std::size_t t, std::size_t chunk, std::size_t count) const {
     frame_header h;
     h.type = codec::dtype::f32;
     h.enc = enc;
     h.chunk = static_cast<std::uint32_t>(t * ch.m + chunk);
-    h.count = static_cast<std::uint32_t>(payload.size() / wire_element_size(h));
-    l.send(h, payload, slot);
+    h.count = static_cast<std::uint32_t>(count);
+    return h;
   }
 
-  // Rounds a chunk into a fresh slot and queues it as stage t's.
-  void send_compressed(std::size_t t, std::size_t chunk, detail::compress_step step) {
+  // Queues chunk `chunk` of stage t: `payload` (in the host's order), held
+  // in scratch slot `slot` if not -1.
+  void send(std::size_t t, std::size_t chunk, std::span<const std::byte> payload, int slot = -1) {
+    l.send(header(t, chunk, payload.size() / (enc == encoding::raw ? 4 : 2)), payload, slot);
+  }
+
+  // Rounds a chunk into a fresh scratch slot: the payload and its slot.
+  std::pair<std::span<const std::byte>, int> compressed(detail::compress_step step) {
     const int slot = l.acquire_scratch();
     const auto out = std::as_writable_bytes(l.scratch(slot)).first(2 * step.n);
     step.enc = enc;
     step.out = out.data();
     detail::compress(step);
-    send(t, chunk, out, slot);
+    return {out, slot};
+  }
+
+  // Rounds a chunk and queues it as stage t's.
+  void send_compressed(std::size_t t, std::size_t chunk, const detail::compress_step& step) {
+    const auto [payload, slot] = compressed(step);
+    send(t, chunk, payload, slot);
   }
 
   // Queues stage 0.
@@ -184,26 +195,16 @@ struct ring_plan final : detail::plan {
       send(0, chunk, std::as_bytes(data.subspan(off, len)));
       return;
     }
-    frame_header h;
-    h.type = codec::dtype::f32;
-    h.enc = enc;
-    h.chunk = static_cast<std::uint32_t>(chunk);
-    h.count = static_cast<std::uint32_t>(len);
-    l.send_later(h, 2 * len);
+    l.send_later(header(0, chunk, len), 2 * len);
   }
 
   std::pair<std::span<const std::byte>, int> produce(const frame_header& h) override {
     const auto [off, len] = ch.chunk(send_block(0), h.chunk);  // stage 0's chunks only
-    const int slot = l.acquire_scratch();
-    const auto out = std::as_writable_bytes(l.scratch(slot)).first(2 * len);
     detail::compress_step step;
-    step.enc = enc;
     step.n = len;
     step.a = data.data() + off;
     step.residual = residual(off, len).data();
-    step.out = out.data();
-    detail::compress(step);
-    return {out, slot};
+    return compressed(step);
   }
 
   std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {

@@ -301,7 +301,6 @@ class frame_decoder {
   /// The message counter of the next frame or ABORT (authenticated modes;
   /// it counts the messages accepted).
   [[nodiscard]] std::uint64_t counter() const noexcept { return counter_; }
-  [[nodiscard]] frame_auth mode() const noexcept { return mode_; }
 
  private:
   enum class part : std::uint8_t { header, payload, trailer };

@@ -192,7 +192,7 @@ void link::queue(frame_header h, const std::byte* payload, std::size_t size, int
   f.size = size;
   f.slot = slot;
   f.produced = produced;
-  f.trailer_size = seal_next_ ? frame_tag_size : frame_trailer_size;
+  f.trailer_size = static_cast<std::uint8_t>(trailer_size(cfg_.auth));
   sendq_.push_back(f);
   ++queued_;
 }

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ferry/comm/communicator.h"
+#include "ferry/wire/byte_order.h"
 #include "world.h"
 
 namespace ferry::comm {
@@ -114,17 +115,7 @@ std::uint64_t splitmix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-float from_bits(std::uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
-std::uint32_t to_bits(float f) {
-  std::uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using wire::to_bits;
 
 constexpr std::uint32_t nan_payload = 0x7FC0BEEFu;  // quiet, so addition keeps it as is
 
@@ -134,19 +125,19 @@ constexpr std::uint32_t nan_payload = 0x7FC0BEEFu;  // quiet, so addition keeps 
 float two_rank_value(std::uint32_t rank, std::size_t i) {
   if (i % 61 == 5) return (i / 61 + rank) % 2 ? -0.0f : 0.0f;
   if (i % 61 == 9) return -0.0f;
-  if (i == 77) return rank == 0 ? from_bits(nan_payload) : 1.5f;
+  if (i == 77) return rank == 0 ? wire::from_bits<float>(nan_payload) : 1.5f;
   const std::uint64_t h = splitmix((std::uint64_t{rank} << 48) ^ i);
   std::uint32_t bits = static_cast<std::uint32_t>(h) & 0x807FFFFFu;
   bits |= static_cast<std::uint32_t>(97 + (h >> 32) % 60) << 23;  // 2^-30 .. 2^29
   if (i % 101 == 7) bits &= 0x807FFFFFu;                           // subnormal
-  return from_bits(bits);
+  return wire::from_bits<float>(bits);
 }
 
 // Any number of ranks: integers (exact in any order of addition), -0 on
 // every rank (the sum is -0 only if no +0 creeps in), a NaN payload on one.
 float many_rank_value(std::uint32_t rank, std::size_t i) {
   if (i % 97 == 3) return -0.0f;
-  if (i == 10) return rank == 2 ? from_bits(nan_payload) : 3.0f;
+  if (i == 10) return rank == 2 ? wire::from_bits<float>(nan_payload) : 3.0f;
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 201) - 100);
 }
 
