@@ -3,7 +3,6 @@
 //
 //   comm_rank --contender C --sizes COUNT:WARMUP:ITERS[,...] [--out FILE]
 //             [--gloo-store PATH --gloo-addr ADDR]
-//   comm_rank --features
 //
 // C is ferry, ferry-bf16, ferry-f16 (compression with error feedback, as
 // comm_bench) or gloo (LibTorch's ProcessGroupGloo, f32). Every rank reads
@@ -22,16 +21,11 @@
 // rank with status 3.
 //
 // Rank 0 writes FILE, a JSON object: contender, world, for ferry the
-// configuration fields that shape a row (auth, and ring_order for
-// config::order, where this build has them, as enumerator values;
-// chunk_bytes), ring (for ferry: the rank
+// configuration fields that shape a row (auth and ring_order as enumerator
+// values, chunk_bytes), ring (for ferry: the rank
 // that follows each rank on the ring, as the handshakes reported it; null
 // for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
 // times_s: [...]}].
-//
-// --features prints the configuration fields this build of comm/ has
-// (auth; ring_order for config::order), one per line, so the driver knows
-// which rows it can measure.
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -256,11 +250,6 @@ int run(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--features") == 0) {
-    std::puts("auth");
-    std::puts("ring_order");
-    return 0;
-  }
   const options o = parse_args(argc, argv);
   try {
     return run(o);
