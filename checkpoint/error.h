@@ -6,7 +6,8 @@
 // bad_byte_order, duplicate_key (a tensor or metadata name twice),
 // trailing_bytes, limit_exceeded (a limits field), checksum_mismatch and
 // io_error (with the OS's errno). A dtype code or name that does not exist
-// is codec_errc::unknown_dtype.
+// is codec_errc::unknown_dtype. checksum_mismatch is always CRC32C (.ferry);
+// a .pt file's zip CRC-32 is crc32_mismatch.
 //
 // Functions that take or give a file return result<T, error>, whose context
 // names the file and, where there is one, the tensor: "model.ferry: tensor
@@ -18,7 +19,7 @@
 namespace ferry {
 
 #define FERRY_CHECKPOINT_ERRORS(X)                                                                         \
-  X(not_a_checkpoint, 400, "neither a ferry checkpoint nor a safetensors file")                            \
+  X(not_a_checkpoint, 400, "neither a ferry checkpoint, a safetensors file nor a PyTorch .pt file")       \
   X(bad_alignment, 401, "alignment is not a power of two in the allowed range")                            \
   X(bad_layout, 402, "storages overlap, leave a gap, or lie outside the data area")                        \
   X(view_out_of_bounds, 403, "tensor view reaches past the end of its storage")                            \
@@ -35,7 +36,15 @@ namespace ferry {
   X(storage_too_large, 414, "storage does not fit this machine's address space")                           \
   X(header_mismatch, 415, "the file's header and trailer disagree")                                        \
   X(bad_padding, 416, "padding between storages is not zero")                                             \
-  X(bad_utf8, 417, "text that must be UTF-8 is not")
+  X(bad_utf8, 417, "text that must be UTF-8 is not")                                                      \
+  X(pickle_forbidden_global, 418, "not on the allowed list: ferry runs no pickle code")                   \
+  X(pickle_bad_opcode, 419, "pickle opcode that ferry does not interpret")                                \
+  X(pickle_malformed, 420, "pickle does not describe a state dict of tensors")                            \
+  X(unsupported_pytorch, 421, "a kind of PyTorch file that ferry does not read")                          \
+  X(zip_malformed, 422, "zip structure is inconsistent")                                                  \
+  X(unsupported_zip_feature, 423, "zip feature that ferry does not read (only stored records)")           \
+  X(record_not_found, 424, "the zip has no record of this name")                                          \
+  X(crc32_mismatch, 425, "zip CRC-32 does not match the record's bytes")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "ferry/wire/byte_order.h"
 
@@ -30,6 +31,42 @@ struct limits {
   /// Bytes of a safetensors JSON header. The reference implementation
   /// refuses headers over 100,000,000 bytes; so does ferry by default.
   std::uint64_t max_header_bytes = 100'000'000;
+
+  // PyTorch .pt files (pytorch.h): the zip's central directory and the
+  // pickle are read whole and interpreted; these bound what that costs.
+
+  /// Bytes of the `data.pkl` record. Pickles of real state dicts are a few
+  /// hundred bytes per tensor; 256 MiB leaves room for a million tensors.
+  std::uint64_t max_pickle_bytes = std::uint64_t{1} << 28;
+  /// Nesting of the pickle's containers (and MARKs), and of the structure
+  /// that is flattened into names: deeper input would exhaust the stack.
+  std::size_t max_pickle_depth = 1000;
+  /// Memo slots a pickle may fill (BINPUT, MEMOIZE). The memo is sparse,
+  /// so a large slot number costs no more than a small one.
+  std::size_t max_pickle_memo = std::size_t{1} << 20;
+  /// Records in a .pt file's zip (one per storage, and a few more).
+  std::size_t max_zip_entries = std::size_t{1} << 20;
+  /// Bytes of metadata made from a .pt file's non-tensor values (JSON
+  /// text, keys included). Shared references in a pickle can make a few
+  /// bytes describe a structure billions of nodes large when written out;
+  /// flattening stops at this limit.
+  std::uint64_t max_metadata_bytes = std::uint64_t{1} << 26;
+};
+
+/// How checkpoint::open() reads a file.
+struct read_options {
+  checkpoint::limits lim;
+  /// The byte order of a .pt file's storages when it has no `byteorder`
+  /// record (files written before PyTorch 2.1 have none, and hold the
+  /// writer's native order). The record, when present, wins. Unset: little,
+  /// as PyTorch >= 2.1 assumes.
+  std::optional<wire::byte_order> pytorch_order;
+  /// Storages are handed out writable (storage_buffer::mutable_bytes()):
+  /// private copy-on-write mappings of the file or private copies. Writes
+  /// never reach the file; they are seen by every tensor over the storage
+  /// that this reader handed out. For frameworks whose tensors are
+  /// writable (torch).
+  bool copy_on_write = false;
 };
 
 /// How a writer lays the file out.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -75,14 +76,32 @@ class mapping {
   std::span<std::byte> bytes_;
 };
 
-// A storage's bytes as a mapping of the file.
+// A storage's bytes as a mapping of the file; mutable_bytes() exposes a
+// copy-on-write mapping when the reader was opened with copy_on_write.
 class mapped_storage final : public storage_buffer {
  public:
-  explicit mapped_storage(mapping m) noexcept : map_(std::move(m)) { bytes_ = map_.bytes(); }
+  mapped_storage(mapping m, bool expose) noexcept : map_(std::move(m)) {
+    bytes_ = map_.bytes();
+    if (expose) mutable_ = map_.bytes();
+  }
   [[nodiscard]] std::span<std::byte> writable() const noexcept { return map_.bytes(); }
 
  private:
   mapping map_;
+};
+
+// A storage read into memory (no mapping, an unaligned record, or a
+// range a 32-bit host cannot map).
+class copied_storage final : public storage_buffer {
+ public:
+  copied_storage(std::vector<std::byte> data, bool expose) noexcept : data_(std::move(data)) {
+    bytes_ = data_;
+    if (expose) mutable_ = data_;
+  }
+  [[nodiscard]] std::span<std::byte> writable() noexcept { return data_; }
+
+ private:
+  std::vector<std::byte> data_;
 };
 
 result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
@@ -145,7 +164,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     }
     if (s->nbytes % codec::size_of(*dtype) != 0) return fail(checkpoint_errc::shape_size_mismatch, what);
     end = start + s->nbytes;
-    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c});
+    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt});
   }
   std::uint64_t manifest_start = 0;
   if (!align_up(end, align, manifest_start) || manifest_start != t.manifest_offset) {
@@ -185,6 +204,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
 
 struct reader::state {
   std::filesystem::path path;
+  read_options opt;
   int fd = -1;
   std::uint64_t size = 0;
   parsed_file file;
@@ -215,22 +235,26 @@ struct reader::state {
     const auto n = static_cast<std::size_t>(st.nbytes);
     const std::size_t width = codec::size_of(st.dtype);
     const bool swap = file.order != wire::host_order && width > 1;
+    // .ferry and safetensors storages start aligned; a .pt record re-zipped
+    // by another tool may not, and its elements are then copied to aligned
+    // memory (a mapping starts where the page does).
+    const bool aligned = st.offset % width == 0;
     std::shared_ptr<storage_buffer> buf;
     std::span<std::byte> writable;
-    if (n > 0) {
+    if (n > 0 && aligned) {
       int map_errno = 0;
-      if (auto m = map_range(st.offset, n, swap, map_errno)) {
-        auto ms = std::make_shared<mapped_storage>(std::move(m));
+      if (auto m = map_range(st.offset, n, swap || opt.copy_on_write, map_errno)) {
+        auto ms = std::make_shared<mapped_storage>(std::move(m), opt.copy_on_write);
         writable = ms->writable();
         buf = std::move(ms);
       } else if (map_errno == ENOMEM || map_errno == EOVERFLOW) {
         return storage_error(i, checkpoint_errc::storage_too_large);
       }
     }
-    if (!buf) {  // empty, beyond 4 GiB on 32-bit, or a file system without mmap
-      std::shared_ptr<owned_storage> o;
+    if (!buf) {  // empty, unaligned, beyond 4 GiB on 32-bit, or a file system without mmap
+      std::shared_ptr<copied_storage> o;
       try {
-        o = std::make_shared<owned_storage>(std::vector<std::byte>(n));
+        o = std::make_shared<copied_storage>(std::vector<std::byte>(n), opt.copy_on_write);
       } catch (const std::bad_alloc&) {
         return storage_error(i, checkpoint_errc::storage_too_large);
       }
@@ -282,26 +306,35 @@ struct reader::state {
     return ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) == 1;
   }
 
-  // CRC32C of storage i's bytes as stored, through windows of the file
-  // mapped one at a time: verify() needs no address space for the whole
-  // storage (a 32-bit host checks storages larger than it could map) and
-  // does not convert anything.
-  result<std::uint32_t, error> file_crc(std::uint32_t i, const std::function<void(std::uint64_t)>& progress) const {
+  // The checksum of [offset, offset + nbytes) as stored, CRC32C or (.pt)
+  // zlib's CRC-32, through windows of the file mapped one at a time:
+  // verify() needs no address space for a whole storage (a 32-bit host
+  // checks storages larger than it could map) and converts nothing.
+  // Errors name storage i (UINT32_MAX: none; `record` then names it).
+  enum class checksum : std::uint8_t { crc32c, zip_crc32 };
+  result<std::uint32_t, error> file_crc(std::uint64_t offset, std::uint64_t nbytes, checksum kind,
+                                        const std::function<error(error_code, int)>& fail,
+                                        const std::function<void(std::uint64_t)>& progress) const {
     constexpr std::uint64_t window = std::uint64_t{64} << 20;
-    const storage_info& st = file.storages[i];
     std::uint32_t crc = 0;
     std::vector<std::byte> buffer;
-    for (std::uint64_t at = 0; at < st.nbytes;) {
-      const std::uint64_t offset = st.offset + at;
-      const auto n = static_cast<std::size_t>(std::min(window, st.nbytes - at));
+    const auto extend = [&](std::span<const std::byte> b) {
+      if (kind == checksum::crc32c) {
+        crc = codec::crc32c_extend(crc, b);
+      } else {
+        crc = static_cast<std::uint32_t>(::crc32_z(crc, reinterpret_cast<const Bytef*>(b.data()), b.size()));  // zlib's byte type
+      }
+    };
+    for (std::uint64_t at = 0; at < nbytes;) {
+      const auto n = static_cast<std::size_t>(std::min(window, nbytes - at));
       int map_errno = 0;
-      if (const auto m = map_range(offset, n, false, map_errno)) {
-        crc = codec::crc32c_extend(crc, m.bytes());
+      if (const auto m = map_range(offset + at, n, false, map_errno)) {
+        extend(m.bytes());
       } else {
         buffer.resize(n);
         int sys_errno = 0;
-        if (auto r = detail::pread_exact(fd, offset, buffer, sys_errno); !r) return storage_error(i, r.error(), sys_errno);
-        crc = codec::crc32c_extend(crc, buffer);
+        if (auto r = detail::pread_exact(fd, offset + at, buffer, sys_errno); !r) return fail(r.error(), sys_errno);
+        extend(buffer);
       }
       at += n;
       if (progress) progress(at);
@@ -352,9 +385,26 @@ reader::reader(reader&&) noexcept = default;
 reader& reader::operator=(reader&&) noexcept = default;
 reader::~reader() = default;
 
+std::string_view format_name(file_format f) noexcept {
+  switch (f) {
+    case file_format::ferry: return "ferry";
+    case file_format::safetensors: return "safetensors";
+    case file_format::pytorch: return "pytorch";
+  }
+  return "unknown";
+}
+
 result<reader, error> reader::open(const std::filesystem::path& path, const limits& lim) {
+  read_options opt;
+  opt.lim = lim;
+  return open(path, opt);
+}
+
+result<reader, error> reader::open(const std::filesystem::path& path, const read_options& opt) {
+  const limits& lim = opt.lim;
   auto s = std::make_unique<state>();
   s->path = path;
+  s->opt = opt;
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (s->fd < 0) return error::from_errno(errno, path.string());
   // No speculative readahead: opening reads the header, the trailer and the
@@ -378,6 +428,19 @@ result<reader, error> reader::open(const std::filesystem::path& path, const limi
   if (have > 0 && std::memcmp(head.data(), file_magic, prefix) == 0) {
     if (have < header_size) return file_error(path, errc::truncated);
     parsed = parse_ferry(s->fd, s->size, path, head, lim);
+  } else if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) {
+    const int fd = s->fd;
+    const detail::zip_read_at read = [fd](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
+      int read_errno = 0;
+      if (auto r = detail::pread_exact(fd, offset, out, read_errno); !r) return error(r.error(), {}, read_errno);
+      return {};
+    };
+    parsed = detail::parse_pytorch(s->size, read, opt);
+    if (!parsed) return parsed.error().wrap(path.string());
+  } else if (have >= sizeof detail::legacy_pytorch_magic &&
+             std::memcmp(head.data(), detail::legacy_pytorch_magic, sizeof detail::legacy_pytorch_magic) == 0) {
+    return file_error(path, checkpoint_errc::unsupported_pytorch, 0,
+                      "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
   } else if (have > 8 && head[8] == std::byte{'{'}) {
     const auto n = wire::load<std::uint64_t>(head.data(), wire::byte_order::little);
     parsed = detail::parse_safetensors(s->fd, s->size, n, lim);
@@ -482,18 +545,23 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
   const auto& st = s_->file.storages;
   const bool ferry_format = s_->file.format == file_format::ferry;
   std::uint64_t done = 0;
+  const auto report = [&](std::uint64_t n) {
+    if (progress) progress(done + n);
+  };
   std::uint64_t end = header_size;
   for (std::uint32_t i = 0; i < st.size(); ++i) {
     if (ferry_format) {
       FERRY_TRY(s_->check_zero(end, st[i].offset, i));
     }
+    const auto fail = [&](error_code c, int sys_errno) { return s_->storage_error(i, c, sys_errno); };
     if (st[i].crc32c) {
-      FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(i, [&](std::uint64_t n) {
-        if (progress) progress(done + n);
-      }));
+      FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(st[i].offset, st[i].nbytes, state::checksum::crc32c, fail, report));
       if (crc != *st[i].crc32c) return s_->storage_error(i, errc::checksum_mismatch);
       std::lock_guard lock(s_->mu);
       s_->verified[i] = true;
+    } else if (st[i].crc32) {
+      FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(st[i].offset, st[i].nbytes, state::checksum::zip_crc32, fail, report));
+      if (crc != *st[i].crc32) return s_->storage_error(i, checkpoint_errc::crc32_mismatch);
     }
     end = st[i].offset + st[i].nbytes;
     done += st[i].nbytes;
@@ -501,6 +569,15 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
   }
   if (ferry_format) {
     FERRY_TRY(s_->check_zero(end, s_->file.data_end, st.empty() ? UINT32_MAX : static_cast<std::uint32_t>(st.size() - 1)));
+  }
+  // .pt: the records that are not storages (data.pkl, version, ...).
+  for (const auto& r : s_->file.other_records) {
+    const auto fail = [&](error_code c, int sys_errno) {
+      return file_error(s_->path, c, sys_errno, "record '" + r.name + "'");
+    };
+    if (r.crc32 == 0) continue;  // saved without CRC-32
+    FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(r.data_offset, r.size, state::checksum::zip_crc32, fail, {}));
+    if (crc != r.crc32) return fail(checkpoint_errc::crc32_mismatch, 0);
   }
   return {};
 }

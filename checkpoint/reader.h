@@ -1,5 +1,5 @@
-// ferry/checkpoint/reader.h: opening checkpoints, .ferry (format.h) or
-// .safetensors (safetensors.h), lazily.
+// ferry/checkpoint/reader.h: opening checkpoints, .ferry (format.h),
+// .safetensors (safetensors.h) or PyTorch .pt (pytorch.h), lazily.
 //
 //   auto ckpt = ferry::checkpoint::open("model.ferry").value();
 //   for (const auto& t : ckpt.tensors()) std::cout << t.name << '\n';
@@ -9,7 +9,8 @@
 // open() reads the file's header, trailer and manifest (a safetensors
 // file's JSON header) and checks every structural rule of the format
 // before it returns; no tensor data is read. get() maps the tensor's
-// storage, checks the storage's CRC32C the first time it is fetched, and
+// storage, checks the storage's CRC32C the first time it is fetched (.pt
+// records are not checked on fetch, as torch.load does not), and
 // hands out a view in host order: the mapping itself when the file's byte
 // order is the host's (zero-copy), a converted private copy otherwise.
 // Tensors over one storage share one storage_buffer, so sharing in the file
@@ -43,7 +44,10 @@
 
 namespace ferry::checkpoint {
 
-enum class file_format : std::uint8_t { ferry, safetensors };
+enum class file_format : std::uint8_t { ferry, safetensors, pytorch };
+
+/// "ferry", "safetensors" or "pytorch".
+[[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
 /// Where a storage lies in the file.
 struct storage_info {
@@ -51,14 +55,20 @@ struct storage_info {
   std::uint64_t nbytes = 0;
   codec::dtype dtype = codec::dtype::u8;  ///< element type (its size is the swap width)
   std::optional<std::uint32_t> crc32c;    ///< .ferry only: safetensors has none
+  /// .pt only: the zip record's CRC-32 (zlib's polynomial), checked by
+  /// verify(); none when the writer stored 0 (torch.save with
+  /// compute_crc32=False), and then unchecked.
+  std::optional<std::uint32_t> crc32;
 };
 
 class reader {
  public:
-  /// Opens `path`, of either format (told apart by its first bytes).
-  /// Errors: io_error (with the OS's reason), not_a_checkpoint (a zip, an
-  /// HTML page, a Git LFS pointer, ...), and every structural error of the
-  /// formats.
+  /// Opens `path`, of any of the three formats (told apart by their first
+  /// bytes; a zip is taken for a .pt file when it holds a `P/data.pkl`
+  /// record). Errors: io_error (with the OS's reason), not_a_checkpoint (a
+  /// zip of something else, an HTML page, a Git LFS pointer, ...), and
+  /// every structural error of the formats.
+  [[nodiscard]] static result<reader, error> open(const std::filesystem::path& path, const read_options& opt);
   [[nodiscard]] static result<reader, error> open(const std::filesystem::path& path, const limits& lim = {});
 
   reader(reader&&) noexcept;
@@ -67,7 +77,8 @@ class reader {
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept;
   [[nodiscard]] file_format format() const noexcept;
-  /// The order the storages are stored in (little for safetensors).
+  /// The order the storages are stored in (little for safetensors; for .pt
+  /// the `byteorder` record, else read_options::pytorch_order).
   [[nodiscard]] wire::byte_order order() const noexcept;
   /// The file's storage alignment (for safetensors, the largest power of two
   /// up to 4096 that divides the data area's offset).
@@ -95,8 +106,10 @@ class reader {
   [[nodiscard]] result<std::vector<tensor>, error> get_all(unsigned threads = 0) const;
 
   /// Checks every storage's CRC32C and the zero padding between storages
-  /// (.ferry), reading the whole file once. The error names the first bad
-  /// tensor. `progress`, if given, is called with the bytes checked so far.
+  /// (.ferry), or every zip record's CRC-32 (.pt; crc32_mismatch), reading
+  /// the whole file once. The error names the first bad tensor (or
+  /// record). `progress`, if given, is called with the bytes checked so
+  /// far.
   [[nodiscard]] result<void, error> verify(const std::function<void(std::uint64_t)>& progress = {}) const;
 
   /// Bytes of storage mapped or copied so far (what lazy loading costs).
@@ -110,6 +123,9 @@ class reader {
 };
 
 /// reader::open.
+[[nodiscard]] inline result<reader, error> open(const std::filesystem::path& path, const read_options& opt) {
+  return reader::open(path, opt);
+}
 [[nodiscard]] inline result<reader, error> open(const std::filesystem::path& path, const limits& lim = {}) {
   return reader::open(path, lim);
 }

@@ -60,14 +60,20 @@ struct tensor_ref {
 };
 
 /// A storage's bytes in host order, as a reader hands them out: a mapping
-/// of the file or a converted copy. Immutable once built.
+/// of the file or a converted copy. Immutable once built, unless the reader
+/// was opened with read_options::copy_on_write.
 class storage_buffer {
  public:
   virtual ~storage_buffer() = default;
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return bytes_; }
+  /// The same bytes, writable: private to this process (a copy-on-write
+  /// mapping or a copy), so writes never reach the file. Empty unless the
+  /// reader was opened with read_options::copy_on_write.
+  [[nodiscard]] std::span<std::byte> mutable_bytes() const noexcept { return mutable_; }
 
  protected:
   std::span<const std::byte> bytes_;
+  std::span<std::byte> mutable_;
 };
 
 /// A storage held in memory (a converted copy, a storage read without a

@@ -111,8 +111,6 @@ std::string_view order_name(ferry::wire::byte_order o) {
   return o == ferry::wire::byte_order::little ? "little" : "big";
 }
 
-std::string_view format_name(ckpt::file_format f) { return f == ckpt::file_format::ferry ? "ferry" : "safetensors"; }
-
 std::uint64_t total_storage_bytes(const ckpt::reader& r) {
   std::uint64_t n = 0;
   for (const auto& s : r.storages()) n += s.nbytes;
@@ -128,7 +126,7 @@ int inspect(const std::string& path, bool as_json) {
   if (as_json) {
     json j;
     j["file"] = path;
-    j["format"] = format_name(r.format());
+    j["format"] = ckpt::format_name(r.format());
     j["byte_order"] = order_name(r.order());
     j["alignment"] = r.alignment();
     j["file_size"] = r.file_size();
@@ -154,7 +152,7 @@ int inspect(const std::string& path, bool as_json) {
     return flush_stdout();
   }
 
-  std::cout << path << ": " << format_name(r.format()) << ", " << order_name(r.order()) << "-endian, alignment "
+  std::cout << path << ": " << ckpt::format_name(r.format()) << ", " << order_name(r.order()) << "-endian, alignment "
             << r.alignment() << ", " << human_bytes(r.file_size()) << " (" << r.file_size() << " bytes)\n"
             << r.tensors().size() << " tensors in " << r.storages().size() << " storages, "
             << human_bytes(total_storage_bytes(r)) << " of data\n\n";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/checkpoint/detail/zip.h"
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/reader.h"
 
@@ -22,6 +23,9 @@ struct parsed_file {
   std::vector<tensor_info> tensors;
   std::vector<storage_info> storages;
   std::map<std::string, std::string> metadata;
+  /// .pt: the zip records that are not storages (data.pkl, version, ...),
+  /// whose CRC-32 verify() checks too.
+  std::vector<zip_record> other_records;
 };
 
 /// Reads exactly `out.size()` bytes at `offset`. Errors: io_error, truncated.
@@ -36,5 +40,12 @@ result<parsed_file, error> parse_safetensors(int fd, std::uint64_t file_size, st
 /// parse_safetensors() calls). `data_size` is the bytes after the header.
 result<parsed_file, error> parse_safetensors_header(std::string_view json, std::uint64_t data_offset,
                                                     std::uint64_t data_size, const limits& lim);
+
+/// Parses a PyTorch .pt file of `size` bytes read through `read`
+/// (pytorch.h). Contexts do not name the file.
+result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& read, const read_options& opt);
+
+/// The first bytes of a legacy (before PyTorch 1.6) torch.save file.
+inline constexpr unsigned char legacy_pytorch_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46};
 
 }  // namespace ferry::checkpoint::detail

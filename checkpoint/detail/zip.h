@@ -1,0 +1,105 @@
+// ferry/checkpoint/detail/zip.h: INTERNAL. The zip container of PyTorch
+// .pt files, read for its stored records by offset; nothing is inflated.
+// Not part of the API (pytorch.h states the rules; docs/checkpoint-format.md
+// repeats them).
+//
+// WHAT IS READ (PKWARE APPNOTE 6.3; all integers little-endian)
+//
+//   end of central directory (EOCD), 22 bytes + comment, at the very end:
+//     0 signature 50 4B 05 06   4 disk u16   6 directory disk u16
+//     8 entries on disk u16    10 entries u16   12 directory size u32
+//    16 directory offset u32   20 comment length u16, then the comment
+//   Exactly one EOCD MUST end the file: its comment reaches EOF exactly
+//   [trailing_bytes if a signature is found but ends before EOF;
+//   zip_malformed when none, or two, qualify].
+//   ZIP64 locator, 20 bytes right before the EOCD (when present):
+//     0 signature 50 4B 06 07   4 disk u32 (0)   8 ZIP64 EOCD offset u64
+//    16 total disks u32 (1)
+//   ZIP64 EOCD, 56 bytes, ending where the locator starts:
+//     0 signature 50 4B 06 06   4 size of the rest u64 (44)
+//    12 versions u16 u16   16 disk u32   20 directory disk u32
+//    24 entries on disk u64   32 entries u64   40 directory size u64
+//    48 directory offset u64
+//   Fields of the EOCD that are not saturated (0xFFFF, 0xFFFFFFFF) MUST
+//   equal the ZIP64 ones; every disk number MUST be 0 [zip_malformed].
+//   The central directory MUST end where the ZIP64 EOCD (else the EOCD)
+//   starts and hold exactly `entries` headers [zip_malformed], at most
+//   limits::max_zip_entries [limit_exceeded]:
+//     0 signature 50 4B 01 02   4 versions u16 u16   8 flags u16
+//    10 method u16   12 time, date   16 CRC-32 u32   20 compressed size u32
+//    24 size u32   28 name length u16   30 extra length u16
+//    32 comment length u16   34 disk u16   36 attributes u16 u32
+//    42 local header offset u32, then name, extra fields, comment.
+//   Extra fields (id u16, length u16, data) MUST tile the extra area; the
+//   ZIP64 field (id 1) holds, in this order, the size, the compressed size,
+//   the offset and the disk, each only where the header's field is
+//   saturated [zip_malformed].
+//   Local header at its offset: signature 50 4B 03 04, 26 more bytes as
+//   the central header's 4..30 (without the comment length), name, extra.
+//   Its name, method and flags MUST equal the central header's; its CRC
+//   and sizes MUST too unless flag bit 3 is set (then they live in a data
+//   descriptor after the data, which is not read) or they are saturated
+//   (ZIP64) [zip_malformed].
+//
+// RECORDS: method 0 (stored) only, compressed size = size; no encryption
+// (flag bits 0 and 6) [unsupported_zip_feature]. Each record's span, local
+// header to the end of its data, lies before the central directory and
+// overlaps no other [zip_malformed]. Names are unique [zip_malformed].
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/base/error.h"
+#include "ferry/checkpoint/options.h"
+
+namespace ferry::checkpoint::detail {
+
+/// One stored record of a zip.
+struct zip_record {
+  std::string name;
+  std::uint64_t data_offset = 0;  ///< absolute offset of the first data byte
+  std::uint64_t size = 0;
+  std::uint32_t crc32 = 0;        ///< as the central directory records it
+};
+
+/// Reads `out.size()` bytes at `offset` of the archive (a file or memory).
+/// Errors: truncated (past the end), io_error (with the errno).
+using zip_read_at = std::function<result<void, error>(std::uint64_t offset, std::span<std::byte> out)>;
+
+/// A central directory entry, as read.
+struct zip_entry {
+  zip_record record;
+  std::uint64_t header_offset = 0;
+  std::uint16_t flags = 0;
+  std::uint16_t method = 0;
+  std::uint64_t compressed_size = 0;
+};
+
+struct zip_directory {
+  std::vector<zip_entry> entries;  ///< in directory order
+  std::uint64_t offset = 0;        ///< where the central directory starts
+};
+
+/// The central directory of an archive of `size` bytes, its end records
+/// checked; methods, flags and local headers not yet (a zip that is not a
+/// checkpoint is told apart first). Errors: zip_malformed, trailing_bytes,
+/// truncated, limit_exceeded, io_error; contexts say which structure
+/// ("central directory entry 3").
+[[nodiscard]] result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_read_at& read,
+                                                              const limits& lim);
+
+/// Checks the record rules above for every entry (stored, unencrypted,
+/// local header agreeing, spans disjoint and before the directory) and
+/// returns the records in directory order. Errors: unsupported_zip_feature,
+/// zip_malformed, truncated, io_error; contexts name the record.
+[[nodiscard]] result<std::vector<zip_record>, error> check_zip_records(const zip_directory& dir,
+                                                                       const zip_read_at& read);
+
+/// A zip_read_at over bytes in memory (the fuzzers' and tests' entry).
+[[nodiscard]] zip_read_at memory_reader(std::span<const std::byte> bytes);
+
+}  // namespace ferry::checkpoint::detail

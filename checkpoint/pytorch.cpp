@@ -1,0 +1,361 @@
+// PyTorch .pt files: the zip's records, the pickle's value flattened into
+// tensors and metadata (pytorch.h states the rules).
+#include "ferry/checkpoint/pytorch.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/detail/pickle.h"
+
+namespace ferry::checkpoint::detail {
+namespace {
+
+using pickle::kind;
+using pickle::value;
+
+error malformed_zip(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
+
+std::string tensor_what(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
+
+// Whether `rest` (a name less its prefix) is segments that are neither
+// empty, "." nor "..", without '\' or NUL.
+bool clean_name(std::string_view rest) {
+  if (rest.find('\\') != std::string_view::npos || rest.find('\0') != std::string_view::npos) return false;
+  while (true) {
+    const std::size_t slash = rest.find('/');
+    const std::string_view seg = rest.substr(0, slash);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    if (slash == std::string_view::npos) return true;
+    rest.remove_prefix(slash + 1);
+  }
+}
+
+// JSON text of a value (pytorch.h: numbers, bool, None, str, and
+// containers without tensors).
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char u[8];
+          std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += u;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+std::string number_text(double f) {
+  if (std::isnan(f)) return "NaN";
+  if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", f);
+  return buf;
+}
+
+// Saturating addition for costs.
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// Walks the pickle's value into parsed_file::tensors and metadata.
+class flattener {
+ public:
+  flattener(parsed_file& out, const limits& lim, std::string_view prefix,
+            const std::unordered_map<std::string, const zip_record*>& records)
+      : out_(out), lim_(lim), prefix_(prefix), records_(records) {}
+
+  result<void, error> run(const value* root) {
+    // What writing the value out would cost, computed per distinct node
+    // first, so shared references cannot make the walk below long.
+    FERRY_TRY_ASSIGN(const cost c, cost_of(root, 0));
+    if (c.tensors > lim_.max_tensors) return error(errc::limit_exceeded, "tensors");
+    if (c.leaves > lim_.max_tensors) return error(errc::limit_exceeded, "metadata entries");
+    if (c.json > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");
+    if (c.visits > sat_mul(16, sat_add(lim_.max_tensors, 1))) return error(errc::limit_exceeded, "pickle structure");
+    std::string path;
+    const bool container = root->k == kind::dict || root->k == kind::list || root->k == kind::tuple;
+    if (!container) path = "root";
+    return walk(root, path, 0);
+  }
+
+ private:
+  struct cost {
+    std::uint64_t tensors = 0;  // tensors below (paths to tensors)
+    std::uint64_t leaves = 0;   // metadata entries below
+    std::uint64_t json = 0;     // bytes of the metadata text below
+    std::uint64_t visits = 0;   // nodes the walk visits
+    bool walked = false;        // a container walked into names (holds a tensor, or is a dict)
+  };
+
+  result<cost, error> cost_of(const value* v, std::size_t depth) {
+    if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
+    if (const auto it = costs_.find(v); it != costs_.end()) {
+      if (!it->second) return error(checkpoint_errc::pickle_malformed, "a container contains itself");
+      return *it->second;
+    }
+    costs_.emplace(v, std::nullopt);  // in progress: meeting it again is a cycle
+    cost c;
+    c.visits = 1;
+    switch (v->k) {
+      case kind::tensor: c.tensors = 1; break;
+      case kind::dict:
+      case kind::list:
+      case kind::tuple: {
+        cost inner;
+        std::uint64_t keys = 0;
+        const auto add = [&](const value* x) -> result<void, error> {
+          FERRY_TRY_ASSIGN(const cost k, cost_of(x, depth + 1));
+          inner.tensors = sat_add(inner.tensors, k.tensors);
+          inner.leaves = sat_add(inner.leaves, k.leaves);
+          inner.json = sat_add(inner.json, k.json);
+          inner.visits = sat_add(inner.visits, k.visits);
+          return {};
+        };
+        if (v->k == kind::dict) {
+          for (const auto& [key, val] : v->entries) {
+            FERRY_TRY(add(val));
+            keys = sat_add(keys, key->k == kind::string ? key->s.size() + 3 : 24);
+          }
+        } else {
+          for (const value* x : v->items) FERRY_TRY(add(x));
+        }
+        c.walked = v->k == kind::dict || inner.tensors > 0;
+        if (c.walked && !(v->k == kind::dict && v->entries.empty())) {
+          c.tensors = inner.tensors;
+          c.leaves = inner.leaves;
+          c.json = inner.json;
+          c.visits = sat_add(1, inner.visits);
+        } else {  // one metadata entry: the container as JSON text
+          c.leaves = 1;
+          c.json = sat_add(sat_add(2 + v->items.size() + 2 * v->entries.size(), inner.json), keys);
+        }
+        break;
+      }
+      case kind::string: c.leaves = 1, c.json = sat_add(2, sat_mul(6, v->s.size())); break;
+      default: c.leaves = 1, c.json = 24; break;
+    }
+    costs_[v] = c;
+    return c;
+  }
+
+  static std::string join(const std::string& path, std::string_view seg) {
+    return path.empty() ? std::string(seg) : path + "." + std::string(seg);
+  }
+
+  result<std::string, error> key_text(const value* key, const std::string& path) {
+    if (key->k == kind::string) return key->s;
+    if (key->k == kind::integer) return std::to_string(key->i);
+    return error(checkpoint_errc::pickle_malformed,
+                 (path.empty() ? std::string("the root") : "'" + path + "'") + ": a key that is neither str nor int");
+  }
+
+  result<void, error> claim(const std::string& name) {
+    if (!valid_name(name, lim_.max_name_bytes)) return error(checkpoint_errc::bad_name, tensor_what(name));
+    if (!names_.insert(name).second) return error(errc::duplicate_key, "'" + name + "'");
+    return {};
+  }
+
+  result<void, error> walk(const value* v, const std::string& path, std::size_t depth) {
+    if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
+    const cost& c = *costs_.at(v);
+    if (v->k == kind::tensor) return add_tensor(v, path);
+    if (!c.walked || (v->k == kind::dict && v->entries.empty())) return add_metadata(v, path);
+    if (v->k == kind::dict) {
+      for (const auto& [key, val] : v->entries) {
+        FERRY_TRY_ASSIGN(const std::string k, key_text(key, path));
+        FERRY_TRY(walk(val, join(path, k), depth + 1));
+      }
+    } else {
+      for (std::size_t i = 0; i < v->items.size(); ++i) FERRY_TRY(walk(v->items[i], join(path, std::to_string(i)), depth + 1));
+    }
+    return {};
+  }
+
+  result<void, error> add_metadata(const value* v, const std::string& path) {
+    FERRY_TRY(claim(path));
+    std::string text;
+    FERRY_TRY(json(v, text, path, 0));
+    if (!valid_utf8(text)) return error(checkpoint_errc::bad_utf8, "'" + path + "'");
+    metadata_bytes_ = sat_add(metadata_bytes_, sat_add(path.size(), text.size()));
+    if (metadata_bytes_ > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");
+    out_.metadata.emplace(path, std::move(text));
+    return {};
+  }
+
+  result<void, error> json(const value* v, std::string& out, const std::string& path, std::size_t depth) {
+    if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
+    switch (v->k) {
+      case kind::none: out += "null"; return {};
+      case kind::boolean: out += v->i != 0 ? "true" : "false"; return {};
+      case kind::integer: out += std::to_string(v->i); return {};
+      case kind::floating: out += number_text(v->f); return {};
+      case kind::string: append_json_string(out, v->s); return {};
+      case kind::list:
+      case kind::tuple:
+        out += '[';
+        for (std::size_t i = 0; i < v->items.size(); ++i) {
+          if (i > 0) out += ',';
+          FERRY_TRY(json(v->items[i], out, path, depth + 1));
+        }
+        out += ']';
+        return {};
+      case kind::dict:
+        out += '{';
+        for (std::size_t i = 0; i < v->entries.size(); ++i) {
+          if (i > 0) out += ',';
+          FERRY_TRY_ASSIGN(const std::string k, key_text(v->entries[i].first, path));
+          append_json_string(out, k);
+          out += ':';
+          FERRY_TRY(json(v->entries[i].second, out, path, depth + 1));
+        }
+        out += '}';
+        return {};
+      case kind::global:
+      case kind::storage:
+      case kind::tensor: break;
+    }
+    return error(checkpoint_errc::pickle_malformed, "'" + path + "': a " +
+                                                        std::string(v->k == kind::global ? "global" : "storage") +
+                                                        " outside a tensor");
+  }
+
+  result<void, error> add_tensor(const value* t, const std::string& path) {
+    FERRY_TRY(claim(path));
+    const auto fail = [&](error_code c, std::string_view more = {}) {
+      return error(c, tensor_what(path) + (more.empty() ? "" : ": " + std::string(more)));
+    };
+    if (!t->dtype) return fail(codec_errc::unknown_dtype, t->type->s);
+    const value* s = t->storage;
+    const std::size_t width = codec::size_of(*t->dtype);
+    auto [it, fresh] = storage_index_.try_emplace(s, static_cast<std::uint32_t>(out_.storages.size()));
+    if (fresh) {
+      const std::string record = std::string(prefix_) + "/data/" + s->s;
+      const auto r = records_.find(record);
+      if (r == records_.end()) return fail(checkpoint_errc::record_not_found, "record '" + record + "'");
+      const std::uint64_t nbytes = s->untyped ? s->numel : sat_mul(s->numel, width);
+      if (nbytes != r->second->size || r->second->size % width != 0) {
+        return fail(checkpoint_errc::shape_size_mismatch, "record '" + record + "'");
+      }
+      const zip_record& z = *r->second;
+      out_.storages.push_back({z.data_offset, z.size, *t->dtype, std::nullopt,
+                               z.crc32 != 0 ? std::optional<std::uint32_t>(z.crc32) : std::nullopt});
+      used_records_.insert(record);
+    }
+    const storage_info& st = out_.storages[it->second];
+    if (codec::size_of(st.dtype) != width) return fail(checkpoint_errc::element_size_mismatch);
+    if (auto r = check_view(*t->dtype, t->shape, t->strides, t->offset, st.nbytes, lim_.max_dims); !r) {
+      return fail(r.error());
+    }
+    out_.tensors.push_back({path, *t->dtype, t->shape, t->strides, t->offset, it->second});
+    return {};
+  }
+
+ public:
+  std::unordered_set<std::string> used_records_;
+
+ private:
+  parsed_file& out_;
+  const limits& lim_;
+  std::string_view prefix_;
+  const std::unordered_map<std::string, const zip_record*>& records_;
+  std::unordered_map<const value*, std::optional<cost>> costs_;
+  std::unordered_map<const value*, std::uint32_t> storage_index_;
+  std::unordered_set<std::string> names_;
+  std::uint64_t metadata_bytes_ = 0;
+};
+
+}  // namespace
+
+result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& read, const read_options& opt) {
+  const limits& lim = opt.lim;
+  FERRY_TRY_ASSIGN(const zip_directory dir, read_zip_directory(size, read, lim));
+  if (dir.entries.empty()) return error(checkpoint_errc::not_a_checkpoint, "an empty zip archive");
+
+  // The prefix: the first record's folder, which must hold data.pkl.
+  const std::string& first = dir.entries.front().record.name;
+  const std::size_t slash = first.find('/');
+  const std::string prefix = slash == std::string::npos ? std::string() : first.substr(0, slash);
+  bool has_pickle = false, pickle_elsewhere = false;
+  for (const auto& e : dir.entries) {
+    const std::string& n = e.record.name;
+    if (n == prefix + "/data.pkl") has_pickle = true;
+    else if (n.ends_with("/data.pkl") && n.find('/') == n.size() - 9) pickle_elsewhere = true;
+  }
+  if (!has_pickle) {
+    if (pickle_elsewhere) return malformed_zip("record '" + first + "': names under two folders");
+    return error(checkpoint_errc::not_a_checkpoint, "a zip archive without a data.pkl record");
+  }
+  for (const auto& e : dir.entries) {
+    const std::string& n = e.record.name;
+    if (!n.starts_with(prefix + "/") || !clean_name(std::string_view(n).substr(prefix.size() + 1))) {
+      return malformed_zip("record '" + n + "': not a clean name under '" + prefix + "/'");
+    }
+  }
+  FERRY_TRY_ASSIGN(const std::vector<zip_record> records, check_zip_records(dir, read));
+  std::unordered_map<std::string, const zip_record*> by_name;
+  for (const auto& r : records) by_name.emplace(r.name, &r);
+  if (by_name.contains(prefix + "/constants.pkl")) {
+    return error(checkpoint_errc::unsupported_pytorch, "a TorchScript archive (torch.jit.save): load it with torch.jit.load");
+  }
+
+  parsed_file out;
+  out.format = file_format::pytorch;
+  out.data_end = dir.offset;
+  std::string order_source = "absent";
+  out.order = opt.pytorch_order.value_or(wire::byte_order::little);
+  if (const auto it = by_name.find(prefix + "/byteorder"); it != by_name.end()) {
+    const zip_record& r = *it->second;
+    std::string text(static_cast<std::size_t>(std::min<std::uint64_t>(r.size, 8)), '\0');
+    if (r.size <= 8) {
+      std::vector<std::byte> b(text.size());
+      FERRY_TRY(read(r.data_offset, b));
+      if (!b.empty()) std::memcpy(text.data(), b.data(), b.size());
+    }
+    if (r.size > 8 || (text != "little" && text != "big")) return error(errc::bad_byte_order, "record '" + r.name + "'");
+    order_source = text;
+    out.order = text == "big" ? wire::byte_order::big : wire::byte_order::little;
+  }
+
+  const zip_record& pkl = *by_name.at(prefix + "/data.pkl");
+  if (pkl.size > lim.max_pickle_bytes || pkl.size > SIZE_MAX) return error(errc::limit_exceeded, "data.pkl");
+  std::vector<std::byte> bytes(static_cast<std::size_t>(pkl.size));
+  FERRY_TRY(read(pkl.data_offset, bytes));
+  auto prog = pickle::run(bytes, lim);
+  if (!prog) return std::move(prog).error().wrap("data.pkl");
+
+  flattener flat(out, lim, prefix, by_name);
+  FERRY_TRY(flat.run(prog->root));
+  if (out.metadata.contains("pytorch.byteorder")) return error(errc::duplicate_key, "'pytorch.byteorder'");
+  out.metadata.emplace("pytorch.byteorder", order_source);
+  for (const auto& r : records) {
+    if (!flat.used_records_.contains(r.name)) out.other_records.push_back(r);
+  }
+  // The alignment every storage starts on (64 from torch.save), as for
+  // safetensors: the largest power of two up to 4096 dividing them all.
+  out.alignment = 4096;
+  for (const auto& st : out.storages) {
+    while (st.offset % out.alignment != 0) out.alignment /= 2;
+  }
+  return out;
+}
+
+}  // namespace ferry::checkpoint::detail

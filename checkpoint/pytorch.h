@@ -1,0 +1,71 @@
+// ferry/checkpoint/pytorch.h: PyTorch `.pt` files (torch.save's zip format,
+// PyTorch 1.6 on), read by checkpoint::open() (reader.h) without running
+// them. Read-only: ferry never writes .pt. docs/checkpoint-format.md
+// repeats these rules for people writing another decoder; MUST and MAY as
+// in RFC 2119, the error of a broken rule in brackets.
+//
+// CONTAINER: a zip (detail/zip.h gives every field checked). torch.save
+// writes records stored (method 0), each record's data on a 64-byte
+// boundary (its local header padded by an extra field of id 0x4246, "FB"),
+// ZIP64 end records, and sizes and CRC-32 after the data (flag bit 3);
+// other writers (Python's zipfile) MAY omit the padding and ZIP64. Only
+// stored, unencrypted records are read [unsupported_zip_feature: nothing
+// is ever inflated]; records MUST NOT overlap [zip_malformed].
+//
+// RECORDS. Every name MUST lie in the folder P of the first record (the
+// saved file's name less its extension, or `archive` for a stream),
+// with no empty, "." or ".." segment, no '\' and no NUL, each name once
+// [zip_malformed]. A zip without a `P/data.pkl` record is not a .pt file
+// [not_a_checkpoint]; one with `P/constants.pkl` is a TorchScript archive
+// [unsupported_pytorch].
+//   P/data.pkl          the pickle (detail/pickle.h), protocol 2 from
+//                       torch.save (3 to 5 accepted), at most
+//                       limits::max_pickle_bytes [limit_exceeded]
+//   P/data/<key>        one storage's bytes, in the writer's byte order
+//   P/byteorder         since PyTorch 2.1: "little" or "big" exactly
+//                       [bad_byte_order]; absent: read_options::
+//                       pytorch_order, else little
+//   P/version, P/.data/version, P/.data/serialization_id,
+//   P/.format_version, P/.storage_alignment   not interpreted
+// A file starting 80 02 8A 0A 6C FC 9C 46 is a legacy torch.save file
+// (before 1.6, not a zip) [unsupported_pytorch].
+//
+// TENSORS. The pickle's persistent id ('storage', T, key, location, numel)
+// names record `P/data/<key>`, which MUST exist [record_not_found] and hold
+// exactly numel elements of T's size (numel bytes for UntypedStorage)
+// [shape_size_mismatch]. A tensor views its storage at offset, size and
+// stride, all in elements, through check_view() [view_out_of_bounds,
+// shape_overflow, limit_exceeded]. Tensors over one key share one storage
+// (tied weights stay tied); an UntypedStorage takes the element type of
+// its first tensor, and every tensor over a storage MUST have its element
+// size [element_size_mismatch]. A storage of a type ferry cannot hold
+// (complex, quantized) is codec_errc::unknown_dtype naming the tensor.
+// Offsets that are not a multiple of the element size (a zip rewritten
+// without padding) are read into aligned memory; aligned storages in the
+// host's order are mapped, zero-copy. No CRC is checked when fetching, as
+// torch.load checks none; verify() checks every record's CRC-32
+// [crc32_mismatch], and reports records whose CRC field is 0 (saved with
+// compute_crc32=False) as unchecked (storage_info::crc32 empty).
+//
+// NAMES. The pickle's value is flattened into names joined by '.':
+//   - dicts (OrderedDict too) are walked, keys str or int (in decimal)
+//     [pickle_malformed for other keys]; an empty dict is the metadata "{}";
+//   - a tensor is a tensor named by its path;
+//   - lists and tuples holding a tensor somewhere are walked, indices as
+//     names; those holding none, and every other value (int, float, bool,
+//     None, str), are metadata under their path, as JSON: floats with 17
+//     significant digits (NaN, Infinity and -Infinity as Python's json
+//     writes them), str as JSON strings, dicts inside as objects;
+//   - a root that is no dict, list or tuple is named "root";
+//   - metadata "pytorch.byteorder" says where the order came from:
+//     "little" or "big" (the record) or "absent".
+// A name twice (tensor or metadata) is duplicate_key; a name over
+// limits::max_name_bytes or not UTF-8 is bad_name; a structure that
+// contains itself is pickle_malformed. Shared references are walked once
+// per path, so their cost is bounded before anything is written out:
+// tensors by limits::max_tensors, metadata text by
+// limits::max_metadata_bytes [limit_exceeded], nesting by
+// limits::max_pickle_depth [depth_exceeded].
+#pragma once
+
+#include "ferry/checkpoint/reader.h"

@@ -1,0 +1,253 @@
+#include "ferry/checkpoint/detail/zip.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <unordered_set>
+
+#include "ferry/checkpoint/error.h"
+#include "ferry/wire/byte_order.h"
+
+namespace ferry::checkpoint::detail {
+namespace {
+
+constexpr std::uint32_t eocd_signature = 0x06054b50;
+constexpr std::uint32_t locator_signature = 0x07064b50;
+constexpr std::uint32_t zip64_eocd_signature = 0x06064b50;
+constexpr std::uint32_t central_signature = 0x02014b50;
+constexpr std::uint32_t local_signature = 0x04034b50;
+constexpr std::size_t eocd_size = 22;
+constexpr std::size_t locator_size = 20;
+constexpr std::size_t zip64_eocd_size = 56;
+constexpr std::size_t central_size = 46;
+constexpr std::size_t local_size = 30;
+constexpr std::uint16_t zip64_extra_id = 0x0001;
+constexpr std::uint32_t max32 = 0xFFFFFFFF;
+constexpr std::uint16_t max16 = 0xFFFF;
+
+template <class T>
+T le(std::span<const std::byte> b, std::size_t at) noexcept {
+  return wire::load<T>(b.data() + at, wire::byte_order::little);
+}
+
+error malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
+
+std::string record_what(std::string_view name) { return "record '" + std::string(name) + "'"; }
+
+// The values a ZIP64 extra field supplies for the saturated fields of a
+// header, in the order APPNOTE 4.5.3 gives. Fields that are not saturated
+// keep their header value.
+struct sizes64 {
+  std::uint64_t size, compressed, offset;
+  std::uint32_t disk;
+};
+result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64& v, bool size_sat, bool comp_sat,
+                                      bool offset_sat, bool disk_sat, const std::string& what) {
+  bool seen = false;
+  for (std::size_t at = 0; at < extra.size();) {
+    if (extra.size() - at < 4) return malformed(what + ": extra fields");
+    const auto id = le<std::uint16_t>(extra, at);
+    const auto n = le<std::uint16_t>(extra, at + 2);
+    if (n > extra.size() - at - 4) return malformed(what + ": extra fields");
+    const auto field = extra.subspan(at + 4, n);
+    at += 4 + std::size_t{n};
+    if (id != zip64_extra_id) continue;
+    if (seen) return malformed(what + ": two ZIP64 extra fields");
+    seen = true;
+    std::size_t p = 0;
+    const auto take64 = [&](std::uint64_t& out) {
+      if (field.size() - p < 8) return false;
+      out = le<std::uint64_t>(field, p);
+      p += 8;
+      return true;
+    };
+    if (size_sat && !take64(v.size)) return malformed(what + ": ZIP64 extra field too short");
+    if (comp_sat && !take64(v.compressed)) return malformed(what + ": ZIP64 extra field too short");
+    if (offset_sat && !take64(v.offset)) return malformed(what + ": ZIP64 extra field too short");
+    if (disk_sat) {
+      if (field.size() - p < 4) return malformed(what + ": ZIP64 extra field too short");
+      v.disk = le<std::uint32_t>(field, p);
+    }
+  }
+  if (!seen && (size_sat || comp_sat || offset_sat || disk_sat)) {
+    return malformed(what + ": saturated field without a ZIP64 extra field");
+  }
+  return {};
+}
+
+}  // namespace
+
+zip_read_at memory_reader(std::span<const std::byte> bytes) {
+  return [bytes](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
+    if (offset > bytes.size() || out.size() > bytes.size() - offset) return error(errc::truncated);
+    if (!out.empty()) std::memcpy(out.data(), bytes.data() + offset, out.size());
+    return {};
+  };
+}
+
+result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_read_at& read, const limits& lim) {
+  if (size < eocd_size) return error(errc::truncated, "zip end record");
+  // The EOCD lies in the last 22 + 65535 bytes; with ZIP64, its locator
+  // and record precede it.
+  const std::uint64_t window = std::min<std::uint64_t>(size, eocd_size + max16 + locator_size + zip64_eocd_size);
+  std::vector<std::byte> tail(static_cast<std::size_t>(window));
+  FERRY_TRY(read(size - window, tail));
+  std::vector<std::size_t> ends;  // EOCD candidates whose comment reaches EOF
+  bool found_signature = false;
+  for (std::size_t at = tail.size() - eocd_size + 1; at-- > 0;) {
+    if (le<std::uint32_t>(tail, at) != eocd_signature) continue;
+    found_signature = true;
+    if (at + eocd_size + le<std::uint16_t>(tail, at + 20) == tail.size()) ends.push_back(at);
+    if (tail.size() - at > eocd_size + max16) break;
+  }
+  if (ends.empty()) {
+    if (found_signature) return error(errc::trailing_bytes, "after the zip end record");
+    return malformed("no zip end record");
+  }
+  if (ends.size() > 1) return malformed("two zip end records reach the end of the file");
+  const std::size_t e = ends.front();
+  const auto eocd = std::span<const std::byte>(tail).subspan(e, eocd_size);
+  const std::uint64_t eocd_offset = size - window + e;
+
+  std::uint64_t entries = le<std::uint16_t>(eocd, 10);
+  std::uint64_t dir_size = le<std::uint32_t>(eocd, 12);
+  std::uint64_t dir_offset = le<std::uint32_t>(eocd, 16);
+  if (le<std::uint16_t>(eocd, 4) != 0 || le<std::uint16_t>(eocd, 6) != 0) return malformed("zip spans disks");
+  if (le<std::uint16_t>(eocd, 8) != entries) return malformed("zip end record: entry counts differ");
+  std::uint64_t dir_end = eocd_offset;  // where the central directory must end
+
+  const bool has_locator = e >= locator_size && le<std::uint32_t>(tail, e - locator_size) == locator_signature;
+  if (has_locator) {
+    const auto loc = std::span<const std::byte>(tail).subspan(e - locator_size, locator_size);
+    if (le<std::uint32_t>(loc, 4) != 0 || le<std::uint32_t>(loc, 16) != 1) return malformed("zip spans disks");
+    const std::uint64_t record_offset = le<std::uint64_t>(loc, 8);
+    const std::uint64_t locator_offset = eocd_offset - locator_size;
+    if (locator_offset < zip64_eocd_size || record_offset != locator_offset - zip64_eocd_size) {
+      return malformed("ZIP64 end record does not end where its locator starts");
+    }
+    std::array<std::byte, zip64_eocd_size> z{};
+    FERRY_TRY(read(record_offset, z));
+    const std::span<const std::byte> r(z);
+    if (le<std::uint32_t>(r, 0) != zip64_eocd_signature || le<std::uint64_t>(r, 4) != zip64_eocd_size - 12) {
+      return malformed("ZIP64 end record");
+    }
+    if (le<std::uint32_t>(r, 16) != 0 || le<std::uint32_t>(r, 20) != 0) return malformed("zip spans disks");
+    const auto entries64 = le<std::uint64_t>(r, 32);
+    const auto size64 = le<std::uint64_t>(r, 40);
+    const auto offset64 = le<std::uint64_t>(r, 48);
+    if (le<std::uint64_t>(r, 24) != entries64) return malformed("ZIP64 end record: entry counts differ");
+    if ((entries != max16 && entries != entries64) || (dir_size != max32 && dir_size != size64) ||
+        (dir_offset != max32 && dir_offset != offset64)) {
+      return malformed("zip end record and ZIP64 end record disagree");
+    }
+    entries = entries64;
+    dir_size = size64;
+    dir_offset = offset64;
+    dir_end = record_offset;
+  }
+  if (entries > lim.max_zip_entries) return error(errc::limit_exceeded, "zip entries");
+  if (dir_offset > dir_end || dir_size != dir_end - dir_offset) {
+    return malformed("central directory does not end where the end record starts");
+  }
+  if (entries > dir_size / central_size) return malformed("central directory too small for its entries");
+
+  std::vector<std::byte> dir(static_cast<std::size_t>(dir_size));
+  FERRY_TRY(read(dir_offset, dir));
+  zip_directory out;
+  out.offset = dir_offset;
+  out.entries.reserve(static_cast<std::size_t>(entries));
+  const std::span<const std::byte> d(dir);
+  std::size_t at = 0;
+  for (std::uint64_t i = 0; i < entries; ++i) {
+    const std::string what = "central directory entry " + std::to_string(i);
+    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return malformed(what);
+    const auto h = d.subspan(at, central_size);
+    const std::size_t name_len = le<std::uint16_t>(h, 28);
+    const std::size_t extra_len = le<std::uint16_t>(h, 30);
+    const std::size_t comment_len = le<std::uint16_t>(h, 32);
+    if (d.size() - at - central_size < name_len + extra_len + comment_len) return malformed(what);
+    zip_entry entry;
+    entry.record.name.resize(name_len);
+    std::memcpy(entry.record.name.data(), d.data() + at + central_size, name_len);
+    entry.flags = le<std::uint16_t>(h, 8);
+    entry.method = le<std::uint16_t>(h, 10);
+    entry.record.crc32 = le<std::uint32_t>(h, 16);
+    sizes64 v{le<std::uint32_t>(h, 24), le<std::uint32_t>(h, 20), le<std::uint32_t>(h, 42), le<std::uint16_t>(h, 34)};
+    FERRY_TRY(apply_zip64_extra(d.subspan(at + central_size + name_len, extra_len), v, v.size == max32,
+                                v.compressed == max32, v.offset == max32, v.disk == max16, what));
+    if (v.disk != 0) return malformed(what + ": on another disk");
+    entry.record.size = v.size;
+    entry.compressed_size = v.compressed;
+    entry.header_offset = v.offset;
+    out.entries.push_back(std::move(entry));
+    at += central_size + name_len + extra_len + comment_len;
+  }
+  if (at != d.size()) return malformed("central directory has bytes after its last entry");
+  return out;
+}
+
+result<std::vector<zip_record>, error> check_zip_records(const zip_directory& dir, const zip_read_at& read) {
+  struct span_of {
+    std::uint64_t begin, end;
+    std::size_t entry;
+  };
+  std::vector<span_of> spans;
+  spans.reserve(dir.entries.size());
+  std::unordered_set<std::string_view> names;
+  std::vector<zip_record> out;
+  out.reserve(dir.entries.size());
+  for (std::size_t i = 0; i < dir.entries.size(); ++i) {
+    const zip_entry& e = dir.entries[i];
+    const std::string what = record_what(e.record.name);
+    if (!names.insert(e.record.name).second) return malformed(what + ": two records of this name");
+    if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what + ": encrypted");
+    if (e.method != 0) {
+      return error(checkpoint_errc::unsupported_zip_feature,
+                   what + ": compressed (method " + std::to_string(e.method) + "), never inflated");
+    }
+    if (e.compressed_size != e.record.size) return malformed(what + ": stored sizes differ");
+
+    std::array<std::byte, local_size> raw{};
+    if (e.header_offset > dir.offset) return malformed(what + ": local header after the central directory");
+    FERRY_TRY(read(e.header_offset, raw));
+    const std::span<const std::byte> h(raw);
+    if (le<std::uint32_t>(h, 0) != local_signature) return malformed(what + ": no local header at its offset");
+    const std::size_t name_len = le<std::uint16_t>(h, 26);
+    const std::size_t extra_len = le<std::uint16_t>(h, 28);
+    const auto flags = le<std::uint16_t>(h, 6);
+    if (flags != e.flags || le<std::uint16_t>(h, 8) != e.method || name_len != e.record.name.size()) {
+      return malformed(what + ": local header disagrees with the central directory");
+    }
+    std::vector<std::byte> tail(name_len + extra_len);
+    FERRY_TRY(read(e.header_offset + local_size, tail));
+    if (std::memcmp(tail.data(), e.record.name.data(), name_len) != 0) {
+      return malformed(what + ": local header disagrees with the central directory");
+    }
+    if ((flags & 0x08) == 0) {  // no data descriptor: the local header holds CRC and sizes
+      const auto crc = le<std::uint32_t>(h, 14);
+      const std::uint64_t comp = le<std::uint32_t>(h, 18);
+      const std::uint64_t size = le<std::uint32_t>(h, 22);
+      if (crc != e.record.crc32 || (comp != max32 && comp != e.compressed_size) ||
+          (size != max32 && size != e.record.size)) {
+        return malformed(what + ": local header disagrees with the central directory");
+      }
+    }
+    zip_record r = e.record;
+    r.data_offset = e.header_offset + local_size + name_len + extra_len;
+    if (r.data_offset > dir.offset || r.size > dir.offset - r.data_offset) {
+      return malformed(what + ": data runs into the central directory");
+    }
+    spans.push_back({e.header_offset, r.data_offset + r.size, i});
+    out.push_back(std::move(r));
+  }
+  std::sort(spans.begin(), spans.end(), [](const span_of& a, const span_of& b) { return a.begin < b.begin; });
+  for (std::size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].begin < spans[k - 1].end) {
+      return malformed(record_what(dir.entries[spans[k].entry].record.name) + ": overlaps record '" +
+                       dir.entries[spans[k - 1].entry].record.name + "'");
+    }
+  }
+  return out;
+}
+
+}  // namespace ferry::checkpoint::detail
