@@ -1,0 +1,68 @@
+// tools/cli.h: what the `ferry` tool's commands share: the one-line error,
+// sizes and shapes as text, a progress bar, and how a command opens a file.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ferry/base/error.h"
+#include "ferry/checkpoint/reader.h"
+
+namespace ferry::tools {
+
+namespace ckpt = ferry::checkpoint;
+
+/// Prints "ferry: <what>" on stderr (after flushing stdout); returns status.
+int fail(const ferry::error& e, int status = 1);
+/// Flushes stdout; 0, or 1 with the error printed when the write failed.
+int flush_stdout();
+
+std::string human_bytes(std::uint64_t n);
+std::string shape_text(std::span<const std::uint64_t> shape);
+std::string_view order_name(wire::byte_order o);
+std::uint64_t total_storage_bytes(const ckpt::reader& r);
+
+/// Options every command that reads checkpoints takes.
+struct read_flags {
+  std::string pytorch_order;  // "", "little" or "big"
+};
+/// checkpoint::open() with the flags applied.
+result<ckpt::reader, error> open_checkpoint(const std::string& path, const read_flags& flags);
+
+/// A progress bar on stderr, drawn only when stderr is a terminal and at
+/// most ten times a second.
+class progress_bar {
+ public:
+  progress_bar(std::string label, std::uint64_t total);
+  ~progress_bar() { finish(); }
+  progress_bar(const progress_bar&) = delete;
+  progress_bar& operator=(const progress_bar&) = delete;
+  void update(std::uint64_t done);
+  void finish();
+
+ private:
+  std::string label_;
+  std::uint64_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+struct convert_options {
+  std::string format;  // "", "ferry" or "safetensors"
+  std::string order;   // "", "little" or "big"
+  std::string cast;    // "", "bf16", "f16" or "f32"
+  std::string shared = "refuse";
+  std::uint32_t alignment = 64;
+  read_flags read;
+};
+/// ferry convert IN OUT.
+int convert(const std::string& in, const std::string& out, const convert_options& o);
+/// ferry diff A B [--json].
+int diff(const std::string& a_path, const std::string& b_path, bool as_json, const read_flags& flags);
+
+}  // namespace ferry::tools
