@@ -340,7 +340,7 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
   std::vector<std::byte> bytes(static_cast<std::size_t>(pkl.size));
   FERRY_TRY(read(pkl.data_offset, bytes));
   auto prog = pickle::run(bytes, lim);
-  if (!prog) return std::move(prog).error().wrap("data.pkl");
+  if (!prog) return error(prog.error().code(), "data.pkl " + prog.error().context());
 
   flattener flat(out, lim, prefix, by_name);
   FERRY_TRY(flat.run(prog->root));
