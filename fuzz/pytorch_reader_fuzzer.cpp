@@ -1,0 +1,30 @@
+// checkpoint::open() on arbitrary bytes taken for a PyTorch .pt file: the
+// zip's end records, central directory and local headers, the records'
+// names and ranges, then the pickle. It must open the file or return a
+// typed error, and every tensor of a file it opens must fetch and gather
+// within its storage; verify() must end with a result.
+#include "checkpoint_file.h"
+#include "ferry/checkpoint/reader.h"
+#include "fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static ferry::fuzzing::memory_file file;
+  const auto path = file.hold(std::as_bytes(std::span(data, size)));
+  ferry::checkpoint::read_options opt;
+  opt.lim.max_pickle_bytes = 1 << 20;
+  opt.lim.max_metadata_bytes = 1 << 20;
+  opt.lim.max_tensors = 4096;
+  auto r = ferry::checkpoint::open(path, opt);
+  if (!r) return 0;
+  for (const auto& info : r->tensors()) {
+    FUZZ_CHECK(r->find(info.name) != nullptr);
+    auto t = r->get(info);
+    if (!t) {
+      FUZZ_CHECK(t.error().code() == ferry::checkpoint_errc::storage_too_large);
+      continue;
+    }
+    if (info.nbytes() <= (1u << 20)) FUZZ_CHECK(t->contiguous_copy().size() == info.nbytes());
+  }
+  (void)r->verify();
+  return 0;
+}
