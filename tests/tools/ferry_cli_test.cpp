@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../checkpoint/helpers.h"
+#include "../checkpoint/pt_builder.h"
 
 namespace ferry::checkpoint::testing {
 namespace {
@@ -61,7 +62,8 @@ TEST_F(Cli, FileErrorsNameTheOsReason) {
   }
   const auto r = run("inspect " + std::string(FERRY_TEST_DATA_DIR) + "/safetensors/README.md");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("neither a ferry checkpoint nor a safetensors file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("neither a ferry checkpoint, a safetensors file nor a PyTorch .pt file"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, DumpPrintsAGraphArchive) {
@@ -178,6 +180,38 @@ TEST_F(Cli, DiffReportsValuesMissingAndExtraTensors) {
   EXPECT_NE(r.out.find("~ encoder.embed.weight  1 elements differ, max abs 0.5, max rel 0.5"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("- bytes  only in"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("+ extra  only in"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, PytorchFilesConvertVerifyAndDiff) {
+  const std::string pt = path("m.pt");
+  spit(pt, pt_zip(state_dict_pickle()).build());
+  auto r = run("inspect " + pt);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("pytorch, little-endian, alignment 64"), std::string::npos) << r.out;
+  r = run("verify " + pt);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, pt + ": ok, 1 tensors, 24 B, every zip CRC-32 matches\n");
+  for (const char* out : {"m.ferry", "m.safetensors"}) {
+    r = shell("'" + std::string(FERRY_CLI) + "' convert " + pt + " " + path(out) + " && '" + std::string(FERRY_CLI) +
+              "' diff " + pt + " " + path(out));
+    EXPECT_EQ(r.status, 0) << out << ": " << r.err << r.out;
+  }
+  r = run("convert " + pt + " " + path("again.pt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("ferry does not write .pt files"), std::string::npos) << r.err;
+  r = run("inspect --pytorch-order big " + pt);
+  EXPECT_NE(r.out.find("pytorch, big-endian"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, HostilePickleIsOneLine) {
+  const std::string evil = path("evil.pt");
+  pickle_builder p;
+  p.proto().global("posix", "system").str("touch pwned").op(0x85).reduce().stop();
+  spit(evil, pt_zip(p).build());
+  const auto r = run("inspect " + evil);
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, evil + ": data.pkl offset 2: global 'posix.system': not on the allowed list: ferry runs no "
+                                  "pickle code");
 }
 
 }  // namespace
