@@ -208,7 +208,7 @@ class machine {
       }
     }
     const std::string what = "global '" + module + "." + name + "'";
-    if (module.starts_with("torch.nn.") || module == "__main__") {
+    if (module.starts_with("torch.nn.")) {
       return fail(checkpoint_errc::unsupported_pytorch,
                   what + ": a pickled module (torch.save(model)), not a state dict; save model.state_dict()");
     }

@@ -61,6 +61,16 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
+// Bytes append_json_string() writes for `s`.
+std::uint64_t json_string_size(std::string_view s) {
+  std::uint64_t n = 2;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    n += (c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f') ? 2 : u < 0x20 ? 6 : 1;
+  }
+  return n;
+}
+
 std::string number_text(double f) {
   if (std::isnan(f)) return "NaN";
   if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
@@ -133,7 +143,8 @@ class flattener {
         if (v->k == kind::dict) {
           for (const auto& [key, val] : v->entries) {
             FERRY_TRY(add(val));
-            keys = sat_add(keys, key->k == kind::string ? key->s.size() + 3 : 24);
+            keys = sat_add(keys, 1 + (key->k == kind::string ? json_string_size(key->s)
+                                                             : 2 + std::to_string(key->i).size()));
           }
         } else {
           for (const value* x : v->items) FERRY_TRY(add(x));
@@ -144,14 +155,23 @@ class flattener {
           c.leaves = inner.leaves;
           c.json = inner.json;
           c.visits = sat_add(1, inner.visits);
-        } else {  // one metadata entry: the container as JSON text
+        } else {  // one metadata entry: the container as JSON text, brackets and commas
+          const std::size_t n = v->k == kind::dict ? v->entries.size() : v->items.size();
           c.leaves = 1;
-          c.json = sat_add(sat_add(2 + v->items.size() + 2 * v->entries.size(), inner.json), keys);
+          c.json = sat_add(sat_add(2 + (n > 0 ? n - 1 : 0), inner.json), keys);
         }
         break;
       }
-      case kind::string: c.leaves = 1, c.json = sat_add(2, sat_mul(6, v->s.size())); break;
-      default: c.leaves = 1, c.json = 24; break;
+      default: {
+        c.leaves = 1;
+        std::string text;
+        if (v->k == kind::string) {
+          c.json = json_string_size(v->s);
+        } else if (json(v, text, {}, 0)) {  // a scalar: its text is short
+          c.json = text.size();
+        }
+        break;
+      }
     }
     costs_[v] = c;
     return c;

@@ -102,7 +102,7 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   }
   if (ends.empty()) {
     if (found_signature) return error(errc::trailing_bytes, "after the zip end record");
-    return malformed("no zip end record");
+    return error(errc::truncated, "no zip end record");
   }
   if (ends.size() > 1) return malformed("two zip end records reach the end of the file");
   const std::size_t e = ends.front();

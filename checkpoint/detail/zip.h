@@ -10,8 +10,8 @@
 //     8 entries on disk u16    10 entries u16   12 directory size u32
 //    16 directory offset u32   20 comment length u16, then the comment
 //   Exactly one EOCD MUST end the file: its comment reaches EOF exactly
-//   [trailing_bytes if a signature is found but ends before EOF;
-//   zip_malformed when none, or two, qualify].
+//   [trailing_bytes if a signature is found but ends before EOF, truncated
+//   if none is found (a file cut short), zip_malformed if two qualify].
 //   ZIP64 locator, 20 bytes right before the EOCD (when present):
 //     0 signature 50 4B 06 07   4 disk u32 (0)   8 ZIP64 EOCD offset u64
 //    16 total disks u32 (1)
