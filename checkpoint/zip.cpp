@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 
@@ -150,6 +151,7 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     return malformed("central directory does not end where the end record starts");
   }
   if (entries > dir_size / central_size) return malformed("central directory too small for its entries");
+  if (dir_size > SIZE_MAX) return error(errc::limit_exceeded, "central directory");
 
   std::vector<std::byte> dir(static_cast<std::size_t>(dir_size));
   FERRY_TRY(read(dir_offset, dir));
