@@ -1,0 +1,56 @@
+// .pt files written by Debian's python3-torch just before this test runs
+// (the CTest fixture checkpoint_pytorch_files runs make_pt_files.py live on
+// the build machine), read by ferry on every architecture and compared with
+// what torch.load read from them: values bit for bit, dtypes, shapes,
+// strides, offsets, sharing and the non-tensor leaves.
+#include "helpers.h"
+#include "pt_expected.h"
+
+namespace ferry::checkpoint::testing {
+namespace {
+
+const fs::path live_dir = FERRY_PT_LIVE_DIR;
+
+class PytorchLive : public ::testing::Test {
+ protected:
+  void expect_file(const char* name) {
+    SCOPED_TRACE(name);
+    auto r = reader::open(live_dir / name);
+    ASSERT_TRUE(r) << r.error();
+    expect_as_torch_read(*r, read_expected(live_dir / (std::string(name) + ".expected")));
+    EXPECT_TRUE(r->verify()) << r->verify().error();
+  }
+};
+
+TEST_F(PytorchLive, EveryFileReadsAsTorchReadsIt) {
+  for (const char* name : {"state_dict.pt", "adam.pt", "nested.pt", "dtypes.pt", "stream.pt", "protocol4.pt"}) {
+    expect_file(name);
+  }
+}
+
+TEST_F(PytorchLive, TiedWeightsShareOneStorage) {
+  auto r = reader::open(live_dir / "state_dict.pt");
+  ASSERT_TRUE(r) << r.error();
+  std::size_t shared = 0;
+  for (const auto& t : r->tensors()) shared += !r->shared_with(t).empty();
+  EXPECT_GE(shared, 2u);
+  auto all = r->get_all();
+  ASSERT_TRUE(all) << all.error();
+  for (const auto& a : *all) {
+    for (const auto& b : *all) {
+      if (a.info().storage == b.info().storage) {
+        EXPECT_EQ(a.storage().get(), b.storage().get());
+      }
+    }
+  }
+}
+
+TEST_F(PytorchLive, ComplexTensorsAreNamed) {
+  auto r = reader::open(live_dir / "complex.pt");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), codec_errc::unknown_dtype);
+  EXPECT_NE(r.error().what().find("tensor 'z'"), std::string::npos) << r.error().what();
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint::testing
