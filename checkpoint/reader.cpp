@@ -44,6 +44,13 @@ result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out,
 
 namespace {
 
+// madvise(MADV_POPULATE_READ), Linux 5.14; older kernels say EINVAL.
+#ifdef MADV_POPULATE_READ
+constexpr int madv_populate_read = MADV_POPULATE_READ;
+#else
+constexpr int madv_populate_read = 22;
+#endif
+
 using detail::parsed_file;
 
 error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {}) {
@@ -289,12 +296,18 @@ struct reader::state {
     if (!cached(offset)) {
       (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
     }
+    // MAP_POPULATE on a writable private mapping would fault every page
+    // in for writing, copying it: such a mapping is populated for reading
+    // (the page cache's pages, copied only when written), where the kernel
+    // can (5.14 on), and else faulted in as it is touched.
     const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-    void* base = ::mmap(nullptr, delta + n, prot, MAP_PRIVATE | MAP_POPULATE, fd, static_cast<off_t>(map_offset));
+    const int flags = writable ? MAP_PRIVATE : MAP_PRIVATE | MAP_POPULATE;
+    void* base = ::mmap(nullptr, delta + n, prot, flags, fd, static_cast<off_t>(map_offset));
     if (base == MAP_FAILED) {
       map_errno = errno;
       return {};
     }
+    if (writable) (void)::madvise(base, delta + n, madv_populate_read);
     return {base, delta + n, delta, n};
   }
 

@@ -1,0 +1,306 @@
+"""ferry: tensor checkpoints that read the same on every machine.
+
+    import ferry
+    weights = ferry.load("model.pt")                       # {name: numpy array}
+    weights = ferry.load("model.ferry", framework="torch")  # {name: torch.Tensor}
+    with ferry.open("model.safetensors") as ck:             # lazy: nothing read yet
+        print(ck.keys(), ck.info("fc1.weight"), ck.metadata())
+    ferry.save("out.ferry", weights, {"epoch": "3"})
+
+Reads .ferry, .safetensors and PyTorch .pt files (torch.save's zip format,
+read as data: nothing in the file is run). Writes .ferry and .safetensors,
+atomically. Tensors are views of the file's mapping, not copies, when the
+file's byte order is the machine's; numpy arrays are read-only, torch
+tensors writable (each over a private copy-on-write mapping). bf16 and
+float8 become numpy uint16 and uint8 arrays of their bits.
+
+Errors in a file raise ferry.Error (.code, .name, .context); a missing file
+raises FileNotFoundError, other OS errors OSError.
+"""
+import json
+import os
+import sys
+
+from . import _ferry
+
+__all__ = ["Error", "Checkpoint", "open", "load", "save"]
+
+
+class Error(Exception):
+    """A checkpoint ferry cannot read or write.
+
+    code: ferry's stable error number (checkpoint/error.h, base/error.h);
+    name: its name, e.g. "crc32_mismatch" or "pickle_forbidden_global";
+    context: what failed and where (file, record, tensor, pickle offset).
+    str(error) is the one line the ferry tool prints.
+    """
+
+    def __init__(self, message, code, name, context):
+        super().__init__(message)
+        self.code = code
+        self.name = name
+        self.context = context
+
+
+def _torch_dtypes(torch):
+    """ferry's dtype names and torch's dtypes, where this torch has them."""
+    names = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
+             "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
+             "F64": "float64", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+             "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+    return {k: getattr(torch, v) for k, v in names.items() if hasattr(torch, v)}
+
+
+_NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32",
+                 "i4": "I32", "u8": "U64", "i8": "I64", "f2": "F16", "f4": "F32", "f8": "F64"}
+
+
+def _as_torch(reader):
+    """Every tensor of `reader` (opened copy-on-write) as torch tensors;
+    tensors over one storage in the file share one torch storage."""
+    import torch
+
+    dtypes = _torch_dtypes(torch)
+    entries, storages = reader.storages()
+    bytes_of, typed = {}, {}
+    out = {}
+    for name, dtype, shape, strides, offset, storage in entries:
+        if dtype not in dtypes:
+            raise TypeError(f"tensor '{name}': torch {torch.__version__} has no {dtype} "
+                            "dtype; load with framework='numpy'")
+        base = typed.get((storage, dtype))
+        if base is None:
+            raw = bytes_of.get(storage)
+            if raw is None:
+                array = storages[storage]
+                raw = torch.frombuffer(array, dtype=torch.uint8) if array.size else torch.empty(0, dtype=torch.uint8)
+                bytes_of[storage] = raw
+            base = typed[(storage, dtype)] = raw.view(dtypes[dtype])
+        out[name] = base.as_strided(shape, strides, offset)
+    return out
+
+
+class Checkpoint:
+    """An open checkpoint file. Opening reads its index only (names,
+    dtypes, shapes, metadata); get() and load() read tensors."""
+
+    def __init__(self, path, *, pytorch_order=None):
+        self._reader = _ferry.Reader(os.fspath(path), pytorch_order, False)
+
+    @property
+    def format(self):
+        """'ferry', 'safetensors' or 'pytorch'."""
+        return self._reader.format
+
+    @property
+    def order(self):
+        """The byte order of the file's tensor data: 'little' or 'big'."""
+        return self._reader.order
+
+    def keys(self):
+        """Tensor names, in the file's order."""
+        return self._reader.keys()
+
+    def __iter__(self):
+        return iter(self._reader.keys())
+
+    def __len__(self):
+        return len(self._reader.keys())
+
+    def __contains__(self, name):
+        try:
+            self._reader.info(name)
+            return True
+        except KeyError:
+            return False
+
+    def info(self, name):
+        """dtype (ferry's name, e.g. 'BF16'), shape, strides and offset (in
+        elements), storage index, nbytes, and the tensors sharing its storage."""
+        return self._reader.info(name)
+
+    def get(self, name):
+        """One tensor as a read-only numpy array (CRC-checked for .ferry)."""
+        return self._reader.get(name)
+
+    def __getitem__(self, name):
+        return self.get(name)
+
+    def metadata(self):
+        """The file's metadata: {str: str}. For .pt files, each non-tensor
+        leaf as JSON text, and 'pytorch.byteorder'."""
+        return self._reader.metadata()
+
+    def verify(self):
+        """Checks every checksum (CRC32C for .ferry, the zip's CRC-32 for
+        .pt); raises ferry.Error on the first mismatch."""
+        self._reader.verify()
+
+    def load(self, framework="numpy"):
+        """Every tensor: see ferry.load."""
+        if framework == "numpy":
+            return self._reader.load()
+        if framework == "torch":
+            return _as_torch(_ferry.Reader(self._reader.path, None, True))
+        raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
+
+    def close(self):
+        """Drops the index; arrays already returned stay valid."""
+        self._reader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<ferry.Checkpoint {self._reader.path!r} {self.format}, {len(self)} tensors>"
+
+
+def open(path, *, pytorch_order=None):  # noqa: A001 (the API's name)
+    """Opens a checkpoint lazily (see Checkpoint). `pytorch_order` ('little'
+    or 'big') is the byte order of a .pt file without a byteorder record
+    (torch < 2.1); default little."""
+    return Checkpoint(path, pytorch_order=pytorch_order)
+
+
+def load(path, framework="numpy", *, pytorch_order=None):
+    """Every tensor of a .ferry, .safetensors or .pt file: {name: array}.
+
+    framework="numpy": read-only arrays viewing the file's mapping (no copy
+    when the file's byte order is this machine's); bf16 and float8 as their
+    bits (uint16, uint8). framework="torch": writable tensors over private
+    copy-on-write mappings; tensors that share a storage in the file share
+    one here (tied weights keep equal data_ptr()).
+    """
+    if framework == "numpy":
+        return _ferry.Reader(os.fspath(path), pytorch_order, False).load()
+    if framework == "torch":
+        return _as_torch(_ferry.Reader(os.fspath(path), pytorch_order, True))
+    raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
+
+
+def _root(array):
+    import numpy as np
+
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+class _Storages:
+    """Groups tensors into storages: views of one torch storage, or of one
+    numpy base array, become one storage written once."""
+
+    def __init__(self):
+        self.buffers = []
+        self._index = {}
+        self._keep = []  # objects whose memory the buffers view
+
+    def add(self, key, buffer, owner):
+        index = self._index.get(key)
+        if index is None:
+            index = self._index[key] = len(self.buffers)
+            self.buffers.append(buffer)
+            self._keep.append(owner)
+        return index
+
+    def own(self, buffer, owner):
+        self.buffers.append(buffer)
+        self._keep.append(owner)
+        return len(self.buffers) - 1
+
+
+def _torch_entry(name, t, storages, torch):
+    names = {v: k for k, v in _torch_dtypes(torch).items()}
+    if t.dtype not in names:
+        raise TypeError(f"tensor '{name}': ferry has no dtype for {t.dtype}")
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.layout != torch.strided:
+        raise TypeError(f"tensor '{name}': ferry saves dense tensors, not {t.layout}")
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    width = t.element_size()
+    nbytes = storage.nbytes()
+    if nbytes % width:
+        t = t.contiguous()
+        storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        nbytes = storage.nbytes()
+    # The whole storage as bytes, through a view of this tensor's dtype.
+    whole = t.as_strided((nbytes // width,), (1,), 0)
+    raw = whole.view(torch.uint8).numpy()
+    index = storages.add(("torch", storage.data_ptr(), nbytes, t.dtype), raw, t)
+    return (name, names[t.dtype], list(t.shape), list(t.stride()), t.storage_offset(), index)
+
+
+def _numpy_entry(name, a, storages, np):
+    a = np.asarray(a)
+    if a.dtype.byteorder not in ("=", "|"):
+        a = a.astype(a.dtype.newbyteorder("="))
+    kind = f"{a.dtype.kind}{a.dtype.itemsize}"
+    if kind not in _NUMPY_DTYPES:
+        raise TypeError(f"tensor '{name}': ferry has no dtype for numpy {a.dtype}")
+    width = a.dtype.itemsize
+    root = _root(a)
+    if root is not a and root.flags.c_contiguous:
+        start = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        if (start >= 0 and start % width == 0 and root.nbytes % width == 0
+                and all(s >= 0 and s % width == 0 for s in a.strides)):
+            raw = root.reshape(-1).view(np.uint8)
+            index = storages.add(("numpy", id(root), a.dtype.str), raw, root)
+            return (name, _NUMPY_DTYPES[kind], list(a.shape), [s // width for s in a.strides],
+                    start // width, index)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    raw = a.reshape(-1).view(np.uint8)
+    strides = [s // width for s in a.strides] if a.size else _contiguous(a.shape)
+    return (name, _NUMPY_DTYPES[kind], list(a.shape), strides, 0, storages.add(("numpy", id(a), a.dtype.str), raw, a))
+
+
+def _contiguous(shape):
+    strides, n = [], 1
+    for extent in reversed(shape):
+        strides.append(n)
+        n *= max(extent, 1)
+    return list(reversed(strides))
+
+
+def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64, shared="refuse"):
+    """Writes {name: numpy array or torch tensor} atomically: the file
+    appears whole or not at all.
+
+    format: 'ferry' or 'safetensors'; default from the suffix (.safetensors,
+    else .ferry). ferry never writes .pt. order: 'little' or 'big' (.ferry
+    only; default this machine's). alignment: where each storage starts.
+    Views of one torch storage or one numpy base array are written once and
+    stay views (.ferry); safetensors cannot share, so `shared` says what to
+    do there: 'refuse' (ferry.Error naming the tensors), 'copy' (each
+    tensor's own bytes), or 'alias' (once, named in the metadata as
+    Hugging Face does). metadata: {str: str}; other values are stored as
+    their JSON text.
+    """
+    import numpy as np
+
+    path = os.fspath(path)
+    if format is None:
+        if path.endswith((".pt", ".pth")):
+            raise ValueError(f"{path}: ferry does not write .pt files (name a .ferry or .safetensors file, "
+                             "or pass format=)")
+        format = "safetensors" if path.endswith(".safetensors") else "ferry"
+    if format not in ("ferry", "safetensors"):
+        raise ValueError(f"format must be 'ferry' or 'safetensors', not {format!r}")
+    if shared not in ("refuse", "copy", "alias"):
+        raise ValueError(f"shared must be 'refuse', 'copy' or 'alias', not {shared!r}")
+    torch = sys.modules.get("torch")  # torch tensors come only once torch is imported
+    storages, entries = _Storages(), []
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names are str, not {type(name).__name__}")
+        if torch is not None and isinstance(t, torch.Tensor):
+            entries.append(_torch_entry(name, t, storages, torch))
+        else:
+            entries.append(_numpy_entry(name, t, storages, np))
+    meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
+    _ferry.save(path, entries, storages.buffers, meta, format, order, alignment, shared)

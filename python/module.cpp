@@ -1,0 +1,310 @@
+// ferry._ferry: the checkpoint API (ferry/checkpoint) for Python. The
+// public face is python/ferry/__init__.py; this module only moves bytes:
+//
+//   Reader(path, pytorch_order, copy_on_write)   checkpoint::reader
+//     .format .order .keys() .info(name) .metadata() .verify()
+//     .get(name) -> numpy array     .load() -> {name: numpy array}
+//     .storages() -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
+//   save(path, entries, storages, metadata, format, order, alignment, shared)
+//
+// Arrays view the reader's storages without copying (the mapping of the
+// file, or the byte-swapped copy when the file's order is not the host's):
+// each array's base is one uint8 array per storage, whose base owns the
+// storage, so views of one storage stay views of one base in numpy, and
+// the storage lives as long as any of them. Without copy_on_write the
+// arrays are read-only. The GIL is released while files are read, checked
+// and written.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/checkpoint/reader.h"
+#include "ferry/checkpoint/safetensors.h"
+#include "ferry/checkpoint/writer.h"
+
+namespace py = pybind11;
+namespace ckpt = ferry::checkpoint;
+
+namespace {
+
+// A ferry error on its way to Python: the translator below raises
+// ferry.Error, or OSError (FileNotFoundError, ...) when the OS said why.
+struct failure {
+  ferry::error e;
+};
+
+template <class T>
+T value_or_raise(ferry::result<T, ferry::error>&& r) {
+  if (!r) throw failure{std::move(r).error()};
+  return std::move(r).value();
+}
+void raise_if_error(const ferry::result<void, ferry::error>& r) {
+  if (!r) throw failure{r.error()};
+}
+
+// An error's text as str: it may quote bytes of the file that are not
+// UTF-8 (a hostile name), shown as \x escapes.
+py::str text(const std::string& s) {
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+}
+
+void translate(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const failure& f) {
+    const ferry::error& e = f.e;
+    if (e.sys_errno() != 0) {
+      // OSError(errno, text, filename) is FileNotFoundError for ENOENT,
+      // PermissionError for EACCES, and so on.
+      const py::object exc =
+          py::module_::import("builtins").attr("OSError")(e.sys_errno(), std::strerror(e.sys_errno()), text(e.context()));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      return;
+    }
+    const py::object type = py::module_::import("ferry").attr("Error");
+    const py::object exc = type(text(e.what()), e.code().value(), std::string(ferry::name(e.code())), text(e.context()));
+    PyErr_SetObject(type.ptr(), exc.ptr());
+  }
+}
+
+// numpy's dtype for a ferry dtype: bf16 and the float8s as their bits.
+py::dtype numpy_dtype(ferry::codec::dtype t) {
+  using ferry::codec::dtype;
+  switch (t) {
+    case dtype::boolean: return py::dtype("?");
+    case dtype::u8:
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2: return py::dtype("u1");
+    case dtype::i8: return py::dtype("i1");
+    case dtype::u16:
+    case dtype::bf16: return py::dtype("u2");
+    case dtype::i16: return py::dtype("i2");
+    case dtype::u32: return py::dtype("u4");
+    case dtype::i32: return py::dtype("i4");
+    case dtype::u64: return py::dtype("u8");
+    case dtype::i64: return py::dtype("i8");
+    case dtype::f16: return py::dtype("f2");
+    case dtype::f32: return py::dtype("f4");
+    case dtype::f64: return py::dtype("f8");
+  }
+  return py::dtype("u1");
+}
+
+// One uint8 array over a storage's bytes, owning a reference to it:
+// writable when the reader hands out copy-on-write storages.
+py::array storage_array(const std::shared_ptr<const ckpt::storage_buffer>& s, bool writable) {
+  auto* keep = new std::shared_ptr<const ckpt::storage_buffer>(s);
+  const py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<const ckpt::storage_buffer>*>(p); });
+  auto* data = const_cast<std::byte*>(s->bytes().data());  // read-only unless writable, below
+  py::array a(py::dtype("u1"), {static_cast<py::ssize_t>(s->bytes().size())}, {py::ssize_t{1}}, data, owner);
+  if (!writable) a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+// An array of `t`'s elements over `base` (storage_array of its storage).
+py::array tensor_array(const ckpt::tensor_info& t, const py::array& base) {
+  const py::dtype dt = numpy_dtype(t.dtype);
+  const auto width = static_cast<py::ssize_t>(dt.itemsize());
+  std::vector<py::ssize_t> shape, strides;
+  for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    shape.push_back(static_cast<py::ssize_t>(t.shape[i]));
+    strides.push_back(static_cast<py::ssize_t>(t.strides[i]) * width);
+  }
+  // An empty tensor may sit past its storage's end: point at the start.
+  const std::uint64_t at = t.numel() == 0 ? 0 : t.offset * static_cast<std::uint64_t>(width);
+  auto* data = static_cast<std::byte*>(const_cast<void*>(base.data())) + at;
+  py::array a(dt, shape, strides, data, base);
+  if (!base.writeable()) a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+py::dict info_dict(const ckpt::reader& r, const ckpt::tensor_info& t) {
+  py::dict d;
+  d["dtype"] = std::string(ferry::codec::name(t.dtype));
+  d["shape"] = py::tuple(py::cast(t.shape));
+  d["strides"] = py::tuple(py::cast(t.strides));
+  d["offset"] = t.offset;
+  d["storage"] = t.storage;
+  d["nbytes"] = t.nbytes();
+  d["shared_with"] = r.shared_with(t);
+  return d;
+}
+
+std::optional<ferry::wire::byte_order> parse_order(const std::optional<std::string>& s) {
+  if (!s) return std::nullopt;
+  if (*s == "little") return ferry::wire::byte_order::little;
+  if (*s == "big") return ferry::wire::byte_order::big;
+  throw py::value_error("byte order must be 'little' or 'big', not '" + *s + "'");
+}
+std::string order_name(ferry::wire::byte_order o) { return o == ferry::wire::byte_order::big ? "big" : "little"; }
+
+class py_reader {
+ public:
+  py_reader(const std::string& path, const std::optional<std::string>& pytorch_order, bool copy_on_write) {
+    ckpt::read_options opt;
+    opt.pytorch_order = parse_order(pytorch_order);
+    opt.copy_on_write = copy_on_write_ = copy_on_write;
+    py::gil_scoped_release unlocked;
+    r_ = std::make_unique<ckpt::reader>(value_or_raise(ckpt::open(path, opt)));
+  }
+
+  std::string format() const { return std::string(ckpt::format_name(r_->format())); }
+  std::string order() const { return order_name(r_->order()); }
+  std::string path() const { return r_->path().string(); }
+
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    out.reserve(r_->tensors().size());
+    for (const auto& t : r_->tensors()) out.push_back(t.name);
+    return out;
+  }
+  const ckpt::tensor_info& find(const std::string& name) const {
+    const ckpt::tensor_info* t = r_->find(name);
+    if (t == nullptr) throw py::key_error(name);
+    return *t;
+  }
+  py::dict info(const std::string& name) const { return info_dict(*r_, find(name)); }
+  std::map<std::string, std::string> metadata() const { return r_->metadata(); }
+
+  void verify() const {
+    raise_if_error([&] {
+      py::gil_scoped_release unlocked;
+      return r_->verify();
+    }());
+  }
+
+  py::array get(const std::string& name) const {
+    const ckpt::tensor_info& t = find(name);
+    const ckpt::tensor tensor = value_or_raise([&] {
+      py::gil_scoped_release unlocked;
+      return r_->get(t);
+    }());
+    return tensor_array(t, storage_array(tensor.storage(), copy_on_write_));
+  }
+
+  // Every tensor, storages read in parallel without the GIL.
+  std::vector<ckpt::tensor> get_all() const {
+    return value_or_raise([&] {
+      py::gil_scoped_release unlocked;
+      return r_->get_all();
+    }());
+  }
+
+  std::vector<py::array> bases(const std::vector<ckpt::tensor>& all) const {
+    std::vector<py::array> out(r_->storages().size());
+    std::vector<bool> made(out.size(), false);
+    for (const auto& t : all) {
+      if (!made[t.info().storage]) {
+        out[t.info().storage] = storage_array(t.storage(), copy_on_write_);
+        made[t.info().storage] = true;
+      }
+    }
+    return out;
+  }
+
+  py::dict load() const {
+    const auto all = get_all();
+    const auto base = bases(all);
+    py::dict out;
+    for (const auto& t : all) out[py::str(t.name())] = tensor_array(t.info(), base[t.info().storage]);
+    return out;
+  }
+
+  py::tuple storages() const {
+    const auto all = get_all();
+    py::list entries;
+    for (const auto& t : all) {
+      const auto& i = t.info();
+      entries.append(py::make_tuple(i.name, std::string(ferry::codec::name(i.dtype)), py::tuple(py::cast(i.shape)),
+                                    py::tuple(py::cast(i.strides)), i.offset, i.storage));
+    }
+    return py::make_tuple(entries, bases(all));
+  }
+
+ private:
+  std::unique_ptr<ckpt::reader> r_;
+  bool copy_on_write_ = false;
+};
+
+using entry = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::vector<std::uint64_t>, std::uint64_t,
+                         std::size_t>;
+
+void save(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
+          const std::map<std::string, std::string>& metadata, const std::string& format,
+          const std::optional<std::string>& order, std::uint32_t alignment, const std::string& shared) {
+  std::vector<py::buffer_info> buffers;  // held until written
+  buffers.reserve(storage_objects.size());
+  for (const auto& b : storage_objects) {
+    buffers.push_back(b.request());
+    if (buffers.back().ndim != 1 || buffers.back().itemsize != 1 || buffers.back().strides[0] != 1) {
+      throw py::value_error("a storage must be a contiguous buffer of bytes");
+    }
+  }
+  std::vector<ckpt::tensor_ref> refs;
+  refs.reserve(entries.size());
+  for (const auto& [name, dtype, shape, strides, offset, storage] : entries) {
+    if (storage >= buffers.size()) throw py::index_error("storage index out of range");
+    const auto dt = ferry::codec::dtype_from_name(dtype);
+    if (!dt) throw py::value_error("'" + name + "': no ferry dtype '" + dtype + "'");
+    refs.push_back({name, *dt, shape, strides, offset,
+                    {static_cast<const std::byte*>(buffers[storage].ptr), static_cast<std::size_t>(buffers[storage].size)}});
+  }
+  const auto wanted = parse_order(order);
+  raise_if_error([&]() -> ferry::result<void, ferry::error> {
+    py::gil_scoped_release unlocked;
+    {
+      if (format == "safetensors") {
+        if (wanted && *wanted != ferry::wire::byte_order::little) {
+          return ferry::error(ferry::errc::bad_value, path + ": safetensors is little-endian only");
+        }
+        ckpt::safetensors_options so;
+        so.alignment = alignment;
+        so.shared = shared == "copy"    ? ckpt::safetensors_options::shared_policy::copy
+                    : shared == "alias" ? ckpt::safetensors_options::shared_policy::alias
+                                        : ckpt::safetensors_options::shared_policy::refuse;
+        return ckpt::save_safetensors(path, refs, metadata, so);
+      }
+      ckpt::write_options wo;
+      wo.order = wanted.value_or(ferry::wire::host_order);
+      wo.alignment = alignment;
+      FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, wo));
+      std::vector<std::optional<ckpt::storage_id>> written(buffers.size());
+      for (std::size_t i = 0; i < refs.size(); ++i) {
+        auto& id = written[std::get<5>(entries[i])];
+        FERRY_TRY_ASSIGN(const auto added, id ? w.add(refs[i], *id) : w.add(refs[i]));
+        id = added;
+      }
+      for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
+      return w.commit();
+    }
+  }());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ferry, m) {
+  m.doc() = "ferry's checkpoint reader and writer (use the ferry package, not this module)";
+  py::register_exception_translator(&translate);
+  py::class_<py_reader>(m, "Reader")
+      .def(py::init<const std::string&, const std::optional<std::string>&, bool>(), py::arg("path"),
+           py::arg("pytorch_order") = py::none(), py::arg("copy_on_write") = false)
+      .def_property_readonly("format", &py_reader::format)
+      .def_property_readonly("order", &py_reader::order)
+      .def_property_readonly("path", &py_reader::path)
+      .def("keys", &py_reader::keys)
+      .def("info", &py_reader::info)
+      .def("metadata", &py_reader::metadata)
+      .def("verify", &py_reader::verify)
+      .def("get", &py_reader::get)
+      .def("load", &py_reader::load)
+      .def("storages", &py_reader::storages);
+  m.def("save", &save, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
+        py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"));
+}

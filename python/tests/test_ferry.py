@@ -1,0 +1,298 @@
+"""The Python module: round trips of every dtype, .pt files against
+torch.load, sharing, ferry::torch interop, a ferry-train checkpoint in a
+torch.nn model, and hostile files. Run by CTest (python_test), which sets
+PYTHONPATH to the build's package and names the programs below."""
+import gzip
+import io
+import json
+import os
+import pickle
+import subprocess
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import ferry
+
+SPECIAL_F32 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3.4e38], dtype=np.float32)
+# A NaN with a payload and its sign bit set: survives every path bit for bit.
+PAYLOAD_NAN = np.array([0xFFC12345], dtype=np.uint32).view(np.float32)
+
+
+def every_numpy_dtype():
+    rng = np.random.default_rng(7)
+    return {
+        "bool": np.array([True, False, True]),
+        "u8": np.arange(0, 250, 7, dtype=np.uint8),
+        "i8": np.arange(-100, 100, 9, dtype=np.int8),
+        "u16": np.array([0, 1, 65535], dtype=np.uint16),
+        "i16": np.arange(-30000, 30000, 1999, dtype=np.int16),
+        "u32": np.array([0, 2**32 - 1], dtype=np.uint32),
+        "i32": rng.integers(-2**31, 2**31, (3, 4), dtype=np.int32),
+        "u64": np.array([0, 2**64 - 1], dtype=np.uint64),
+        "i64": np.array([-2**63, -1, 0, 2**63 - 1], dtype=np.int64),
+        "f16": np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 6e-8, 65504], dtype=np.float16),
+        "f32": np.concatenate([SPECIAL_F32, PAYLOAD_NAN]),
+        "f64": rng.standard_normal((2, 3)),
+        "scalar": np.array(2.5),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+    }
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def torch_bits(t):
+    """A torch tensor's elements as bytes, whatever its dtype."""
+    t = t.detach().contiguous()
+    if t.dtype != torch.bool and t.element_size() in (2, 4, 8) and t.is_floating_point():
+        t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t.numpy().tobytes()
+
+
+def torch_same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch_bits(a) == torch_bits(b)
+
+
+@pytest.mark.parametrize("fmt,order", [("ferry", "little"), ("ferry", "big"), ("safetensors", None)])
+def test_every_numpy_dtype_round_trips(tmp_path, fmt, order):
+    want = every_numpy_dtype()
+    path = tmp_path / f"x.{fmt}"
+    ferry.save(path, want, {"note": "é", "epoch": 3}, order=order)
+    got = ferry.load(path)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert same_bits(got[name], want[name]), name
+        assert not got[name].flags.writeable
+    with ferry.open(path) as ck:
+        assert ck.format == fmt
+        assert ck.metadata() == {"note": "é", "epoch": "3"}
+        assert ck.info("i32")["dtype"] == "I32" and ck.info("i32")["shape"] == (3, 4)
+        ck.verify()
+
+
+def test_arrays_view_the_mapping_and_keep_it_alive(tmp_path):
+    base = np.arange(100, dtype=np.float32)
+    ferry.save(tmp_path / "v.ferry", {"base": base, "tail": base[10:], "odd": base[1::2]})
+    got = ferry.load(tmp_path / "v.ferry")
+    # Views of one base come back as views of one storage.
+    assert np.shares_memory(got["base"], got["tail"]) and np.shares_memory(got["base"], got["odd"])
+    assert got["odd"].strides == (8,)
+    with ferry.open(tmp_path / "v.ferry") as ck:
+        assert ck.info("tail")["offset"] == 10 and sorted(ck.info("base")["shared_with"]) == ["odd", "tail"]
+    tail = got.pop("tail")
+    del got
+    os.remove(tmp_path / "v.ferry")  # the mapping outlives the name and the dict
+    assert same_bits(tail, base[10:])
+
+
+def test_torch_round_trip_keeps_dtypes_views_and_sharing(tmp_path):
+    torch.manual_seed(0)
+    emb = torch.nn.Parameter(torch.randn(10, 4))
+    grid = torch.arange(60, dtype=torch.float32).view(6, 10)
+    want = {
+        "embed.weight": emb, "out.weight": emb,  # tied
+        "bf16": torch.tensor(SPECIAL_F32).to(torch.bfloat16),
+        "f16": torch.tensor(SPECIAL_F32).to(torch.float16),
+        "nan": torch.from_numpy(PAYLOAD_NAN.copy()),
+        "bool": torch.tensor([True, False]), "u8": torch.arange(5, dtype=torch.uint8),
+        "i8": torch.tensor([-128, 127], dtype=torch.int8), "i16": torch.tensor([-3, 3], dtype=torch.int16),
+        "i32": torch.tensor([2**31 - 1], dtype=torch.int32), "i64": torch.tensor([-2**63], dtype=torch.int64),
+        "f64": torch.randn(3, dtype=torch.float64), "scalar": torch.tensor(1.5),
+        "grid": grid, "row": grid[2], "transposed": grid.t(), "block": grid[1:4, 2:7],
+    }
+    ferry.save(tmp_path / "t.ferry", want)
+    got = ferry.load(tmp_path / "t.ferry", framework="torch")
+    for name, t in want.items():
+        assert torch_same(got[name], t), name
+        assert got[name].storage_offset() == t.storage_offset(), name
+    assert got["embed.weight"].data_ptr() == got["out.weight"].data_ptr()
+    assert got["row"].storage().data_ptr() == got["grid"].storage().data_ptr()
+    # Writable, privately: the file does not change.
+    got["grid"][0, 0] = 1234.0
+    assert got["transposed"][0, 0] == 1234.0
+    assert ferry.load(tmp_path / "t.ferry", framework="torch")["grid"][0, 0] == 0.0
+
+
+def test_pt_files_read_as_torch_load_reads_them(tmp_path):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 8))
+    model[2].weight = model[0].weight  # tied
+    state = dict(model.state_dict())
+    state["half"] = torch.randn(3).to(torch.bfloat16)
+    state["view"] = state["0.weight"][2:, 1::2]
+    state["config"] = {"lr": 0.1, "name": "run"}
+    torch.save(state, tmp_path / "m.pt")
+    want = torch.load(tmp_path / "m.pt")
+    got = ferry.load(tmp_path / "m.pt", framework="torch")
+    tensors = {k: v for k, v in want.items() if isinstance(v, torch.Tensor)}
+    assert sorted(got) == sorted(tensors)
+    for name, t in tensors.items():
+        assert torch_same(got[name], t), name
+    assert got["0.weight"].data_ptr() == got["2.weight"].data_ptr()
+    assert got["view"].storage().data_ptr() == got["0.weight"].storage().data_ptr()
+    arrays = ferry.load(tmp_path / "m.pt")
+    assert arrays["half"].dtype == np.uint16
+    assert arrays["half"].tobytes() == torch_bits(want["half"])
+    with ferry.open(tmp_path / "m.pt") as ck:
+        assert ck.format == "pytorch"
+        assert json.loads(ck.metadata()["config.lr"]) == 0.1
+        assert ck.metadata()["pytorch.byteorder"] == "absent"
+        ck.verify()
+    # And on to .ferry and .safetensors.
+    ferry.save(tmp_path / "m.ferry", got)
+    ferry.save(tmp_path / "m.safetensors", got, shared="copy")
+    for other in ("m.ferry", "m.safetensors"):
+        again = ferry.load(tmp_path / other, framework="torch")
+        for name, t in tensors.items():
+            assert torch_bits(again[name]) == torch_bits(t), (other, name)
+
+
+def test_golden_big_endian_pt_reads_as_the_little_one():
+    data = os.path.join(os.environ["FERRY_TEST_DATA_DIR"], "pytorch")
+    little = ferry.load(os.path.join(data, "golden_little.pt"))
+    big = ferry.load(os.path.join(data, "golden_big.pt"))
+    assert list(little) == list(big)
+    for name in little:
+        assert same_bits(little[name], big[name]), name
+
+
+def test_tied_weights_cross_to_cpp_and_back(tmp_path):
+    tied = os.environ["FERRY_TORCH_TIED"]
+    emb = torch.randn(20, 6)
+    ferry.save(tmp_path / "py.ferry", {"embed.weight": emb, "decoder.weight": emb, "bias": torch.zeros(20)})
+    subprocess.run([tied, tmp_path / "py.ferry", tmp_path / "cpp.ferry", "embed.weight", "decoder.weight"], check=True)
+    got = ferry.load(tmp_path / "cpp.ferry", framework="torch")
+    assert got["embed.weight"].data_ptr() == got["decoder.weight"].data_ptr()
+    assert torch.equal(got["decoder.weight"], emb)
+
+
+def read_idx(path):
+    with gzip.open(path) as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def test_ferry_train_checkpoint_reaches_its_test_accuracy_in_torch_nn(tmp_path):
+    ck, metrics = tmp_path / "ck.ferry", tmp_path / "metrics.jsonl"
+    subprocess.run([os.environ["FERRY_RUN"], "-n", "1", os.environ["FERRY_TRAIN"], "--limit", "3000",
+                    "--test-limit", "1000", "--epochs", "2", "--threads", "1", "--hidden", "32,16",
+                    "--checkpoint", ck, "--metrics", metrics, "--progress", "plain"],
+                   check=True, stdout=subprocess.DEVNULL)
+    epochs = [json.loads(line) for line in open(metrics) if '"epoch"' in line]
+    test_acc = [e for e in epochs if e.get("kind") == "epoch"][-1]["test_acc"]
+
+    class Mlp(torch.nn.Module):  # trainer/train/trainer.cpp's mlp_impl
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.bn1 = torch.nn.Linear(784, 32), torch.nn.BatchNorm1d(32)
+            self.fc2, self.bn2 = torch.nn.Linear(32, 16), torch.nn.BatchNorm1d(16)
+            self.out = torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.fc1(x)))
+            return self.out(torch.relu(self.bn2(self.fc2(x))))
+
+    model = Mlp()
+    weights = ferry.load(ck, framework="torch")
+    model.load_state_dict({k: weights[k] for k in model.state_dict()})
+    model.eval()
+    images = read_idx("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")[:1000]
+    labels = read_idx("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz")[:1000]
+    x = torch.from_numpy(images.reshape(1000, 784).astype(np.float32) / np.float32(255))
+    with torch.no_grad():
+        acc = (model(x).argmax(1) == torch.from_numpy(labels.astype(np.int64))).float().mean().item()
+    assert test_acc > 0.5
+    assert abs(acc - test_acc) <= 0.002, (acc, test_acc)  # one sample in 1000 may round the other way
+
+
+def evil_pickle(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo ferry-was-pwned",))
+
+    path = tmp_path / "evil.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("evil/data.pkl", pickle.dumps({"w": Evil()}, protocol=2))
+        z.writestr("evil/version", "3\n")
+    return path
+
+
+def test_hostile_files_raise_ferry_error(tmp_path):
+    with pytest.raises(ferry.Error) as e:
+        ferry.load(evil_pickle(tmp_path))
+    assert e.value.name == "pickle_forbidden_global"
+    assert e.value.code == 418
+    assert "global 'posix.system': not on the allowed list" in str(e.value)
+    assert "evil.pt" in e.value.context
+
+    (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    with pytest.raises(ferry.Error):
+        ferry.load(tmp_path / "junk.pt")
+    with pytest.raises(FileNotFoundError):
+        ferry.load(tmp_path / "missing.ferry")
+    with pytest.raises(ferry.Error) as e:
+        tied = torch.zeros(4)
+        ferry.save(tmp_path / "s.safetensors", {"a": tied, "b": tied[:2]})
+    assert e.value.name == "shared_storage"
+    with pytest.raises(ValueError):
+        ferry.save(tmp_path / "m.pt", {"a": np.zeros(2)})
+
+
+def test_every_flipped_byte_is_an_error_or_a_value(tmp_path):
+    ferry.save(tmp_path / "ok.ferry", {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2])})
+    torch.save({"a": torch.arange(6.0).view(2, 3), "n": 3}, tmp_path / "ok.pt")
+    for name in ("ok.ferry", "ok.pt"):
+        data = (tmp_path / name).read_bytes()
+        for i in range(len(data)):
+            bad = bytearray(data)
+            bad[i] ^= 0xFF
+            (tmp_path / "bad").write_bytes(bad)
+            try:
+                ferry.load(tmp_path / "bad")
+                ferry.open(tmp_path / "bad").verify()
+            except ferry.Error as e:
+                assert e.name and str(e)
+
+
+def test_checksums_catch_changed_data(tmp_path):
+    ferry.save(tmp_path / "c.ferry", {"a": np.arange(1000, dtype=np.float32)})
+    data = bytearray((tmp_path / "c.ferry").read_bytes())
+    at = data.find(np.arange(1000, dtype=np.float32).tobytes())
+    data[at + 40] ^= 1
+    (tmp_path / "c.ferry").write_bytes(data)
+    with pytest.raises(ferry.Error) as e:
+        ferry.load(tmp_path / "c.ferry")
+    assert e.value.name == "checksum_mismatch"
+
+
+def test_loading_releases_the_gil(tmp_path):
+    import time
+
+    ferry.save(tmp_path / "big.ferry", {"a": np.zeros(256 << 20, dtype=np.uint8)})
+    ck = ferry.open(tmp_path / "big.ferry")
+    durations, done = [], threading.Event()
+
+    def work():
+        for _ in range(4):
+            start = time.perf_counter()
+            ck.verify()
+            durations.append(time.perf_counter() - start)
+        done.set()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    gap, last = 0.0, time.perf_counter()
+    while not done.is_set():
+        now = time.perf_counter()
+        gap, last = max(gap, now - last), now
+    thread.join()
+    # Were the GIL held through verify(), this loop would stall for one.
+    assert gap < min(durations) / 2, (gap, durations)
