@@ -94,6 +94,7 @@ bench: bench-deps
 	build/bench/bench/comm_bench --benchmark_out=bench-results/comm.json
 	bench/comm_cluster --out bench-results/comm_cluster.json
 	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
+	build/bench/bench/interop_bench --benchmark_out=bench-results/interop.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)
 	scripts/run-s390x-bench message

@@ -44,13 +44,6 @@ result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out,
 
 namespace {
 
-// madvise(MADV_POPULATE_READ), Linux 5.14; older kernels say EINVAL.
-#ifdef MADV_POPULATE_READ
-constexpr int madv_populate_read = MADV_POPULATE_READ;
-#else
-constexpr int madv_populate_read = 22;
-#endif
-
 using detail::parsed_file;
 
 error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {}) {
@@ -279,36 +272,50 @@ struct reader::state {
     return std::shared_ptr<const storage_buffer>(std::move(buf));
   }
 
-  // Maps [offset, offset + n) privately and populated (writable
-  // copy-on-write if asked). A cold range (its first byte not in the page
-  // cache) is asked for whole first: faulting a cold mapping in reads it in
-  // small windows around each fault, 4x slower from a disk; a warm one
-  // skips the advice, which costs a page-cache walk. Empty when mmap failed
-  // (its errno in map_errno) or the range is not mapped on this host:
-  // 32-bit hosts read ranges that end beyond 4 GiB with pread, because
-  // qemu-user (7.2, which the armhf tests run under) truncates mmap offsets
-  // of 32-bit guests to 32 bits and maps the wrong bytes.
+  // Maps [offset, offset + n) privately (writable copy-on-write if asked)
+  // and faults it in. A cold range (its first byte not in the page cache)
+  // is asked for whole first: faulting a cold mapping in reads it in small
+  // windows around each fault, 4x slower from a disk; a warm one skips the
+  // advice, which costs a page-cache walk. Empty when mmap failed (its
+  // errno in map_errno) or the range is not mapped on this host: 32-bit
+  // hosts read ranges that end beyond 4 GiB with pread, because qemu-user
+  // (7.2, which the armhf tests run under) truncates mmap offsets of 32-bit
+  // guests to 32 bits and maps the wrong bytes.
   mapping map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno) const noexcept {
     if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};
-    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t page = page_size();
     const std::uint64_t map_offset = offset & ~(page - 1);
     const auto delta = static_cast<std::size_t>(offset - map_offset);
     if (!cached(offset)) {
       (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
     }
-    // MAP_POPULATE on a writable private mapping would fault every page
-    // in for writing, copying it: such a mapping is populated for reading
-    // (the page cache's pages, copied only when written), where the kernel
-    // can (5.14 on), and else faulted in as it is touched.
     const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-    const int flags = writable ? MAP_PRIVATE : MAP_PRIVATE | MAP_POPULATE;
-    void* base = ::mmap(nullptr, delta + n, prot, flags, fd, static_cast<off_t>(map_offset));
+    void* base = ::mmap(nullptr, delta + n, prot, MAP_PRIVATE, fd, static_cast<off_t>(map_offset));
     if (base == MAP_FAILED) {
       map_errno = errno;
       return {};
     }
-    if (writable) (void)::madvise(base, delta + n, madv_populate_read);
+    fault_in(static_cast<const std::byte*>(base), delta + n);
     return {base, delta + n, delta, n};
+  }
+
+  // Reads one byte of each page. Each read fault maps the pages around it
+  // too (the kernel's fault-around, 64 KiB), and get_all()'s threads fault
+  // in parallel; MAP_POPULATE instead walks every page through
+  // get_user_pages holding the address-space lock, which the threads'
+  // mmap calls then wait for (1 GiB in 4 MiB storages on two cores: 54 ms
+  // against 22 ms here). Read faults map the page cache's own pages, so a
+  // copy-on-write mapping copies a page only when it is written.
+  static void fault_in(const std::byte* p, std::size_t n) noexcept {
+    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(p);
+    unsigned char sink = 0;
+    for (std::size_t i = 0; i < n; i += page_size()) sink = static_cast<unsigned char>(sink ^ bytes[i]);
+    (void)sink;
+  }
+
+  static std::size_t page_size() noexcept {
+    static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return page;
   }
 
   // Whether the byte at `offset` is in the page cache (a read that must not

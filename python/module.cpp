@@ -99,12 +99,18 @@ py::dtype numpy_dtype(ferry::codec::dtype t) {
 
 // One uint8 array over a storage's bytes, owning a reference to it:
 // writable when the reader hands out copy-on-write storages.
+void make_read_only(const py::array& a) {
+  // The flag itself: setting a.flags.writeable through Python costs as much
+  // as making the array.
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+}
+
 py::array storage_array(const std::shared_ptr<const ckpt::storage_buffer>& s, bool writable) {
   auto* keep = new std::shared_ptr<const ckpt::storage_buffer>(s);
   const py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<const ckpt::storage_buffer>*>(p); });
   auto* data = const_cast<std::byte*>(s->bytes().data());  // read-only unless writable, below
   py::array a(py::dtype("u1"), {static_cast<py::ssize_t>(s->bytes().size())}, {py::ssize_t{1}}, data, owner);
-  if (!writable) a.attr("flags").attr("writeable") = false;
+  if (!writable) make_read_only(a);
   return a;
 }
 
@@ -121,7 +127,7 @@ py::array tensor_array(const ckpt::tensor_info& t, const py::array& base) {
   const std::uint64_t at = t.numel() == 0 ? 0 : t.offset * static_cast<std::uint64_t>(width);
   auto* data = static_cast<std::byte*>(const_cast<void*>(base.data())) + at;
   py::array a(dt, shape, strides, data, base);
-  if (!base.writeable()) a.attr("flags").attr("writeable") = false;
+  if (!base.writeable()) make_read_only(a);
   return a;
 }
 

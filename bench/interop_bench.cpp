@@ -1,0 +1,213 @@
+// PyTorch .pt import and the Python module against torch.load (Debian's
+// python3-torch 1.13), on checkpoint_bench's 1 GiB state dict as Python's
+// torch.save writes it (457 tensors: 256 x 4 MiB f32, a tied pair, 200
+// small), all from the page cache:
+//
+//   C++: open() of the .pt alone; open() + get_all() (every tensor) of the
+//        .pt and of the .ferry `ferry convert` made of it; `ferry convert`
+//        .pt -> .ferry (the tool itself, fsync'ed) against write() + fsync
+//        of the same bytes.
+//   Python (bench/python_load.py, timed inside Python, median of 3):
+//        torch.load, torch.load(weights_only=True), and ferry.load of the
+//        .pt, the .safetensors and the .ferry (numpy arrays, and torch
+//        tensors for the .pt and the .ferry).
+//
+// Files live in build/bench/interop-data and are removed at the end.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/checkpoint/reader.h"
+#include "ratio_table.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ckpt = ferry::checkpoint;
+
+const fs::path data_dir = fs::absolute("build/bench/interop-data");
+fs::path file(const char* name) { return data_dir / name; }
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "interop_bench: %s failed\n", what.c_str());
+    std::exit(1);
+  }
+}
+
+std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+
+void run(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  check(rc == 0, cmd);
+}
+
+std::string python() { return "PYTHONPATH=" + quoted(FERRY_PYTHON_DIR) + " /usr/bin/python3 " + quoted(FERRY_PYTHON_LOAD); }
+
+void convert(const fs::path& in, const fs::path& out, const std::string& flags = {}) {
+  run(quoted(FERRY_CLI) + " convert " + flags + " " + quoted(in) + " " + quoted(out) + " 2>/dev/null");
+}
+
+void BM_open_pt(benchmark::State& state) {
+  for (auto _ : state) {
+    auto r = ckpt::open(file("model.pt"));
+    check(r.has_value(), "open");
+    benchmark::DoNotOptimize(r->tensors().data());
+  }
+}
+
+// Loading, not unloading: the mappings are released outside the timed
+// region, as bench/python_load.py times its loads.
+void load_all(benchmark::State& state, const fs::path& p) {
+  std::uint64_t bytes = 0;
+  for (auto _ : state) {
+    std::optional<ckpt::reader> r;
+    std::optional<std::vector<ckpt::tensor>> all;
+    {
+      auto opened = ckpt::open(p);
+      check(opened.has_value(), "open");
+      r.emplace(std::move(opened).value());
+      auto got = r->get_all();
+      check(got.has_value(), "get_all");
+      all.emplace(std::move(got).value());
+    }
+    bytes = r->bytes_loaded();
+    benchmark::DoNotOptimize(all->data());
+    state.PauseTiming();
+    all.reset();
+    r.reset();
+    state.ResumeTiming();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes * state.iterations()));
+}
+void BM_load_pt(benchmark::State& state) { load_all(state, file("model.pt")); }
+void BM_load_ferry(benchmark::State& state) { load_all(state, file("model.ferry")); }
+
+std::uint64_t storage_bytes() {
+  auto r = ckpt::open(file("model.pt"));
+  check(r.has_value(), "open");
+  std::uint64_t n = 0;
+  for (const auto& s : r->storages()) n += s.nbytes;
+  return n;
+}
+
+void BM_convert_pt_to_ferry(benchmark::State& state) {
+  for (auto _ : state) convert(file("model.pt"), file("converted.ferry"));
+  state.SetBytesProcessed(static_cast<std::int64_t>(storage_bytes() * state.iterations()));
+}
+
+// The same storages' bytes, written with write() and fsync'ed.
+void BM_write_fsync(benchmark::State& state) {
+  auto r = ckpt::open(file("model.pt"));
+  check(r.has_value(), "open");
+  auto all = r->get_all();
+  check(all.has_value(), "get_all");
+  std::map<std::uint32_t, std::span<const std::byte>> storages;
+  for (const auto& t : *all) storages[t.info().storage] = t.storage_bytes();
+  std::uint64_t bytes = 0;
+  for (auto _ : state) {
+    const int fd = ::open(file("written.raw").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    check(fd >= 0, "open for writing");
+    bytes = 0;
+    for (const auto& [i, s] : storages) {
+      std::size_t done = 0;
+      while (done < s.size()) {
+        const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+        check(n > 0, "write");
+        done += static_cast<std::size_t>(n);
+      }
+      bytes += s.size();
+    }
+    check(::fsync(fd) == 0, "fsync");
+    ::close(fd);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes * state.iterations()));
+}
+
+// bench/python_load.py's medians, by name.
+std::map<std::string, double> python_seconds() {
+  const std::string cmd = python() + " time " + quoted(file("model.pt")) + " " + quoted(file("model.safetensors")) +
+                          " " + quoted(file("model.ferry"));
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  check(p != nullptr, "popen python3");
+  std::map<std::string, double> out;
+  char name[128];
+  double seconds = 0;
+  while (std::fscanf(p, "%127s %lf", name, &seconds) == 2) out[name] = seconds;
+  check(::pclose(p) == 0, cmd);
+  return out;
+}
+
+void print_tables(const ferry::bench::results& r, const std::map<std::string, double>& py) {
+  const auto ms = [&](const char* name) { return r.at(name).ns / 1e6; };
+  const auto gbps = [&](const char* name) { return r.at(name).counter("bytes_per_second") / 1e9; };
+  const auto py_ms = [&](const char* name) { return py.at(name) * 1e3; };
+  std::printf("\ninterop: 1 GiB state dict written by Python torch.save (457 tensors), page cache, median of 3\n\n");
+  std::printf("| load | time |\n|---|---|\n");
+  for (const char* n : {"torch_load", "torch_load_weights_only", "ferry_load_pt", "ferry_load_pt_torch",
+                        "ferry_load_safetensors", "ferry_load_ferry", "ferry_load_ferry_torch"}) {
+    std::printf("| python %s | %.1f ms |\n", n, py_ms(n));
+  }
+  for (const char* n : {"BM_open_pt", "BM_load_pt", "BM_load_ferry"}) std::printf("| C++ %s | %.2f ms |\n", n + 3, ms(n));
+  std::printf("\n| write | time | rate |\n|---|---|---|\n");
+  for (const char* n : {"BM_convert_pt_to_ferry", "BM_write_fsync"}) {
+    std::printf("| %s | %.1f ms | %.2f GB/s |\n", n + 3, ms(n), gbps(n));
+  }
+  std::printf("\n| goal | measured | target |\n|---|---|---|\n");
+  const auto row = [](const char* goal, double v, const char* unit, const char* target, bool met) {
+    std::printf("| %s | %.2f%s %s | %s |\n", goal, v, unit, met ? "(met)" : "(MISSED)", target);
+  };
+  const double torch_load = py_ms("torch_load");
+  double v = torch_load / ms("BM_load_pt");
+  row("torch.load / ferry .pt load (C++ open + get_all)", v, "x", ">= 8x", v >= 8);
+  v = torch_load / py_ms("ferry_load_pt");
+  row("torch.load / ferry.load(.pt)", v, "x", ">= 8x", v >= 8);
+  v = torch_load / py_ms("ferry_load_pt_torch");
+  row("torch.load / ferry.load(.pt, framework='torch')", v, "x", ">= 8x", v >= 8);
+  v = py_ms("torch_load_weights_only") / py_ms("ferry_load_pt");
+  row("torch.load(weights_only=True) / ferry.load(.pt)", v, "x", "(reported)", true);
+  v = torch_load / py_ms("ferry_load_safetensors");
+  row("torch.load / ferry.load(.safetensors)", v, "x", ">= 8x", v >= 8);
+  v = torch_load / py_ms("ferry_load_ferry");
+  row("torch.load / ferry.load(.ferry), every CRC", v, "x", ">= 3.5x", v >= 3.5);
+  v = py_ms("ferry_load_ferry") / ms("BM_load_ferry");
+  row("ferry.load(.ferry) / C++ open + get_all", v, "x", "<= 1.15x", v <= 1.15);
+  v = gbps("BM_convert_pt_to_ferry") / gbps("BM_write_fsync");
+  row("convert .pt -> .ferry rate / write() + fsync rate", v, "x", ">= 0.7x", v >= 0.7);
+  v = ms("BM_open_pt");
+  row("open() of the .pt (457 tensors)", v, " ms", "<= 5 ms", v <= 5);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fs::create_directories(data_dir);
+  run(python() + " save " + quoted(file("model.pt")));
+  convert(file("model.pt"), file("model.ferry"));
+  convert(file("model.pt"), file("model.safetensors"), "--shared alias");
+
+  const auto reg = [](const char* name, void (*fn)(benchmark::State&), int iterations = 0) {
+    auto* b = benchmark::RegisterBenchmark(name, fn)->Unit(benchmark::kMillisecond)->UseRealTime();
+    if (iterations > 0) b->Iterations(iterations);
+  };
+  reg("BM_open_pt", BM_open_pt);
+  reg("BM_load_pt", BM_load_pt);
+  reg("BM_load_ferry", BM_load_ferry);
+  reg("BM_convert_pt_to_ferry", BM_convert_pt_to_ferry, 3);
+  reg("BM_write_fsync", BM_write_fsync, 3);
+  const auto results = ferry::bench::run_benchmarks(argc, argv, "interop");
+  const auto py = results ? python_seconds() : std::map<std::string, double>{};
+  fs::remove_all(data_dir);
+  if (!results) return 1;
+  print_tables(*results, py);
+  return 0;
+}
