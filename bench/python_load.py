@@ -6,8 +6,9 @@ with torch.save, or times loads of it.
                                   (256 x 4 MiB f32, a tied pair, 200 small:
                                   457 tensors)
   python_load.py time PT ST FERRY each load below, from the page cache:
-                                  one line "name seconds", the median of 3
-                                  after one untimed load
+                                  one line "name first median": seconds of
+                                  the process's first load of it, and the
+                                  median of 3 more
 
 ferry is imported from the build tree (PYTHONPATH, set by the benchmark).
 """
@@ -29,18 +30,17 @@ def save(path):
     torch.save(sd, path)
 
 
-def median_seconds(load):
-    """The median of 3 loads, after one untimed: a process's first loads
-    of a GiB pay for growing its heap (torch.load 2-3x slower)."""
-    load()
+def seconds(load):
+    """The first load (this process has not yet allocated a GiB: torch.load
+    pays for growing its heap, 2-5x slower), then the median of 3 more."""
     times = []
-    for _ in range(3):
+    for _ in range(4):
         gc.collect()
         start = time.perf_counter()
         loaded = load()
         times.append(time.perf_counter() - start)
         del loaded
-    return sorted(times)[1]
+    return times[0], sorted(times[1:])[1]
 
 
 def time_loads(pt, st, fe):
@@ -56,7 +56,7 @@ def time_loads(pt, st, fe):
         "ferry_load_ferry_torch": lambda: ferry.load(fe, framework="torch"),
     }
     for name, load in loads.items():
-        print(name, median_seconds(load), flush=True)
+        print(name, *seconds(load), flush=True)
 
 
 if __name__ == "__main__":

@@ -57,25 +57,24 @@ _NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16",
 
 def _as_torch(reader):
     """Every tensor of `reader` (opened copy-on-write) as torch tensors;
-    tensors over one storage in the file share one torch storage."""
+    tensors of one dtype over one storage in the file share one torch
+    storage (other dtypes over it view the same memory)."""
     import torch
 
     dtypes = _torch_dtypes(torch)
     entries, storages = reader.storages()
-    bytes_of, typed = {}, {}
+    bases = {}  # (storage, dtype): the whole storage as a 1-d tensor of dtype
     out = {}
     for name, dtype, shape, strides, offset, storage in entries:
         if dtype not in dtypes:
             raise TypeError(f"tensor '{name}': torch {torch.__version__} has no {dtype} "
                             "dtype; load with framework='numpy'")
-        base = typed.get((storage, dtype))
+        base = bases.get((storage, dtype))
         if base is None:
-            raw = bytes_of.get(storage)
-            if raw is None:
-                array = storages[storage]
-                raw = torch.frombuffer(array, dtype=torch.uint8) if array.size else torch.empty(0, dtype=torch.uint8)
-                bytes_of[storage] = raw
-            base = typed[(storage, dtype)] = raw.view(dtypes[dtype])
+            array = storages[storage]
+            base = (torch.frombuffer(array, dtype=dtypes[dtype]) if array.size
+                    else torch.empty(0, dtype=dtypes[dtype]))
+            bases[(storage, dtype)] = base
         out[name] = base.as_strided(shape, strides, offset)
     return out
 
