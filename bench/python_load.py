@@ -8,7 +8,7 @@ with torch.save, or times loads of it.
   python_load.py time PT ST FERRY each load below, from the page cache:
                                   one line "name first median": seconds of
                                   the process's first load of it, and the
-                                  median of 3 more
+                                  median of 5 more
 
 ferry is imported from the build tree (PYTHONPATH, set by the benchmark).
 """
@@ -32,15 +32,15 @@ def save(path):
 
 def seconds(load):
     """The first load (this process has not yet allocated a GiB: torch.load
-    pays for growing its heap, 2-5x slower), then the median of 3 more."""
+    pays for growing its heap, 10-20x slower), then the median of 5 more."""
     times = []
-    for _ in range(4):
+    for _ in range(6):
         gc.collect()
         start = time.perf_counter()
         loaded = load()
         times.append(time.perf_counter() - start)
         del loaded
-    return times[0], sorted(times[1:])[1]
+    return times[0], sorted(times[1:])[2]
 
 
 def time_loads(pt, st, fe):
