@@ -52,7 +52,9 @@ void run(const std::string& cmd) {
   check(rc == 0, cmd);
 }
 
-std::string python() { return "PYTHONPATH=" + quoted(FERRY_PYTHON_DIR) + " /usr/bin/python3 " + quoted(FERRY_PYTHON_LOAD); }
+std::string python() {
+  return "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + quoted(FERRY_PYTHON_DIR) + " /usr/bin/python3 " + quoted(FERRY_PYTHON_LOAD);
+}
 
 void convert(const fs::path& in, const fs::path& out, const std::string& flags = {}) {
   run(quoted(FERRY_CLI) + " convert " + flags + " " + quoted(in) + " " + quoted(out) + " 2>/dev/null");
@@ -135,7 +137,7 @@ void BM_write_fsync(benchmark::State& state) {
 }
 
 // bench/python_load.py's times, by name: the first load, and the median
-// of 3 after it.
+// of 5 after it.
 struct python_time {
   double first = 0, median = 0;
 };

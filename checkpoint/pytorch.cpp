@@ -18,8 +18,6 @@ namespace {
 using pickle::kind;
 using pickle::value;
 
-error malformed_zip(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
-
 std::string tensor_what(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
 
 // Whether `rest` (a name less its prefix) is segments that are neither
@@ -112,6 +110,7 @@ class flattener {
     std::uint64_t tensors = 0;  // tensors below (paths to tensors)
     std::uint64_t leaves = 0;   // metadata entries below
     std::uint64_t json = 0;     // bytes of the metadata text below
+    std::uint64_t text = 0;     // bytes of this value written as JSON (when a tensor-free parent is one entry)
     std::uint64_t visits = 0;   // nodes the walk visits
     bool walked = false;        // a container walked into names (holds a tensor, or is a dict)
   };
@@ -137,6 +136,7 @@ class flattener {
           inner.tensors = sat_add(inner.tensors, k.tensors);
           inner.leaves = sat_add(inner.leaves, k.leaves);
           inner.json = sat_add(inner.json, k.json);
+          inner.text = sat_add(inner.text, k.text);
           inner.visits = sat_add(inner.visits, k.visits);
           return {};
         };
@@ -149,16 +149,18 @@ class flattener {
         } else {
           for (const value* x : v->items) FERRY_TRY(add(x));
         }
+        // As JSON text: brackets, commas, keys with their colons, and each item's text.
+        const std::size_t n = v->k == kind::dict ? v->entries.size() : v->items.size();
+        c.text = sat_add(sat_add(2 + (n > 0 ? n - 1 : 0), inner.text), keys);
         c.walked = v->k == kind::dict || inner.tensors > 0;
         if (c.walked && !(v->k == kind::dict && v->entries.empty())) {
           c.tensors = inner.tensors;
           c.leaves = inner.leaves;
           c.json = inner.json;
           c.visits = sat_add(1, inner.visits);
-        } else {  // one metadata entry: the container as JSON text, brackets and commas
-          const std::size_t n = v->k == kind::dict ? v->entries.size() : v->items.size();
+        } else {  // one metadata entry: the container as JSON text
           c.leaves = 1;
-          c.json = sat_add(sat_add(2 + (n > 0 ? n - 1 : 0), inner.json), keys);
+          c.json = c.text;
         }
         break;
       }
@@ -170,6 +172,7 @@ class flattener {
         } else if (json(v, text, {}, 0)) {  // a scalar: its text is short
           c.json = text.size();
         }
+        c.text = c.json;
         break;
       }
     }
@@ -223,6 +226,7 @@ class flattener {
 
   result<void, error> json(const value* v, std::string& out, const std::string& path, std::size_t depth) {
     if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
+    if (out.size() > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");  // cost_of's bound, kept
     switch (v->k) {
       case kind::none: out += "null"; return {};
       case kind::boolean: out += v->i != 0 ? "true" : "false"; return {};
@@ -321,13 +325,13 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
     else if (n.ends_with("/data.pkl") && n.find('/') == n.size() - 9) pickle_elsewhere = true;
   }
   if (!has_pickle) {
-    if (pickle_elsewhere) return malformed_zip("record '" + first + "': names under two folders");
+    if (pickle_elsewhere) return zip_malformed("record '" + first + "': names under two folders");
     return error(checkpoint_errc::not_a_checkpoint, "a zip archive without a data.pkl record");
   }
   for (const auto& e : dir.entries) {
     const std::string& n = e.record.name;
     if (!n.starts_with(prefix + "/") || !clean_name(std::string_view(n).substr(prefix.size() + 1))) {
-      return malformed_zip("record '" + n + "': not a clean name under '" + prefix + "/'");
+      return zip_malformed("record '" + n + "': not a clean name under '" + prefix + "/'");
     }
   }
   FERRY_TRY_ASSIGN(const std::vector<zip_record> records, check_zip_records(dir, read));
@@ -350,9 +354,10 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
       FERRY_TRY(read(r.data_offset, b));
       if (!b.empty()) std::memcpy(text.data(), b.data(), b.size());
     }
-    if (r.size > 8 || (text != "little" && text != "big")) return error(errc::bad_byte_order, "record '" + r.name + "'");
+    const auto named = wire::byte_order_from_name(text);
+    if (r.size > 8 || !named) return error(errc::bad_byte_order, "record '" + r.name + "'");
     order_source = text;
-    out.order = text == "big" ? wire::byte_order::big : wire::byte_order::little;
+    out.order = *named;
   }
 
   const zip_record& pkl = *by_name.at(prefix + "/data.pkl");

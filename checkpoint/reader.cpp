@@ -40,17 +40,18 @@ result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out,
   return {};
 }
 
-}  // namespace detail
-
-namespace {
-
-using detail::parsed_file;
-
-error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {}) {
+error file_error(const std::filesystem::path& file, error_code c, int sys_errno, std::string_view what) {
   std::string ctx = file.string();
   if (!what.empty()) ctx += ": " + std::string(what);
   return error(c, std::move(ctx), sys_errno);
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::file_error;
+using detail::parsed_file;
 
 // A storage's bytes mapped from the file (possibly converted in place in a
 // private copy-on-write mapping).
@@ -103,102 +104,6 @@ class copied_storage final : public storage_buffer {
  private:
   std::vector<std::byte> data_;
 };
-
-result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
-                                       std::span<const std::byte, header_size> head, const limits& lim) {
-  const auto fail = [&](error_code c, std::string_view what = {}) { return file_error(path, c, 0, what); };
-  auto header = detail::decode_header(head);
-  if (!header) return fail(header.error(), "header");
-  if (size < header_size + trailer_size) return fail(errc::truncated);
-
-  std::array<std::byte, trailer_size> tail{};
-  int sys_errno = 0;
-  if (auto r = detail::pread_exact(fd, size - trailer_size, tail, sys_errno); !r) {
-    return file_error(path, r.error(), sys_errno);
-  }
-  auto trailer = detail::decode_trailer(tail);
-  if (!trailer) return fail(trailer.error(), "trailer");
-  const auto& t = *trailer;
-  if (t.file_size > size) return fail(errc::truncated);
-  if (t.file_size < size) return fail(errc::trailing_bytes);
-  if (t.header.order != header->order || t.header.alignment != header->alignment) {
-    return fail(checkpoint_errc::header_mismatch);
-  }
-  const std::uint64_t body_end = size - trailer_size;
-  if (t.manifest_size > body_end || t.manifest_offset != body_end - t.manifest_size ||
-      t.manifest_offset < header_size) {
-    return fail(checkpoint_errc::bad_layout, "manifest");
-  }
-  if (t.manifest_size > lim.max_manifest_bytes || t.manifest_size > SIZE_MAX) {
-    return fail(errc::limit_exceeded, "manifest");
-  }
-  std::vector<std::byte> bytes(static_cast<std::size_t>(t.manifest_size));
-  if (auto r = detail::pread_exact(fd, t.manifest_offset, bytes, sys_errno); !r) {
-    return file_error(path, r.error(), sys_errno, "manifest");
-  }
-  if (codec::crc32c(bytes) != t.manifest_crc) return fail(errc::checksum_mismatch, "manifest");
-  auto m = graph::read<manifest>(bytes, detail::manifest_options(lim, t.header.order));
-  if (!m) return fail(m.error(), "manifest");
-
-  parsed_file out;
-  out.format = file_format::ferry;
-  out.order = t.header.order;
-  out.alignment = t.header.alignment;
-  out.data_end = t.manifest_offset;
-  const std::uint64_t align = t.header.alignment;
-
-  // Storages: packed in file order from the first aligned offset.
-  if (m->storages.size() > lim.max_tensors) return fail(errc::limit_exceeded, "storages");
-  std::unordered_map<const storage_record*, std::uint32_t> index_of;
-  std::uint64_t end = header_size;
-  for (std::size_t i = 0; i < m->storages.size(); ++i) {
-    const std::string what = "storage " + std::to_string(i);
-    const storage_record* s = m->storages[i].get();
-    if (s == nullptr) return fail(checkpoint_errc::bad_storage_reference, what);
-    if (!index_of.emplace(s, static_cast<std::uint32_t>(i)).second) return fail(checkpoint_errc::bad_layout, what);
-    auto dtype = codec::dtype_from_code(s->dtype);
-    if (!dtype) return fail(dtype.error(), what);
-    std::uint64_t start = 0;
-    if (!align_up(end, align, start) || s->offset != start || s->nbytes > t.manifest_offset - start) {
-      return fail(checkpoint_errc::bad_layout, what);
-    }
-    if (s->nbytes % codec::size_of(*dtype) != 0) return fail(checkpoint_errc::shape_size_mismatch, what);
-    end = start + s->nbytes;
-    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt});
-  }
-  std::uint64_t manifest_start = 0;
-  if (!align_up(end, align, manifest_start) || manifest_start != t.manifest_offset) {
-    return fail(checkpoint_errc::bad_layout, "manifest");
-  }
-
-  if (m->tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
-  std::unordered_set<std::string_view> seen;
-  out.tensors.reserve(m->tensors.size());
-  for (auto& rec : m->tensors) {
-    if (!valid_name(rec.name, lim.max_name_bytes)) {
-      return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(out.tensors.size()));
-    }
-    const auto tfail = [&](error_code c) { return error(c, detail::tensor_context(path.string(), rec.name)); };
-    if (seen.contains(rec.name)) return tfail(errc::duplicate_key);
-    auto dtype = codec::dtype_from_code(rec.dtype);
-    if (!dtype) return tfail(dtype.error());
-    const auto it = index_of.find(rec.storage.get());
-    if (it == index_of.end()) return tfail(checkpoint_errc::bad_storage_reference);
-    const storage_info& st = out.storages[it->second];
-    if (codec::size_of(st.dtype) != codec::size_of(*dtype)) return tfail(checkpoint_errc::element_size_mismatch);
-    if (auto r = check_view(*dtype, rec.shape, rec.strides, rec.offset, st.nbytes, lim.max_dims); !r) {
-      return tfail(r.error());
-    }
-    out.tensors.push_back({std::move(rec.name), *dtype, std::move(rec.shape), std::move(rec.strides), rec.offset,
-                           it->second});
-    seen.insert(out.tensors.back().name);  // stable: reserved above
-  }
-  for (const auto& [k, v] : m->metadata) {
-    if (!valid_name(k, lim.max_name_bytes) || !valid_utf8(v)) return fail(checkpoint_errc::bad_metadata, "metadata");
-  }
-  out.metadata = std::move(m->metadata);
-  return out;
-}
 
 }  // namespace
 
@@ -448,7 +353,7 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
   result<parsed_file, error> parsed = file_error(path, checkpoint_errc::not_a_checkpoint);
   if (have > 0 && std::memcmp(head.data(), file_magic, prefix) == 0) {
     if (have < header_size) return file_error(path, errc::truncated);
-    parsed = parse_ferry(s->fd, s->size, path, head, lim);
+    parsed = detail::parse_ferry(s->fd, s->size, path, head, lim);
   } else if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) {
     const int fd = s->fd;
     const detail::zip_read_at read = [fd](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {

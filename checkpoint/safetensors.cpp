@@ -216,6 +216,13 @@ class header_grammar final : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
+std::optional<safetensors_options::shared_policy> safetensors_options::policy_from_name(std::string_view name) noexcept {
+  if (name == "refuse") return shared_policy::refuse;
+  if (name == "copy") return shared_policy::copy;
+  if (name == "alias") return shared_policy::alias;
+  return std::nullopt;
+}
+
 std::string_view safetensors_dtype_name(codec::dtype t) noexcept {
   for (const auto& d : dtype_names) {
     if (d.type == t) return d.name;

@@ -40,8 +40,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "ferry/base/error.h"
 #include "ferry/checkpoint/options.h"
@@ -58,6 +60,8 @@ struct safetensors_options {
              ///< ("removed": "kept"); views that differ are refused
   };
   shared_policy shared = shared_policy::refuse;
+  /// The policy named "refuse", "copy" or "alias"; nullopt for other text.
+  [[nodiscard]] static std::optional<shared_policy> policy_from_name(std::string_view name) noexcept;
   /// The data starts at a multiple of this (the header is padded with
   /// spaces). 64 keeps SIMD loads aligned; the reference needs 8.
   std::uint32_t alignment = 64;

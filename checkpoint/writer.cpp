@@ -93,6 +93,12 @@ result<storage_id, error> writer::add(const tensor_ref& t) { return add_tensor(t
 
 result<storage_id, error> writer::add(const tensor_ref& t, storage_id shared) { return add_tensor(t, shared); }
 
+result<storage_id, error> writer::add_shared(const tensor_ref& t, std::optional<storage_id>& slot) {
+  FERRY_TRY_ASSIGN(const storage_id id, add_tensor(t, slot));
+  slot = id;
+  return id;
+}
+
 result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<storage_id> shared) {
   state& s = *s_;
   if (s.broken) return *s.broken;

@@ -68,6 +68,11 @@ class writer {
   /// element_size_mismatch (the storage holds elements of another size).
   [[nodiscard]] result<storage_id, error> add(const tensor_ref& t, storage_id shared);
 
+  /// Adds a tensor over the storage in `slot`, or, when `slot` is empty,
+  /// writes its storage and records it there: copying a checkpoint, keep
+  /// one slot per source storage and each is written once. Errors: add()'s.
+  [[nodiscard]] result<storage_id, error> add_shared(const tensor_ref& t, std::optional<storage_id>& slot);
+
   /// Sets a metadata entry (replacing an earlier value for the key).
   /// Errors: bad_metadata (key not valid UTF-8 or empty or too long).
   [[nodiscard]] result<void, error> set_metadata(std::string key, std::string value);

@@ -31,8 +31,6 @@ T le(std::span<const std::byte> b, std::size_t at) noexcept {
   return wire::load<T>(b.data() + at, wire::byte_order::little);
 }
 
-error malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
-
 std::string record_what(std::string_view name) { return "record '" + std::string(name) + "'"; }
 
 // The values a ZIP64 extra field supplies for the saturated fields of a
@@ -46,14 +44,14 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
                                       bool offset_sat, bool disk_sat, const std::string& what) {
   bool seen = false;
   for (std::size_t at = 0; at < extra.size();) {
-    if (extra.size() - at < 4) return malformed(what + ": extra fields");
+    if (extra.size() - at < 4) return zip_malformed(what + ": extra fields");
     const auto id = le<std::uint16_t>(extra, at);
     const auto n = le<std::uint16_t>(extra, at + 2);
-    if (n > extra.size() - at - 4) return malformed(what + ": extra fields");
+    if (n > extra.size() - at - 4) return zip_malformed(what + ": extra fields");
     const auto field = extra.subspan(at + 4, n);
     at += 4 + std::size_t{n};
     if (id != zip64_extra_id) continue;
-    if (seen) return malformed(what + ": two ZIP64 extra fields");
+    if (seen) return zip_malformed(what + ": two ZIP64 extra fields");
     seen = true;
     std::size_t p = 0;
     const auto take64 = [&](std::uint64_t& out) {
@@ -62,21 +60,23 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
       p += 8;
       return true;
     };
-    if (size_sat && !take64(v.size)) return malformed(what + ": ZIP64 extra field too short");
-    if (comp_sat && !take64(v.compressed)) return malformed(what + ": ZIP64 extra field too short");
-    if (offset_sat && !take64(v.offset)) return malformed(what + ": ZIP64 extra field too short");
+    if (size_sat && !take64(v.size)) return zip_malformed(what + ": ZIP64 extra field too short");
+    if (comp_sat && !take64(v.compressed)) return zip_malformed(what + ": ZIP64 extra field too short");
+    if (offset_sat && !take64(v.offset)) return zip_malformed(what + ": ZIP64 extra field too short");
     if (disk_sat) {
-      if (field.size() - p < 4) return malformed(what + ": ZIP64 extra field too short");
+      if (field.size() - p < 4) return zip_malformed(what + ": ZIP64 extra field too short");
       v.disk = le<std::uint32_t>(field, p);
     }
   }
   if (!seen && (size_sat || comp_sat || offset_sat || disk_sat)) {
-    return malformed(what + ": saturated field without a ZIP64 extra field");
+    return zip_malformed(what + ": saturated field without a ZIP64 extra field");
   }
   return {};
 }
 
 }  // namespace
+
+error zip_malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
 
 zip_read_at memory_reader(std::span<const std::byte> bytes) {
   return [bytes](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
@@ -105,7 +105,7 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     if (found_signature) return error(errc::trailing_bytes, "after the zip end record");
     return error(errc::truncated, "no zip end record");
   }
-  if (ends.size() > 1) return malformed("two zip end records reach the end of the file");
+  if (ends.size() > 1) return zip_malformed("two zip end records reach the end of the file");
   const std::size_t e = ends.front();
   const auto eocd = std::span<const std::byte>(tail).subspan(e, eocd_size);
   const std::uint64_t eocd_offset = size - window + e;
@@ -113,33 +113,33 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   std::uint64_t entries = le<std::uint16_t>(eocd, 10);
   std::uint64_t dir_size = le<std::uint32_t>(eocd, 12);
   std::uint64_t dir_offset = le<std::uint32_t>(eocd, 16);
-  if (le<std::uint16_t>(eocd, 4) != 0 || le<std::uint16_t>(eocd, 6) != 0) return malformed("zip spans disks");
-  if (le<std::uint16_t>(eocd, 8) != entries) return malformed("zip end record: entry counts differ");
+  if (le<std::uint16_t>(eocd, 4) != 0 || le<std::uint16_t>(eocd, 6) != 0) return zip_malformed("zip spans disks");
+  if (le<std::uint16_t>(eocd, 8) != entries) return zip_malformed("zip end record: entry counts differ");
   std::uint64_t dir_end = eocd_offset;  // where the central directory must end
 
   const bool has_locator = e >= locator_size && le<std::uint32_t>(tail, e - locator_size) == locator_signature;
   if (has_locator) {
     const auto loc = std::span<const std::byte>(tail).subspan(e - locator_size, locator_size);
-    if (le<std::uint32_t>(loc, 4) != 0 || le<std::uint32_t>(loc, 16) != 1) return malformed("zip spans disks");
+    if (le<std::uint32_t>(loc, 4) != 0 || le<std::uint32_t>(loc, 16) != 1) return zip_malformed("zip spans disks");
     const std::uint64_t record_offset = le<std::uint64_t>(loc, 8);
     const std::uint64_t locator_offset = eocd_offset - locator_size;
     if (locator_offset < zip64_eocd_size || record_offset != locator_offset - zip64_eocd_size) {
-      return malformed("ZIP64 end record does not end where its locator starts");
+      return zip_malformed("ZIP64 end record does not end where its locator starts");
     }
     std::array<std::byte, zip64_eocd_size> z{};
     FERRY_TRY(read(record_offset, z));
     const std::span<const std::byte> r(z);
     if (le<std::uint32_t>(r, 0) != zip64_eocd_signature || le<std::uint64_t>(r, 4) != zip64_eocd_size - 12) {
-      return malformed("ZIP64 end record");
+      return zip_malformed("ZIP64 end record");
     }
-    if (le<std::uint32_t>(r, 16) != 0 || le<std::uint32_t>(r, 20) != 0) return malformed("zip spans disks");
+    if (le<std::uint32_t>(r, 16) != 0 || le<std::uint32_t>(r, 20) != 0) return zip_malformed("zip spans disks");
     const auto entries64 = le<std::uint64_t>(r, 32);
     const auto size64 = le<std::uint64_t>(r, 40);
     const auto offset64 = le<std::uint64_t>(r, 48);
-    if (le<std::uint64_t>(r, 24) != entries64) return malformed("ZIP64 end record: entry counts differ");
+    if (le<std::uint64_t>(r, 24) != entries64) return zip_malformed("ZIP64 end record: entry counts differ");
     if ((entries != max16 && entries != entries64) || (dir_size != max32 && dir_size != size64) ||
         (dir_offset != max32 && dir_offset != offset64)) {
-      return malformed("zip end record and ZIP64 end record disagree");
+      return zip_malformed("zip end record and ZIP64 end record disagree");
     }
     entries = entries64;
     dir_size = size64;
@@ -148,9 +148,15 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   }
   if (entries > lim.max_zip_entries) return error(errc::limit_exceeded, "zip entries");
   if (dir_offset > dir_end || dir_size != dir_end - dir_offset) {
-    return malformed("central directory does not end where the end record starts");
+    return zip_malformed("central directory does not end where the end record starts");
   }
-  if (entries > dir_size / central_size) return malformed("central directory too small for its entries");
+  if (entries > dir_size / central_size) return zip_malformed("central directory too small for its entries");
+  // Each entry is at most a header and three 64 KiB fields: read no more
+  // (dir_size > entries * most, without the product).
+  constexpr std::uint64_t most = central_size + 3 * std::uint64_t{max16};
+  if (dir_size > 0 && (dir_size - 1) / most >= entries) {
+    return zip_malformed("central directory larger than its entries can be");
+  }
   if (dir_size > SIZE_MAX) return error(errc::limit_exceeded, "central directory");
 
   std::vector<std::byte> dir(static_cast<std::size_t>(dir_size));
@@ -162,12 +168,12 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   std::size_t at = 0;
   for (std::uint64_t i = 0; i < entries; ++i) {
     const std::string what = "central directory entry " + std::to_string(i);
-    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return malformed(what);
+    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return zip_malformed(what);
     const auto h = d.subspan(at, central_size);
     const std::size_t name_len = le<std::uint16_t>(h, 28);
     const std::size_t extra_len = le<std::uint16_t>(h, 30);
     const std::size_t comment_len = le<std::uint16_t>(h, 32);
-    if (d.size() - at - central_size < name_len + extra_len + comment_len) return malformed(what);
+    if (d.size() - at - central_size < name_len + extra_len + comment_len) return zip_malformed(what);
     zip_entry entry;
     entry.record.name.resize(name_len);
     std::memcpy(entry.record.name.data(), d.data() + at + central_size, name_len);
@@ -177,14 +183,14 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     sizes64 v{le<std::uint32_t>(h, 24), le<std::uint32_t>(h, 20), le<std::uint32_t>(h, 42), le<std::uint16_t>(h, 34)};
     FERRY_TRY(apply_zip64_extra(d.subspan(at + central_size + name_len, extra_len), v, v.size == max32,
                                 v.compressed == max32, v.offset == max32, v.disk == max16, what));
-    if (v.disk != 0) return malformed(what + ": on another disk");
+    if (v.disk != 0) return zip_malformed(what + ": on another disk");
     entry.record.size = v.size;
     entry.compressed_size = v.compressed;
     entry.header_offset = v.offset;
     out.entries.push_back(std::move(entry));
     at += central_size + name_len + extra_len + comment_len;
   }
-  if (at != d.size()) return malformed("central directory has bytes after its last entry");
+  if (at != d.size()) return zip_malformed("central directory has bytes after its last entry");
   return out;
 }
 
@@ -201,29 +207,29 @@ result<std::vector<zip_record>, error> check_zip_records(const zip_directory& di
   for (std::size_t i = 0; i < dir.entries.size(); ++i) {
     const zip_entry& e = dir.entries[i];
     const std::string what = record_what(e.record.name);
-    if (!names.insert(e.record.name).second) return malformed(what + ": two records of this name");
+    if (!names.insert(e.record.name).second) return zip_malformed(what + ": two records of this name");
     if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what + ": encrypted");
     if (e.method != 0) {
       return error(checkpoint_errc::unsupported_zip_feature,
                    what + ": compressed (method " + std::to_string(e.method) + "), never inflated");
     }
-    if (e.compressed_size != e.record.size) return malformed(what + ": stored sizes differ");
+    if (e.compressed_size != e.record.size) return zip_malformed(what + ": stored sizes differ");
 
     std::array<std::byte, local_size> raw{};
-    if (e.header_offset > dir.offset) return malformed(what + ": local header after the central directory");
+    if (e.header_offset > dir.offset) return zip_malformed(what + ": local header after the central directory");
     FERRY_TRY(read(e.header_offset, raw));
     const std::span<const std::byte> h(raw);
-    if (le<std::uint32_t>(h, 0) != local_signature) return malformed(what + ": no local header at its offset");
+    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what + ": no local header at its offset");
     const std::size_t name_len = le<std::uint16_t>(h, 26);
     const std::size_t extra_len = le<std::uint16_t>(h, 28);
     const auto flags = le<std::uint16_t>(h, 6);
     if (flags != e.flags || le<std::uint16_t>(h, 8) != e.method || name_len != e.record.name.size()) {
-      return malformed(what + ": local header disagrees with the central directory");
+      return zip_malformed(what + ": local header disagrees with the central directory");
     }
     std::vector<std::byte> tail(name_len + extra_len);
     FERRY_TRY(read(e.header_offset + local_size, tail));
     if (std::memcmp(tail.data(), e.record.name.data(), name_len) != 0) {
-      return malformed(what + ": local header disagrees with the central directory");
+      return zip_malformed(what + ": local header disagrees with the central directory");
     }
     if ((flags & 0x08) == 0) {  // no data descriptor: the local header holds CRC and sizes
       const auto crc = le<std::uint32_t>(h, 14);
@@ -231,13 +237,13 @@ result<std::vector<zip_record>, error> check_zip_records(const zip_directory& di
       const std::uint64_t size = le<std::uint32_t>(h, 22);
       if (crc != e.record.crc32 || (comp != max32 && comp != e.compressed_size) ||
           (size != max32 && size != e.record.size)) {
-        return malformed(what + ": local header disagrees with the central directory");
+        return zip_malformed(what + ": local header disagrees with the central directory");
       }
     }
     zip_record r = e.record;
     r.data_offset = e.header_offset + local_size + name_len + extra_len;
     if (r.data_offset > dir.offset || r.size > dir.offset - r.data_offset) {
-      return malformed(what + ": data runs into the central directory");
+      return zip_malformed(what + ": data runs into the central directory");
     }
     spans.push_back({e.header_offset, r.data_offset + r.size, i});
     out.push_back(std::move(r));
@@ -245,7 +251,7 @@ result<std::vector<zip_record>, error> check_zip_records(const zip_directory& di
   std::sort(spans.begin(), spans.end(), [](const span_of& a, const span_of& b) { return a.begin < b.begin; });
   for (std::size_t k = 1; k < spans.size(); ++k) {
     if (spans[k].begin < spans[k - 1].end) {
-      return malformed(record_what(dir.entries[spans[k].entry].record.name) + ": overlaps record '" +
+      return zip_malformed(record_what(dir.entries[spans[k].entry].record.name) + ": overlaps record '" +
                        dir.entries[spans[k - 1].entry].record.name + "'");
     }
   }

@@ -213,7 +213,7 @@ result<void> dump_json(std::span<const std::byte> archive, std::ostream& out, co
   wire::reader in(p.body);
 
   out << "{\"format\": \"ferry graph archive\", \"version\": " << +p.version << ", \"byte_order\": \""
-      << (p.order == wire::byte_order::little ? "little" : "big") << "\",\n \"schema\": [";
+      << wire::name(p.order) << "\",\n \"schema\": [";
   for (std::size_t i = 0; i < p.schema.types.size(); ++i) {
     const schema::type_def& t = p.schema.types[i];
     out << (i == 0 ? "\n  " : ",\n  ") << "{\"name\": ";

@@ -99,22 +99,24 @@ py::dtype numpy_dtype(ferry::codec::dtype t) {
 
 // One uint8 array over a storage's bytes, owning a reference to it:
 // writable when the reader hands out copy-on-write storages.
-void make_read_only(const py::array& a) {
-  // The flag itself: setting a.flags.writeable through Python costs as much
-  // as making the array.
-  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-}
-
 py::array storage_array(const std::shared_ptr<const ckpt::storage_buffer>& s, bool writable) {
-  auto* keep = new std::shared_ptr<const ckpt::storage_buffer>(s);
-  const py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<const ckpt::storage_buffer>*>(p); });
+  using keeper = std::shared_ptr<const ckpt::storage_buffer>;
+  auto keep = std::make_unique<keeper>(s);
+  const py::capsule owner(keep.get(), [](void* p) { delete static_cast<keeper*>(p); });
+  keep.release();  // the capsule owns it now
   auto* data = const_cast<std::byte*>(s->bytes().data());  // read-only unless writable, below
   py::array a(py::dtype("u1"), {static_cast<py::ssize_t>(s->bytes().size())}, {py::ssize_t{1}}, data, owner);
-  if (!writable) make_read_only(a);
+  if (!writable) {
+    // The flag itself, through pybind11's view of the numpy struct (stable
+    // across pybind11 2.x): setting a.flags.writeable from Python costs as
+    // much as making the array.
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
   return a;
 }
 
-// An array of `t`'s elements over `base` (storage_array of its storage).
+// An array of `t`'s elements over `base` (storage_array of its storage),
+// with base's flags: read-only over a read-only base.
 py::array tensor_array(const ckpt::tensor_info& t, const py::array& base) {
   const py::dtype dt = numpy_dtype(t.dtype);
   const auto width = static_cast<py::ssize_t>(dt.itemsize());
@@ -126,9 +128,7 @@ py::array tensor_array(const ckpt::tensor_info& t, const py::array& base) {
   // An empty tensor may sit past its storage's end: point at the start.
   const std::uint64_t at = t.numel() == 0 ? 0 : t.offset * static_cast<std::uint64_t>(width);
   auto* data = static_cast<std::byte*>(const_cast<void*>(base.data())) + at;
-  py::array a(dt, shape, strides, data, base);
-  if (!base.writeable()) make_read_only(a);
-  return a;
+  return py::array(dt, shape, strides, data, base);
 }
 
 py::dict info_dict(const ckpt::reader& r, const ckpt::tensor_info& t) {
@@ -145,11 +145,9 @@ py::dict info_dict(const ckpt::reader& r, const ckpt::tensor_info& t) {
 
 std::optional<ferry::wire::byte_order> parse_order(const std::optional<std::string>& s) {
   if (!s) return std::nullopt;
-  if (*s == "little") return ferry::wire::byte_order::little;
-  if (*s == "big") return ferry::wire::byte_order::big;
+  if (const auto o = ferry::wire::byte_order_from_name(*s)) return o;
   throw py::value_error("byte order must be 'little' or 'big', not '" + *s + "'");
 }
-std::string order_name(ferry::wire::byte_order o) { return o == ferry::wire::byte_order::big ? "big" : "little"; }
 
 class py_reader {
  public:
@@ -162,7 +160,7 @@ class py_reader {
   }
 
   std::string format() const { return std::string(ckpt::format_name(r_->format())); }
-  std::string order() const { return order_name(r_->order()); }
+  std::string order() const { return std::string(ferry::wire::name(r_->order())); }
   std::string path() const { return r_->path().string(); }
 
   std::vector<std::string> keys() const {
@@ -203,14 +201,11 @@ class py_reader {
     }());
   }
 
-  std::vector<py::array> bases(const std::vector<ckpt::tensor>& all) const {
-    std::vector<py::array> out(r_->storages().size());
-    std::vector<bool> made(out.size(), false);
+  // One storage_array per storage the tensors use (None for the others).
+  std::vector<py::object> bases(const std::vector<ckpt::tensor>& all) const {
+    std::vector<py::object> out(r_->storages().size());
     for (const auto& t : all) {
-      if (!made[t.info().storage]) {
-        out[t.info().storage] = storage_array(t.storage(), copy_on_write_);
-        made[t.info().storage] = true;
-      }
+      if (!out[t.info().storage]) out[t.info().storage] = storage_array(t.storage(), copy_on_write_);
     }
     return out;
   }
@@ -219,7 +214,9 @@ class py_reader {
     const auto all = get_all();
     const auto base = bases(all);
     py::dict out;
-    for (const auto& t : all) out[py::str(t.name())] = tensor_array(t.info(), base[t.info().storage]);
+    for (const auto& t : all) {
+      out[py::str(t.name())] = tensor_array(t.info(), py::reinterpret_borrow<py::array>(base[t.info().storage]));
+    }
     return out;
   }
 
@@ -272,9 +269,7 @@ void save(const std::string& path, const std::vector<entry>& entries, const std:
         }
         ckpt::safetensors_options so;
         so.alignment = alignment;
-        so.shared = shared == "copy"    ? ckpt::safetensors_options::shared_policy::copy
-                    : shared == "alias" ? ckpt::safetensors_options::shared_policy::alias
-                                        : ckpt::safetensors_options::shared_policy::refuse;
+        so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);
         return ckpt::save_safetensors(path, refs, metadata, so);
       }
       ckpt::write_options wo;
@@ -282,11 +277,7 @@ void save(const std::string& path, const std::vector<entry>& entries, const std:
       wo.alignment = alignment;
       FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, wo));
       std::vector<std::optional<ckpt::storage_id>> written(buffers.size());
-      for (std::size_t i = 0; i < refs.size(); ++i) {
-        auto& id = written[std::get<5>(entries[i])];
-        FERRY_TRY_ASSIGN(const auto added, id ? w.add(refs[i], *id) : w.add(refs[i]));
-        id = added;
-      }
+      for (std::size_t i = 0; i < refs.size(); ++i) FERRY_TRY(w.add_shared(refs[i], written[std::get<5>(entries[i])]));
       for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
       return w.commit();
     }

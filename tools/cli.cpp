@@ -36,7 +36,6 @@ std::string shape_text(std::span<const std::uint64_t> shape) {
   return s + "]";
 }
 
-std::string_view order_name(wire::byte_order o) { return o == wire::byte_order::little ? "little" : "big"; }
 
 std::uint64_t total_storage_bytes(const ckpt::reader& r) {
   std::uint64_t n = 0;
@@ -46,9 +45,7 @@ std::uint64_t total_storage_bytes(const ckpt::reader& r) {
 
 result<ckpt::reader, error> open_checkpoint(const std::string& path, const read_flags& flags) {
   ckpt::read_options opt;
-  if (!flags.pytorch_order.empty()) {
-    opt.pytorch_order = flags.pytorch_order == "big" ? wire::byte_order::big : wire::byte_order::little;
-  }
+  opt.pytorch_order = wire::byte_order_from_name(flags.pytorch_order);
   return ckpt::open(path, opt);
 }
 

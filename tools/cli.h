@@ -23,7 +23,6 @@ int flush_stdout();
 
 std::string human_bytes(std::uint64_t n);
 std::string shape_text(std::span<const std::uint64_t> shape);
-std::string_view order_name(wire::byte_order o);
 std::uint64_t total_storage_bytes(const ckpt::reader& r);
 
 /// Options every command that reads checkpoints takes.

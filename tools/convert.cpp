@@ -75,16 +75,14 @@ int convert(const std::string& in, const std::string& out, const convert_options
     }
     ckpt::safetensors_options so;
     so.alignment = o.alignment;
-    so.shared = o.shared == "copy"    ? ckpt::safetensors_options::shared_policy::copy
-                : o.shared == "alias" ? ckpt::safetensors_options::shared_policy::alias
-                                      : ckpt::safetensors_options::shared_policy::refuse;
+    so.shared = ckpt::safetensors_options::policy_from_name(o.shared).value_or(so.shared);
     bar.finish();
     if (auto w = ckpt::save_safetensors(out, refs, r.metadata(), so); !w) return fail(w.error());
     return 0;
   }
 
   ckpt::write_options wo;
-  if (!o.order.empty()) wo.order = o.order == "big" ? ferry::wire::byte_order::big : ferry::wire::byte_order::little;
+  wo.order = ferry::wire::byte_order_from_name(o.order).value_or(wo.order);
   wo.alignment = o.alignment;
   auto w = ckpt::writer::create(out, wo);
   if (!w) return fail(w.error());
@@ -93,10 +91,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
     const auto& t = r.tensors()[i];
     auto ref = fetch(t);
     if (!ref) return fail(ref.error());
-    auto& id = written[t.storage];
-    auto a = id ? w->add(*ref, *id) : w->add(*ref);
-    if (!a) return fail(a.error());
-    id = *a;
+    if (auto a = w->add_shared(*ref, written[t.storage]); !a) return fail(a.error());
     if (last_use[t.storage] == i) {
       live[t.storage].reset();
       done += r.storages()[t.storage].nbytes;

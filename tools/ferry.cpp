@@ -40,7 +40,7 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
     json j;
     j["file"] = path;
     j["format"] = ckpt::format_name(r.format());
-    j["byte_order"] = order_name(r.order());
+    j["byte_order"] = wire::name(r.order());
     j["alignment"] = r.alignment();
     j["file_size"] = r.file_size();
     j["tensors"] = json::array();
@@ -65,7 +65,7 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
     return flush_stdout();
   }
 
-  std::cout << path << ": " << ckpt::format_name(r.format()) << ", " << order_name(r.order()) << "-endian, alignment "
+  std::cout << path << ": " << ckpt::format_name(r.format()) << ", " << wire::name(r.order()) << "-endian, alignment "
             << r.alignment() << ", " << human_bytes(r.file_size()) << " (" << r.file_size() << " bytes)\n"
             << r.tensors().size() << " tensors in " << r.storages().size() << " storages, "
             << human_bytes(total_storage_bytes(r)) << " of data\n\n";

@@ -38,7 +38,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "ferry/base/float16.h"
@@ -59,6 +61,18 @@ static_assert(std::endian::native == std::endian::little ||
               "mixed-endian hosts are not supported");
 
 inline constexpr byte_order host_order = byte_order::native;
+
+/// "little" or "big".
+[[nodiscard]] constexpr std::string_view name(byte_order o) noexcept {
+  return o == byte_order::little ? "little" : "big";
+}
+
+/// The order named "little" or "big"; nullopt for any other text.
+[[nodiscard]] constexpr std::optional<byte_order> byte_order_from_name(std::string_view s) noexcept {
+  if (s == "little") return byte_order::little;
+  if (s == "big") return byte_order::big;
+  return std::nullopt;
+}
 
 /// The scalar types wire/ loads and stores.
 template <class T>

@@ -1,15 +1,19 @@
 // ferry/checkpoint/detail/parsed.h: INTERNAL. What a reader knows of a file
-// once its structure is checked; built by the .ferry parser (reader.cpp)
-// and the safetensors parser (safetensors.cpp). Not part of the API.
+// once its structure is checked; built by the .ferry parser (ferry_file.cpp),
+// the safetensors parser (safetensors.cpp) and the .pt parser
+// (pytorch.cpp). Not part of the API.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/reader.h"
 
@@ -30,6 +34,14 @@ struct parsed_file {
 
 /// Reads exactly `out.size()` bytes at `offset`. Errors: io_error, truncated.
 result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept;
+
+/// An error whose context is `file` (and `: what`).
+error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {});
+
+/// Parses a .ferry file of `size` bytes whose first header_size bytes are
+/// `head` (ferry_file.cpp).
+result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
+                                       std::span<const std::byte, header_size> head, const limits& lim);
 
 /// Parses a safetensors header. `file_size` is the file's length; the first
 /// 8 bytes, the header's length, are `header_length`.

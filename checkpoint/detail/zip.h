@@ -66,6 +66,9 @@ struct zip_record {
   std::uint32_t crc32 = 0;        ///< as the central directory records it
 };
 
+/// A zip_malformed error with `what` as its context.
+[[nodiscard]] error zip_malformed(std::string what);
+
 /// Reads `out.size()` bytes at `offset` of the archive (a file or memory).
 /// Errors: truncated (past the end), io_error (with the errno).
 using zip_read_at = std::function<result<void, error>(std::uint64_t offset, std::span<std::byte> out)>;

@@ -17,6 +17,7 @@ float8 become numpy uint16 and uint8 arrays of their bits.
 Errors in a file raise ferry.Error (.code, .name, .context); a missing file
 raises FileNotFoundError, other OS errors OSError.
 """
+import functools
 import json
 import os
 import sys
@@ -42,13 +43,25 @@ class Error(Exception):
         self.context = context
 
 
+# ferry's dtype names, torch's names for them and their widths in bytes.
+_TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
+                "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
+                "F64": "float64", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8, "F16": 2, "BF16": 2, "F32": 4,
+           "F64": 8, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+@functools.lru_cache(maxsize=None)
 def _torch_dtypes(torch):
-    """ferry's dtype names and torch's dtypes, where this torch has them."""
-    names = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
-             "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-             "F64": "float64", "U16": "uint16", "U32": "uint32", "U64": "uint64",
-             "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-    return {k: getattr(torch, v) for k, v in names.items() if hasattr(torch, v)}
+    """{ferry dtype name: torch dtype}, where this torch has the dtype."""
+    return {k: getattr(torch, v) for k, v in _TORCH_NAMES.items() if hasattr(torch, v)}
+
+
+@functools.lru_cache(maxsize=None)
+def _ferry_dtype_names(torch):
+    """{torch dtype: ferry dtype name}."""
+    return {v: k for k, v in _torch_dtypes(torch).items()}
 
 
 _NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32",
@@ -84,7 +97,15 @@ class Checkpoint:
     dtypes, shapes, metadata); get() and load() read tensors."""
 
     def __init__(self, path, *, pytorch_order=None):
-        self._reader = _ferry.Reader(os.fspath(path), pytorch_order, False)
+        self._path = os.fspath(path)
+        self._pytorch_order = pytorch_order
+        self._open = _ferry.Reader(self._path, pytorch_order, False)
+
+    @property
+    def _reader(self):
+        if self._open is None:
+            raise ValueError(f"{self._path}: the checkpoint is closed")
+        return self._open
 
     @property
     def format(self):
@@ -101,10 +122,10 @@ class Checkpoint:
         return self._reader.keys()
 
     def __iter__(self):
-        return iter(self._reader.keys())
+        return iter(self.keys())
 
     def __len__(self):
-        return len(self._reader.keys())
+        return len(self.keys())
 
     def __contains__(self, name):
         try:
@@ -140,12 +161,13 @@ class Checkpoint:
         if framework == "numpy":
             return self._reader.load()
         if framework == "torch":
-            return _as_torch(_ferry.Reader(self._reader.path, None, True))
+            return _as_torch(_ferry.Reader(self._reader.path, self._pytorch_order, True))
         raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
 
     def close(self):
-        """Drops the index; arrays already returned stay valid."""
-        self._reader = None
+        """Drops the index; arrays already returned stay valid. Other
+        methods then raise ValueError."""
+        self._open = None
 
     def __enter__(self):
         return self
@@ -154,7 +176,9 @@ class Checkpoint:
         self.close()
 
     def __repr__(self):
-        return f"<ferry.Checkpoint {self._reader.path!r} {self.format}, {len(self)} tensors>"
+        if self._open is None:
+            return f"<ferry.Checkpoint {self._path!r} closed>"
+        return f"<ferry.Checkpoint {self._path!r} {self.format}, {len(self)} tensors>"
 
 
 def open(path, *, pytorch_order=None):  # noqa: A001 (the API's name)
@@ -212,7 +236,7 @@ class _Storages:
 
 
 def _torch_entry(name, t, storages, torch):
-    names = {v: k for k, v in _torch_dtypes(torch).items()}
+    names = _ferry_dtype_names(torch)
     if t.dtype not in names:
         raise TypeError(f"tensor '{name}': ferry has no dtype for {t.dtype}")
     t = t.detach()
@@ -223,8 +247,8 @@ def _torch_entry(name, t, storages, torch):
     storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
     width = t.element_size()
     nbytes = storage.nbytes()
-    if nbytes % width:
-        t = t.contiguous()
+    if nbytes % width:  # a storage that is not whole elements of this dtype: copy the tensor
+        t = t.clone()
         storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         nbytes = storage.nbytes()
     # The whole storage as bytes, through a view of this tensor's dtype.
@@ -258,6 +282,16 @@ def _numpy_entry(name, a, storages, np):
     return (name, _NUMPY_DTYPES[kind], list(a.shape), strides, 0, storages.add(("numpy", id(a), a.dtype.str), raw, a))
 
 
+def _retyped(entry, dtype, itemsize):
+    """A numpy entry with ferry dtype `dtype` (same width) instead of numpy's."""
+    name = entry[0]
+    if dtype not in _WIDTHS:
+        raise ValueError(f"tensor '{name}': no ferry dtype {dtype!r} (one of {', '.join(_WIDTHS)})")
+    if _WIDTHS[dtype] != itemsize:
+        raise TypeError(f"tensor '{name}': a {dtype} element is {_WIDTHS[dtype]} bytes, the array's {itemsize}")
+    return (name, dtype) + entry[2:]
+
+
 def _contiguous(shape):
     strides, n = [], 1
     for extent in reversed(shape):
@@ -266,7 +300,7 @@ def _contiguous(shape):
     return list(reversed(strides))
 
 
-def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64, shared="refuse"):
+def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64, shared="refuse", dtypes=None):
     """Writes {name: numpy array or torch tensor} atomically: the file
     appears whole or not at all.
 
@@ -278,7 +312,9 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64,
     do there: 'refuse' (ferry.Error naming the tensors), 'copy' (each
     tensor's own bytes), or 'alias' (once, named in the metadata as
     Hugging Face does). metadata: {str: str}; other values are stored as
-    their JSON text.
+    their JSON text. dtypes: {name: ferry dtype} for numpy arrays holding
+    the bits of a dtype numpy lacks, as ferry.load returns them: e.g.
+    {"w": "BF16"} for a uint16 array (the widths must agree).
     """
     import numpy as np
 
@@ -294,12 +330,19 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64,
         raise ValueError(f"shared must be 'refuse', 'copy' or 'alias', not {shared!r}")
     torch = sys.modules.get("torch")  # torch tensors come only once torch is imported
     storages, entries = _Storages(), []
+    dtypes = dict(dtypes or {})
     for name, t in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names are str, not {type(name).__name__}")
         if torch is not None and isinstance(t, torch.Tensor):
+            if name in dtypes:
+                raise TypeError(f"tensor '{name}': dtypes= is for numpy arrays; torch tensors carry their dtype")
             entries.append(_torch_entry(name, t, storages, torch))
         else:
             entries.append(_numpy_entry(name, t, storages, np))
+            if name in dtypes:
+                entries[-1] = _retyped(entries[-1], dtypes.pop(name), np.asarray(t).dtype.itemsize)
+    if dtypes:
+        raise KeyError(f"dtypes= names tensors that are not saved: {sorted(dtypes)}")
     meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
     _ferry.save(path, entries, storages.buffers, meta, format, order, alignment, shared)

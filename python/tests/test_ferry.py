@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import ferry
+from conftest import program
 
 SPECIAL_F32 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3.4e38], dtype=np.float32)
 # A NaN with a payload and its sign bit set: survives every path bit for bit.
@@ -74,6 +75,40 @@ def test_every_numpy_dtype_round_trips(tmp_path, fmt, order):
         assert ck.metadata() == {"note": "é", "epoch": "3"}
         assert ck.info("i32")["dtype"] == "I32" and ck.info("i32")["shape"] == (3, 4)
         ck.verify()
+
+
+def test_bits_of_dtypes_numpy_lacks_round_trip_with_dtypes(tmp_path):
+    bf16 = torch.tensor(SPECIAL_F32).to(torch.bfloat16)
+    ferry.save(tmp_path / "a.ferry", {"w": bf16, "f": torch.ones(2)})
+    arrays = ferry.load(tmp_path / "a.ferry")
+    with ferry.open(tmp_path / "a.ferry") as ck:
+        kinds = {name: ck.info(name)["dtype"] for name in ck}
+    assert kinds == {"w": "BF16", "f": "F32"}
+    ferry.save(tmp_path / "b.ferry", arrays, dtypes={"w": kinds["w"]})
+    again = ferry.load(tmp_path / "b.ferry", framework="torch")
+    assert torch_same(again["w"], bf16)
+    with pytest.raises(TypeError):
+        ferry.save(tmp_path / "c.ferry", arrays, dtypes={"f": "BF16"})  # 4-byte elements
+    with pytest.raises(KeyError):
+        ferry.save(tmp_path / "c.ferry", arrays, dtypes={"missing": "BF16"})
+
+
+def test_a_closed_checkpoint_says_so_and_options_carry_to_torch(tmp_path):
+    path = os.path.join(os.environ["FERRY_TEST_DATA_DIR"], "pytorch", "golden_little.pt")
+    ck = ferry.open(path, pytorch_order="big")  # no byteorder record: read as big
+    as_big = ck.load(framework="torch")
+    arrays = ferry.load(path, pytorch_order="big")
+    for name, t in as_big.items():
+        if t.dtype != torch.bfloat16:
+            assert t.numpy().tobytes() == np.ascontiguousarray(arrays[name]).tobytes(), name
+    little = ferry.load(path)
+    assert any(not same_bits(little[n], arrays[n]) for n in little if little[n].dtype.itemsize > 1)
+    ck.close()
+    assert "closed" in repr(ck)
+    with pytest.raises(ValueError, match="closed"):
+        ck.keys()
+    with pytest.raises(ValueError, match="closed"):
+        ck.load(framework="torch")
 
 
 def test_arrays_view_the_mapping_and_keep_it_alive(tmp_path):
@@ -162,8 +197,9 @@ def test_golden_big_endian_pt_reads_as_the_little_one():
         assert same_bits(little[name], big[name]), name
 
 
+@pytest.mark.torch_cpp
 def test_tied_weights_cross_to_cpp_and_back(tmp_path):
-    tied = os.environ["FERRY_TORCH_TIED"]
+    tied = program("FERRY_TORCH_TIED")
     emb = torch.randn(20, 6)
     ferry.save(tmp_path / "py.ferry", {"embed.weight": emb, "decoder.weight": emb, "bias": torch.zeros(20)})
     subprocess.run([tied, tmp_path / "py.ferry", tmp_path / "cpp.ferry", "embed.weight", "decoder.weight"], check=True)
@@ -180,9 +216,10 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
+@pytest.mark.trainer
 def test_ferry_train_checkpoint_reaches_its_test_accuracy_in_torch_nn(tmp_path):
     ck, metrics = tmp_path / "ck.ferry", tmp_path / "metrics.jsonl"
-    subprocess.run([os.environ["FERRY_RUN"], "-n", "1", os.environ["FERRY_TRAIN"], "--limit", "3000",
+    subprocess.run([program("FERRY_RUN"), "-n", "1", program("FERRY_TRAIN"), "--limit", "3000",
                     "--test-limit", "1000", "--epochs", "2", "--threads", "1", "--hidden", "32,16",
                     "--checkpoint", ck, "--metrics", metrics, "--progress", "plain"],
                    check=True, stdout=subprocess.DEVNULL)

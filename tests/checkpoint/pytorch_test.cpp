@@ -205,6 +205,24 @@ TEST_F(Pytorch, BillionLaughsIsRefusedQuickly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 * slowdown));
 }
 
+TEST_F(Pytorch, DictsInsideTensorFreeListsCountTheirKeys) {
+  // d = {60 KB key: True}; l(k) = [l(k-1)] * 10 from l0 = [d]: l6 as JSON
+  // would be a million copies of the key, 60 GB of text.
+  pickle_builder p;
+  p.proto().empty_dict().mark().str("l0").empty_list().binput(0);
+  p.empty_dict().str(std::string(60'000, 'k')).boolean(true).setitem().append();
+  for (std::uint8_t k = 1; k <= 6; ++k) {
+    p.str("l" + std::to_string(k)).empty_list().binput(k).mark();
+    for (int i = 0; i < 10; ++i) p.binget(static_cast<std::uint8_t>(k - 1));
+    p.op('e');
+  }
+  p.setitems().stop();
+  const auto bytes = pt_zip(p).build();
+  const auto start = std::chrono::steady_clock::now();
+  refused(bytes, errc::limit_exceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 * slowdown));
+}
+
 TEST_F(Pytorch, ACycleIsRefused) {
   pickle_builder p;  // d = {}; d['self'] = [d]
   p.proto().empty_dict().binput(0).str("self").empty_list().binget(0).append().setitem().stop();

@@ -1,0 +1,18 @@
+"""pytest configuration for python/tests: markers for the tests that run
+ferry's C++ programs. CTest (python/CMakeLists.txt) names the programs in
+the environment, and deselects a marker's tests only when the build has
+no such program (LibTorch was not found)."""
+import os
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "torch_cpp: round-trips through ferry::torch (FERRY_TORCH_TIED)")
+    config.addinivalue_line("markers", "trainer: trains with ferry-run and ferry-train (FERRY_RUN, FERRY_TRAIN)")
+
+
+def program(variable):
+    """The path of a C++ program CTest named in `variable`."""
+    path = os.environ.get(variable)
+    if not path:
+        raise RuntimeError(f"{variable} is not set: run these tests through ctest (python_test)")
+    return path
