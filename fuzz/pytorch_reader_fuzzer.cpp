@@ -2,7 +2,10 @@
 // zip's end records, central directory and local headers, the records'
 // names and ranges, then the pickle. It must open the file or return a
 // typed error, and every tensor of a file it opens must fetch and gather
-// within its storage; verify() must end with a result.
+// within its storage; verify() must end with a result. The read options
+// vary with the input's length (so corpus files stay plain .pt files):
+// a byte order for files without a byteorder record, and copy-on-write
+// storages, which are written to.
 #include "checkpoint_file.h"
 #include "ferry/checkpoint/reader.h"
 #include "fuzz_check.h"
@@ -14,6 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   opt.lim.max_pickle_bytes = 1 << 20;
   opt.lim.max_metadata_bytes = 1 << 20;
   opt.lim.max_tensors = 4096;
+  if (size % 2 == 1) opt.pytorch_order = (size / 2) % 2 == 0 ? ferry::wire::byte_order::little : ferry::wire::byte_order::big;
+  opt.copy_on_write = size % 3 == 0;
   auto r = ferry::checkpoint::open(path, opt);
   if (!r) return 0;
   for (const auto& info : r->tensors()) {
@@ -24,6 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       continue;
     }
     if (info.nbytes() <= (1u << 20)) FUZZ_CHECK(t->contiguous_copy().size() == info.nbytes());
+    const auto writable = t->storage()->mutable_bytes();
+    FUZZ_CHECK(writable.empty() != opt.copy_on_write || t->storage_bytes().empty());
+    if (!writable.empty()) writable[writable.size() - 1] ^= std::byte{1};
   }
   (void)r->verify();
   return 0;

@@ -72,6 +72,22 @@ class pickle_builder {
     tuple().boolean(false).global("collections", "OrderedDict").empty_tuple().reduce();
     return tuple().reduce();
   }
+  /// _rebuild_tensor_v3(UntypedStorage of `nbytes`, offset, shape, strides,
+  /// False, OrderedDict(), torch.<dtype>), as torch >= 2.1 writes uint16/32/64
+  /// and float8.
+  pickle_builder& tensor_v3(std::string_view dtype, std::string_view key, std::int32_t nbytes, std::int32_t offset,
+                            std::initializer_list<std::int32_t> shape, std::initializer_list<std::int32_t> strides,
+                            std::string_view storage_type = "UntypedStorage") {
+    global("torch._utils", "_rebuild_tensor_v3").mark();
+    storage(storage_type, key, nbytes).integer(offset);
+    mark();
+    for (auto s : shape) integer(s);
+    tuple().mark();
+    for (auto s : strides) integer(s);
+    tuple().boolean(false).global("collections", "OrderedDict").empty_tuple().reduce();
+    global("torch", dtype);
+    return tuple().reduce();
+  }
 
   [[nodiscard]] const std::vector<std::byte>& bytes() const { return out_; }
 

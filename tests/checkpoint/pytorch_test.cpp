@@ -117,6 +117,43 @@ TEST_F(Pytorch, CopyOnWriteStoragesNeverReachTheFile) {
   EXPECT_TRUE(plain->get("w")->storage()->mutable_bytes().empty());
 }
 
+TEST_F(Pytorch, UntypedStoragesCountBytes) {
+  // torch >= 2.1's uint16/32/64 and float8: _rebuild_tensor_v3 over an
+  // UntypedStorage whose numel is in bytes; the dtype is the last argument.
+  pickle_builder p;
+  p.proto().empty_dict().mark().str("u32").tensor_v3("uint32", "0", 24, 1, {2, 2}, {1, 2}).setitems().stop();
+  auto r = open_bytes(pt_zip(p).build());
+  ASSERT_TRUE(r) << r.error();
+  auto t = r->get("u32");
+  ASSERT_TRUE(t) << t.error();
+  EXPECT_EQ(t->info().dtype, codec::dtype::u32);
+  const auto bytes = t->contiguous_copy();  // elements 1, 3, 2, 4: the bits of those floats
+  const float want[] = {1, 3, 2, 4};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(wire::load<std::uint32_t>(bytes.data() + 4 * i, wire::host_order), std::bit_cast<std::uint32_t>(want[i]));
+  }
+
+  pickle_builder wrong_count;
+  wrong_count.proto().empty_dict().mark().str("u").tensor_v3("uint16", "0", 12, 0, {6}, {1}).setitems().stop();
+  refused(pt_zip(wrong_count).build(), checkpoint_errc::shape_size_mismatch);
+
+  pickle_builder odd;  // 22 bytes are not whole uint32s
+  odd.proto().empty_dict().mark().str("u").tensor_v3("uint32", "0", 22, 0, {5}, {1}).setitems().stop();
+  auto z = pt_zip(odd);
+  z.records[1].data.resize(22);
+  refused(z.build(), checkpoint_errc::shape_size_mismatch);
+
+  pickle_builder mixed;  // one storage read as 2- and 4-byte elements
+  mixed.proto().empty_dict().mark().str("a").tensor_v3("uint16", "0", 24, 0, {12}, {1});
+  mixed.str("b").tensor_v3("uint32", "0", 24, 0, {6}, {1}).setitems().stop();
+  const std::string m = refused(pt_zip(mixed).build(), checkpoint_errc::element_size_mismatch);
+  EXPECT_NE(m.find("tensor 'b'"), std::string::npos) << m;
+
+  pickle_builder typed;  // v3 takes untyped storages only
+  typed.proto().empty_dict().mark().str("u").tensor_v3("uint32", "0", 6, 0, {6}, {1}, "FloatStorage").setitems().stop();
+  refused(pt_zip(typed).build(), checkpoint_errc::pickle_malformed);
+}
+
 TEST_F(Pytorch, SparseMemoSlotIsCheap) {
   pickle_builder ok;
   ok.proto().empty_dict().op('r').le<std::uint32_t>(0xFFFFFFF0).mark().str("w");
