@@ -403,7 +403,7 @@ result<void, error> save_safetensors(const std::filesystem::path& target, std::s
   (void)align_up(8 + text.size(), a, padded);  // a header under 2^63 bytes cannot overflow
   text.resize(static_cast<std::size_t>(padded - 8), ' ');
 
-  FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync));
+  FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
   const auto length = wire::to_bytes<std::uint64_t>(text.size(), wire::byte_order::little);
   FERRY_TRY(out.write(length));
   FERRY_TRY(out.write(std::as_bytes(std::span(text))));

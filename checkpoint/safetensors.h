@@ -67,6 +67,8 @@ struct safetensors_options {
   std::uint32_t alignment = 64;
   /// fsync on commit (see write_options::sync).
   bool sync = true;
+  /// Around the page cache (see write_options::direct).
+  bool direct = true;
   checkpoint::limits limits;
 };
 

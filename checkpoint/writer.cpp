@@ -82,7 +82,7 @@ result<writer, error> writer::create(const std::filesystem::path& target, const 
   if (!detail::valid_alignment(opt.alignment)) {
     return error(checkpoint_errc::bad_alignment, target.string() + ": alignment " + std::to_string(opt.alignment));
   }
-  FERRY_TRY_ASSIGN(auto file, base::atomic_file::create(target, opt.sync));
+  FERRY_TRY_ASSIGN(auto file, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
   auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}});
   const auto header = detail::encode_header({opt.order, opt.alignment});
   FERRY_TRY(s->io(s->file.write(header)));
