@@ -188,7 +188,9 @@ TEST_F(File, DirectWritesAroundTheCacheReadBackTheSame) {
         const auto target = folder / ("ferry-direct-test-" + std::to_string(::getpid()));
         const auto got = write_pieces(target, pieces, direct, want, granted);
         EXPECT_EQ(got, want) << folder << " direct " << direct << " granted " << granted << " pieces " << pieces.size();
-        if (!direct) EXPECT_FALSE(granted);
+        if (!direct) {
+          EXPECT_FALSE(granted);
+        }
         fs::remove(target);
       }
     }
