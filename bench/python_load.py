@@ -6,9 +6,9 @@ with torch.save, or times loads of it.
                                   (256 x 4 MiB f32, a tied pair, 200 small:
                                   457 tensors)
   python_load.py time PT ST FERRY each load below, from the page cache:
-                                  one line "name first median": seconds of
-                                  the process's first load of it, and the
-                                  median of 5 more
+                                  one line "name first median best": seconds
+                                  of the process's first load of it, and the
+                                  median and the least of 5 more
 
 ferry is imported from the build tree (PYTHONPATH, set by the benchmark).
 """
@@ -32,7 +32,11 @@ def save(path):
 
 def seconds(load):
     """The first load (this process has not yet allocated a GiB: torch.load
-    pays for growing its heap, 10-20x slower), then the median of 5 more."""
+    pays for growing its heap, 10-20x slower), then the median and the least
+    of 5 more. torch.load's later loads are bimodal: ~100 ms where glibc
+    reuses the freed heap, ~600 ms where every tensor is a fresh mmap
+    (page faults and zeroing), varying from process to process; the
+    benchmark sets glibc's MALLOC_ variables to keep the heap."""
     times = []
     for _ in range(6):
         gc.collect()
@@ -40,7 +44,8 @@ def seconds(load):
         loaded = load()
         times.append(time.perf_counter() - start)
         del loaded
-    return times[0], sorted(times[1:])[2]
+    rest = sorted(times[1:])
+    return times[0], rest[2], rest[0]
 
 
 def time_loads(pt, st, fe):

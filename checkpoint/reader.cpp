@@ -190,28 +190,54 @@ struct reader::state {
   mapping map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno, bool fault = true) const noexcept {
     if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};
     const std::uint64_t page = page_size();
-    const std::uint64_t map_offset = offset & ~(page - 1);
+    std::uint64_t map_offset = offset & ~(page - 1);
+    std::uint64_t map_end = offset + n;
+    // Ranges of 2 MiB or more are mapped from and to 2 MiB boundaries of the
+    // file (within it) at a 2 MiB-aligned address: the page cache's 2 MiB
+    // folios (a file read or written in big pieces) are then each mapped
+    // by one fault (a PMD entry), not 64 KiB at a time (measured: a 1 GiB
+    // .pt of 4 MiB storages loads with 1,500 faults in 9.7 ms, not 9,400 in
+    // 20 ms). The bytes around the range are the same file's, never exposed.
+    constexpr std::uint64_t block = std::uint64_t{2} << 20;
+    const bool huge = sizeof(void*) >= 8 && n >= block;
+    if (huge) {
+      map_offset = offset & ~(block - 1);
+      map_end = std::min((map_end + block - 1) & ~(block - 1), (size + page - 1) & ~(page - 1));
+    }
+    const auto length = static_cast<std::size_t>(map_end - map_offset);
     const auto delta = static_cast<std::size_t>(offset - map_offset);
     if (!cached(offset)) {
       (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
     }
     const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-    void* base = ::mmap(nullptr, delta + n, prot, MAP_PRIVATE, fd, static_cast<off_t>(map_offset));
+    void* base = huge ? map_aligned(length, prot, map_offset, block) : MAP_FAILED;
+    if (base == MAP_FAILED) base = ::mmap(nullptr, length, prot, MAP_PRIVATE, fd, static_cast<off_t>(map_offset));
     if (base == MAP_FAILED) {
       map_errno = errno;
       return {};
     }
-    if (fault) fault_in(static_cast<const std::byte*>(base), delta + n);
-    return {base, delta + n, delta, n};
+    if (fault) fault_in(static_cast<const std::byte*>(base) + (delta & ~(page - 1)), (delta & (page - 1)) + n);
+    return {base, length, delta, n};
   }
 
-  // Reads one byte of each page. Each read fault maps the pages around it
-  // too (the kernel's fault-around, 64 KiB), and get_all()'s threads fault
-  // in parallel; MAP_POPULATE instead walks every page through
-  // get_user_pages holding the address-space lock, which the threads'
-  // mmap calls then wait for (1 GiB in 4 MiB storages on two cores: 54 ms
-  // against 22 ms here). Read faults map the page cache's own pages, so a
-  // copy-on-write mapping copies a page only when it is written.
+  // Maps `length` bytes of the file at `offset` at an address aligned to
+  // `block`: a reservation `block` longer, the file mapped over it, the
+  // rest given back. MAP_FAILED if the address space has no room.
+  void* map_aligned(std::size_t length, int prot, std::uint64_t offset, std::uint64_t block) const noexcept {
+    void* area = ::mmap(nullptr, length + block, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (area == MAP_FAILED) return MAP_FAILED;
+    const auto start = reinterpret_cast<std::uintptr_t>(area);
+    const std::uintptr_t at = (start + block - 1) & ~static_cast<std::uintptr_t>(block - 1);
+    void* base = ::mmap(reinterpret_cast<void*>(at), length, prot, MAP_PRIVATE | MAP_FIXED, fd, static_cast<off_t>(offset));
+    if (base == MAP_FAILED) {
+      ::munmap(area, length + block);
+      return MAP_FAILED;
+    }
+    if (at > start) ::munmap(area, at - start);
+    ::munmap(reinterpret_cast<void*>(at + length), start + block - at);
+    return base;
+  }
+
   static void fault_in(const std::byte* p, std::size_t n) noexcept {
     const auto* bytes = reinterpret_cast<const volatile unsigned char*>(p);
     unsigned char sink = 0;

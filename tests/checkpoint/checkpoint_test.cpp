@@ -90,6 +90,47 @@ TEST_F(Checkpoint, ForeignOrderIsStoredSwappedAndNativeIsZeroCopy) {
   }
 }
 
+TEST_F(Checkpoint, LargeStoragesMapWholeBlocksButExposeOnlyTheirBytes) {
+  // Storages of 2 MiB and more are mapped from 2 MiB boundaries of the file
+  // (reader.cpp, map_range): their neighbours' bytes are in the mapping but
+  // never in the storage, copy-on-write or not, in either order.
+  const auto p = dir_ / "large.ferry";
+  std::vector<std::uint16_t> head(100), big((std::size_t{5} << 19) + 6), tail(50);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint16_t>(i * 40503u);
+  for (std::size_t i = 0; i < head.size(); ++i) head[i] = tail[i / 2] = 0xABCD;
+  const std::uint64_t hs[] = {head.size()}, bs[] = {big.size()}, ts[] = {tail.size()};
+  const tensor_ref refs[] = {{"head", codec::dtype::u16, hs, {}, 0, std::as_bytes(std::span(head))},
+                             {"big", codec::dtype::u16, bs, {}, 0, std::as_bytes(std::span(big))},
+                             {"tail", codec::dtype::u16, ts, {}, 0, std::as_bytes(std::span(tail))}};
+  for (const auto order : {byte_order::little, byte_order::big}) {
+    write_options wo;
+    wo.order = order;
+    ASSERT_TRUE(save(p, refs, {}, wo));
+    const auto file = slurp(p);
+    for (const bool cow : {false, true}) {
+      read_options ro;
+      ro.copy_on_write = cow;
+      auto r = reader::open(p, ro);
+      ASSERT_TRUE(r) << r.error();
+      auto all = r->get_all();
+      ASSERT_TRUE(all) << all.error();
+      const auto b = (*all)[1].storage_bytes();
+      ASSERT_EQ(b.size(), big.size() * 2);
+      EXPECT_EQ(std::memcmp(b.data(), big.data(), b.size()), 0) << "order " << wire::name(order) << " cow " << cow;
+      const auto m = (*all)[1].storage()->mutable_bytes();
+      EXPECT_EQ(m.size(), cow ? b.size() : 0u);
+      if (cow) std::memset(m.data(), 0x11, m.size());
+      for (const std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+        const auto& small = i == 0 ? head : tail;
+        const auto s = (*all)[i].storage_bytes();
+        ASSERT_EQ(s.size(), small.size() * 2);
+        EXPECT_EQ(std::memcmp(s.data(), small.data(), s.size()), 0);
+      }
+      EXPECT_EQ(slurp(p), file);
+    }
+  }
+}
+
 TEST_F(Checkpoint, StoragesAreAlignedAsRecorded) {
   for (const std::uint32_t a : {64u, 4096u, 65536u}) {
     const auto p = dir_ / "aligned.ferry";
