@@ -4,7 +4,8 @@
 // small), all from the page cache:
 //
 //   C++: open() of the .pt alone; open() + get_all() (every tensor) of the
-//        .pt and of the .ferry `ferry convert` made of it; `ferry convert`
+//        .pt and of the .ferry `ferry convert` made of it, and one read of
+//        the .ferry's bytes (the floor under CRC-checked loads); `ferry convert`
 //        .pt -> .ferry (the tool itself, fsync'ed) against write() + fsync
 //        of the same bytes.
 //   Python (bench/python_load.py, timed inside Python: the median of 5
@@ -15,16 +16,19 @@
 //
 // Files live in build/bench/interop-data and are removed at the end.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/checkpoint/reader.h"
@@ -114,6 +118,43 @@ void load_all(benchmark::State& state, const fs::path& p) {
 void BM_load_pt(benchmark::State& state) { load_all(state, file("model.pt")); }
 void BM_load_ferry(benchmark::State& state) { load_all(state, file("model.ferry")); }
 
+// The floor under a load that reads every byte (CRCs): the .ferry file,
+// mapped and faulted in beforehand, read once by as many threads as
+// get_all() uses, each XOR-ing its share.
+void BM_read_ferry_bytes(benchmark::State& state) {
+  const int fd = ::open(file("model.ferry").c_str(), O_RDONLY);
+  check(fd >= 0, "open model.ferry");
+  const auto size = static_cast<std::size_t>(fs::file_size(file("model.ferry")));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  check(map != MAP_FAILED, "mmap model.ferry");
+  ::close(fd);
+  const auto* words = static_cast<const std::uint64_t*>(map);
+  const std::size_t n = size / 8;
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  for (auto _ : state) {
+    std::vector<std::uint64_t> out(threads);
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::uint64_t a = 0, b = 0, c = 0, d = 0;
+        const std::size_t end = n * (t + 1) / threads;
+        std::size_t i = n * t / threads;
+        for (; i + 4 <= end; i += 4) {
+          a ^= words[i];
+          b ^= words[i + 1];
+          c ^= words[i + 2];
+          d ^= words[i + 3];
+        }
+        out[t] = a ^ b ^ c ^ d;
+      });
+    }
+    for (auto& p : pool) p.join();
+    benchmark::DoNotOptimize(out.data());
+  }
+  ::munmap(map, size);
+  state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
+}
+
 std::uint64_t storage_bytes() {
   auto r = ckpt::open(file("model.pt"));
   check(r.has_value(), "open");
@@ -193,7 +234,9 @@ void print_tables(const ferry::bench::results& r, const std::map<std::string, py
                         "ferry_load_safetensors", "ferry_load_ferry", "ferry_load_ferry_torch"}) {
     std::printf("| python %s | %.1f ms | %.1f ms | %.1f ms |\n", n, py_ms(n), py.at(n).best * 1e3, py.at(n).first * 1e3);
   }
-  for (const char* n : {"BM_open_pt", "BM_load_pt", "BM_load_ferry"}) std::printf("| C++ %s | %.2f ms | | |\n", n + 3, ms(n));
+  for (const char* n : {"BM_open_pt", "BM_load_pt", "BM_load_ferry", "BM_read_ferry_bytes"}) {
+    std::printf("| C++ %s | %.2f ms | | |\n", n + 3, ms(n));
+  }
   std::printf("\n| write | time | rate |\n|---|---|---|\n");
   for (const char* n : {"BM_convert_pt_to_ferry", "BM_write_fsync"}) {
     std::printf("| %s | %.1f ms | %.2f GB/s |\n", n + 3, ms(n), gbps(n));
@@ -218,6 +261,8 @@ void print_tables(const ferry::bench::results& r, const std::map<std::string, py
   row("torch.load / ferry.load(.safetensors)", v, "x", ">= 8x", v >= 8);
   v = torch_load / py_ms("ferry_load_ferry");
   row("torch.load / ferry.load(.ferry), every CRC", v, "x", ">= 3.5x", v >= 3.5);
+  v = torch_load / ms("BM_read_ferry_bytes");
+  row("torch.load / reading the .ferry's bytes once (the floor of any CRC-checked load)", v, "x", "(reported)", true);
   v = py_ms("ferry_load_ferry") / ms("BM_load_ferry");
   row("ferry.load(.ferry) / C++ open + get_all", v, "x", "<= 1.15x", v <= 1.15);
   v = gbps("BM_convert_pt_to_ferry") / gbps("BM_write_fsync");
@@ -242,6 +287,7 @@ int main(int argc, char** argv) {
   reg("BM_open_pt", BM_open_pt);
   reg("BM_load_pt", BM_load_pt);
   reg("BM_load_ferry", BM_load_ferry);
+  reg("BM_read_ferry_bytes", BM_read_ferry_bytes);
   reg("BM_convert_pt_to_ferry", BM_convert_pt_to_ferry, 1);
   reg("BM_write_fsync", BM_write_fsync, 1);
   // The disk's fsync time and the machine's memory bandwidth drift between
