@@ -211,24 +211,27 @@ struct reader::state {
       (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
     }
     const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-    void* base = huge ? map_aligned(length, prot, map_offset, block) : MAP_FAILED;
+    void* base = huge ? map_aligned(length, prot, map_offset, static_cast<std::size_t>(block)) : MAP_FAILED;
     if (base == MAP_FAILED) base = ::mmap(nullptr, length, prot, MAP_PRIVATE, fd, static_cast<off_t>(map_offset));
     if (base == MAP_FAILED) {
       map_errno = errno;
       return {};
     }
-    if (fault) fault_in(static_cast<const std::byte*>(base) + (delta & ~(page - 1)), (delta & (page - 1)) + n);
+    if (fault) {
+      const std::size_t into_page = delta % static_cast<std::size_t>(page);
+      fault_in(static_cast<const std::byte*>(base) + (delta - into_page), into_page + n);
+    }
     return {base, length, delta, n};
   }
 
   // Maps `length` bytes of the file at `offset` at an address aligned to
   // `block`: a reservation `block` longer, the file mapped over it, the
   // rest given back. MAP_FAILED if the address space has no room.
-  void* map_aligned(std::size_t length, int prot, std::uint64_t offset, std::uint64_t block) const noexcept {
+  void* map_aligned(std::size_t length, int prot, std::uint64_t offset, std::size_t block) const noexcept {
     void* area = ::mmap(nullptr, length + block, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (area == MAP_FAILED) return MAP_FAILED;
     const auto start = reinterpret_cast<std::uintptr_t>(area);
-    const std::uintptr_t at = (start + block - 1) & ~static_cast<std::uintptr_t>(block - 1);
+    const std::uintptr_t at = (start + block - 1) & ~(std::uintptr_t{block} - 1);
     void* base = ::mmap(reinterpret_cast<void*>(at), length, prot, MAP_PRIVATE | MAP_FIXED, fd, static_cast<off_t>(offset));
     if (base == MAP_FAILED) {
       ::munmap(area, length + block);

@@ -63,14 +63,7 @@ class pickle_builder {
   /// _rebuild_tensor_v2(storage, offset, shape, strides, False, OrderedDict()).
   pickle_builder& tensor(std::string_view type, std::string_view key, std::int32_t numel, std::int32_t offset,
                          std::initializer_list<std::int32_t> shape, std::initializer_list<std::int32_t> strides) {
-    global("torch._utils", "_rebuild_tensor_v2").mark();
-    storage(type, key, numel).integer(offset);
-    mark();
-    for (auto s : shape) integer(s);
-    tuple().mark();
-    for (auto s : strides) integer(s);
-    tuple().boolean(false).global("collections", "OrderedDict").empty_tuple().reduce();
-    return tuple().reduce();
+    return rebuild_args("_rebuild_tensor_v2", type, key, numel, offset, shape, strides).tuple().reduce();
   }
   /// _rebuild_tensor_v3(UntypedStorage of `nbytes`, offset, shape, strides,
   /// False, OrderedDict(), torch.<dtype>), as torch >= 2.1 writes uint16/32/64
@@ -78,20 +71,26 @@ class pickle_builder {
   pickle_builder& tensor_v3(std::string_view dtype, std::string_view key, std::int32_t nbytes, std::int32_t offset,
                             std::initializer_list<std::int32_t> shape, std::initializer_list<std::int32_t> strides,
                             std::string_view storage_type = "UntypedStorage") {
-    global("torch._utils", "_rebuild_tensor_v3").mark();
-    storage(storage_type, key, nbytes).integer(offset);
-    mark();
-    for (auto s : shape) integer(s);
-    tuple().mark();
-    for (auto s : strides) integer(s);
-    tuple().boolean(false).global("collections", "OrderedDict").empty_tuple().reduce();
-    global("torch", dtype);
-    return tuple().reduce();
+    rebuild_args("_rebuild_tensor_v3", storage_type, key, nbytes, offset, shape, strides);
+    return global("torch", dtype).tuple().reduce();
   }
 
   [[nodiscard]] const std::vector<std::byte>& bytes() const { return out_; }
 
  private:
+  // torch._utils.<fn>, MARK, then the arguments both rebuilds start with.
+  pickle_builder& rebuild_args(std::string_view fn, std::string_view type, std::string_view key, std::int32_t numel,
+                               std::int32_t offset, std::initializer_list<std::int32_t> shape,
+                               std::initializer_list<std::int32_t> strides) {
+    global("torch._utils", fn).mark();
+    storage(type, key, numel).integer(offset);
+    mark();
+    for (auto s : shape) integer(s);
+    tuple().mark();
+    for (auto s : strides) integer(s);
+    return tuple().boolean(false).global("collections", "OrderedDict").empty_tuple().reduce();
+  }
+
   std::vector<std::byte> out_;
 };
 

@@ -226,35 +226,34 @@ TEST_F(Pytorch, AHundredThousandMarks) {
   refused(pt_zip(p).build(), errc::depth_exceeded);
 }
 
-TEST_F(Pytorch, BillionLaughsIsRefusedQuickly) {
-  // l0 = []; l(k) = [l(k-1)] * 10: l10 written out would be 10^10 lists.
-  pickle_builder p;
-  p.proto().empty_dict().mark().str("l0").empty_list().binput(0);
-  for (std::uint8_t k = 1; k <= 10; ++k) {
+// Ends a dict of "l0" (memo slot 0) with "l1".."l<levels>": l(k) = [l(k-1)] * 10.
+std::vector<std::byte> tenfold(pickle_builder& p, std::uint8_t levels) {
+  for (std::uint8_t k = 1; k <= levels; ++k) {
     p.str("l" + std::to_string(k)).empty_list().binput(k).mark();
     for (int i = 0; i < 10; ++i) p.binget(static_cast<std::uint8_t>(k - 1));
     p.op('e');
   }
   p.setitems().stop();
-  const auto bytes = pt_zip(p).build();
+  return pt_zip(p).build();
+}
+
+TEST_F(Pytorch, BillionLaughsIsRefusedQuickly) {
+  // l0 = []: l10 written out would be 10^10 lists.
+  pickle_builder p;
+  p.proto().empty_dict().mark().str("l0").empty_list().binput(0);
+  const auto bytes = tenfold(p, 10);
   const auto start = std::chrono::steady_clock::now();
   refused(bytes, errc::limit_exceeded);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 * slowdown));
 }
 
 TEST_F(Pytorch, DictsInsideTensorFreeListsCountTheirKeys) {
-  // d = {60 KB key: True}; l(k) = [l(k-1)] * 10 from l0 = [d]: l6 as JSON
-  // would be a million copies of the key, 60 GB of text.
+  // l0 = [{60 KB key: True}]: l6 as JSON would be a million copies of the
+  // key, 60 GB of text.
   pickle_builder p;
   p.proto().empty_dict().mark().str("l0").empty_list().binput(0);
   p.empty_dict().str(std::string(60'000, 'k')).boolean(true).setitem().append();
-  for (std::uint8_t k = 1; k <= 6; ++k) {
-    p.str("l" + std::to_string(k)).empty_list().binput(k).mark();
-    for (int i = 0; i < 10; ++i) p.binget(static_cast<std::uint8_t>(k - 1));
-    p.op('e');
-  }
-  p.setitems().stop();
-  const auto bytes = pt_zip(p).build();
+  const auto bytes = tenfold(p, 6);
   const auto start = std::chrono::steady_clock::now();
   refused(bytes, errc::limit_exceeded);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 * slowdown));
