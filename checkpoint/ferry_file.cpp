@@ -11,8 +11,8 @@
 
 namespace ferry::checkpoint::detail {
 
-result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
-                                       std::span<const std::byte, header_size> head, const limits& lim) {
+result<ferry_container, error> read_ferry_container(int fd, std::uint64_t size, const std::filesystem::path& path,
+                                                    std::span<const std::byte, header_size> head, const limits& lim) {
   const auto fail = [&](error_code c, std::string_view what = {}) { return file_error(path, c, 0, what); };
   auto header = decode_header(head);
   if (!header) return fail(header.error(), "header");
@@ -28,7 +28,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   const auto& t = *trailer;
   if (t.file_size > size) return fail(errc::truncated);
   if (t.file_size < size) return fail(errc::trailing_bytes);
-  if (t.header.order != header->order || t.header.alignment != header->alignment) {
+  if (t.header.order != header->order || t.header.alignment != header->alignment || t.header.flags != header->flags) {
     return fail(checkpoint_errc::header_mismatch);
   }
   const std::uint64_t body_end = size - trailer_size;
@@ -44,7 +44,16 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     return file_error(path, r.error(), sys_errno, "manifest");
   }
   if (codec::crc32c(bytes) != t.manifest_crc) return fail(errc::checksum_mismatch, "manifest");
-  auto m = graph::read<manifest>(bytes, manifest_options(lim, t.header.order));
+  return ferry_container{t, std::move(bytes)};
+}
+
+result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
+                                       std::span<const std::byte, header_size> head, const limits& lim) {
+  const auto fail = [&](error_code c, std::string_view what = {}) { return file_error(path, c, 0, what); };
+  FERRY_TRY_ASSIGN(auto container, read_ferry_container(fd, size, path, head, lim));
+  const auto& t = container.trailer;
+  if (t.header.flags != 0) return fail(errc::bad_value, "header flags");
+  auto m = graph::read<manifest>(container.manifest, manifest_options(lim, t.header.order));
   if (!m) return fail(m.error(), "manifest");
 
   parsed_file out;
@@ -52,6 +61,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   out.order = t.header.order;
   out.alignment = t.header.alignment;
   out.data_end = t.manifest_offset;
+  out.manifest_crc32c = t.manifest_crc;
   const std::uint64_t align = t.header.alignment;
 
   // Storages: packed in file order from the first aligned offset.

@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "ferry/checkpoint/error.h"
+#include "ferry/checkpoint/set.h"
 #include "ferry/codec/crc32c.h"
 
 namespace ferry::checkpoint::detail {
@@ -11,19 +12,24 @@ namespace {
 
 constexpr std::uint8_t byte_of(wire::byte_order o) noexcept { return static_cast<std::uint8_t>(o); }
 
-// version, order, flags, reserved: the four single bytes header and trailer share.
-result<wire::byte_order> decode_flags(const std::byte* p) noexcept {
+// version, order, flags, reserved: the four single bytes header and trailer
+// share. Fills h's order and flags.
+result<void> decode_flags(const std::byte* p, header_fields& h) noexcept {
   if (std::to_integer<std::uint8_t>(p[0]) != format_version) return errc::unsupported_version;
   const auto order = std::to_integer<std::uint8_t>(p[1]);
   if (order > 1) return errc::bad_byte_order;
-  if (p[2] != std::byte{0} || p[3] != std::byte{0}) return errc::bad_value;
-  return static_cast<wire::byte_order>(order);
+  const auto flags = std::to_integer<std::uint8_t>(p[2]);
+  if ((flags != 0 && flags != set_index_flag) || p[3] != std::byte{0}) return errc::bad_value;
+  h.order = static_cast<wire::byte_order>(order);
+  h.flags = flags;
+  return {};
 }
 
-void encode_flags(std::byte* p, wire::byte_order order) noexcept {
+void encode_flags(std::byte* p, const header_fields& h) noexcept {
   p[0] = std::byte{format_version};
-  p[1] = std::byte{byte_of(order)};
-  p[2] = p[3] = std::byte{0};
+  p[1] = std::byte{byte_of(h.order)};
+  p[2] = std::byte{h.flags};
+  p[3] = std::byte{0};
 }
 
 }  // namespace
@@ -35,15 +41,16 @@ bool valid_alignment(std::uint32_t a) noexcept {
 std::array<std::byte, header_size> encode_header(const header_fields& h) noexcept {
   std::array<std::byte, header_size> out{};
   std::memcpy(out.data(), file_magic, sizeof file_magic);
-  encode_flags(out.data() + 8, h.order);
+  encode_flags(out.data() + 8, h);
   wire::store(h.alignment, out.data() + 12, h.order);
   return out;
 }
 
 result<header_fields> decode_header(std::span<const std::byte, header_size> in) noexcept {
   if (std::memcmp(in.data(), file_magic, sizeof file_magic) != 0) return errc::bad_magic;
-  FERRY_TRY_ASSIGN(const auto order, decode_flags(in.data() + 8));
-  header_fields h{order, wire::load<std::uint32_t>(in.data() + 12, order)};
+  header_fields h;
+  FERRY_TRY(decode_flags(in.data() + 8, h));
+  h.alignment = wire::load<std::uint32_t>(in.data() + 12, h.order);
   if (!valid_alignment(h.alignment)) return checkpoint_errc::bad_alignment;
   for (std::size_t i = 16; i < header_size; ++i) {
     if (in[i] != std::byte{0}) return errc::bad_value;
@@ -59,7 +66,7 @@ std::array<std::byte, trailer_size> encode_trailer(const trailer_fields& t) noex
   wire::store(t.file_size, out.data() + 16, o);
   wire::store(t.manifest_crc, out.data() + 24, o);
   wire::store(t.header.alignment, out.data() + 28, o);
-  encode_flags(out.data() + 32, o);
+  encode_flags(out.data() + 32, t.header);
   wire::store(codec::crc32c(std::span(out).first(36)), out.data() + 36, o);
   std::memcpy(out.data() + 40, end_magic, sizeof end_magic);
   return out;
@@ -72,13 +79,14 @@ result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> i
   const auto order_byte = std::to_integer<std::uint8_t>(in[33]);
   const auto o = order_byte == 1 ? wire::byte_order::big : wire::byte_order::little;
   if (wire::load<std::uint32_t>(in.data() + 36, o) != codec::crc32c(in.first(36))) return errc::checksum_mismatch;
-  FERRY_TRY_ASSIGN(const auto order, decode_flags(in.data() + 32));
   trailer_fields t;
+  FERRY_TRY(decode_flags(in.data() + 32, t.header));
+  const auto order = t.header.order;
   t.manifest_offset = wire::load<std::uint64_t>(in.data() + 0, order);
   t.manifest_size = wire::load<std::uint64_t>(in.data() + 8, order);
   t.file_size = wire::load<std::uint64_t>(in.data() + 16, order);
   t.manifest_crc = wire::load<std::uint32_t>(in.data() + 24, order);
-  t.header = {order, wire::load<std::uint32_t>(in.data() + 28, order)};
+  t.header.alignment = wire::load<std::uint32_t>(in.data() + 28, order);
   if (!valid_alignment(t.header.alignment)) return checkpoint_errc::bad_alignment;
   return t;
 }

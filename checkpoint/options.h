@@ -51,6 +51,10 @@ struct limits {
   /// bytes describe a structure billions of nodes large when written out;
   /// flattening stops at this limit.
   std::uint64_t max_metadata_bytes = std::uint64_t{1} << 26;
+
+  /// Shards of a checkpoint set (set.h), and pieces of one tensor. Each
+  /// shard opened costs a file descriptor: the process's limit may be lower.
+  std::size_t max_shards = std::size_t{1} << 16;
 };
 
 /// How checkpoint::open() reads a file.

@@ -19,6 +19,7 @@
 
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/detail/set.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/wire/bulk.h"
 
@@ -115,6 +116,7 @@ struct reader::state {
   parsed_file file;
   std::unordered_map<std::string_view, std::size_t> by_name;
   std::vector<std::uint32_t> first_tensor_of;  // per storage, for error messages
+  std::unique_ptr<detail::shard_set> set;      // a set's shards, when `path` is its index
 
   mutable std::mutex mu;
   mutable std::vector<std::weak_ptr<const storage_buffer>> cache;
@@ -136,6 +138,7 @@ struct reader::state {
   // host order. Touches no shared state: threads may load storages at once.
   result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check) const {
     const storage_info& st = file.storages[i];
+    if (set) return set->load(i, st.nbytes, opt.copy_on_write);  // the shards check their CRCs
     if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
     const auto n = static_cast<std::size_t>(st.nbytes);
     const std::size_t width = codec::size_of(st.dtype);
@@ -354,6 +357,7 @@ std::string_view format_name(file_format f) noexcept {
     case file_format::ferry: return "ferry";
     case file_format::safetensors: return "safetensors";
     case file_format::pytorch: return "pytorch";
+    case file_format::ferry_set: return "ferry-set";
   }
   return "unknown";
 }
@@ -391,7 +395,14 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
   result<parsed_file, error> parsed = file_error(path, checkpoint_errc::not_a_checkpoint);
   if (have > 0 && std::memcmp(head.data(), file_magic, prefix) == 0) {
     if (have < header_size) return file_error(path, errc::truncated);
-    parsed = detail::parse_ferry(s->fd, s->size, path, head, lim);
+    if (head[10] == std::byte{set_index_flag}) {  // a set's index (set.h)
+      FERRY_TRY_ASSIGN(auto container, detail::read_ferry_container(s->fd, s->size, path, head, lim));
+      parsed_file index;
+      FERRY_TRY_ASSIGN(s->set, detail::open_set(path, std::move(container), opt, index));
+      parsed = std::move(index);
+    } else {
+      parsed = detail::parse_ferry(s->fd, s->size, path, head, lim);
+    }
   } else if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) {
     const int fd = s->fd;
     const detail::zip_read_at read = [fd](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
@@ -431,7 +442,11 @@ const std::filesystem::path& reader::path() const noexcept { return s_->path; }
 file_format reader::format() const noexcept { return s_->file.format; }
 wire::byte_order reader::order() const noexcept { return s_->file.order; }
 std::uint32_t reader::alignment() const noexcept { return s_->file.alignment; }
-std::uint64_t reader::file_size() const noexcept { return s_->size; }
+std::uint64_t reader::file_size() const noexcept { return s_->set ? s_->set->total_size : s_->size; }
+std::uint32_t reader::manifest_crc32c() const noexcept { return s_->file.manifest_crc32c; }
+std::span<const reader> reader::shards() const noexcept {
+  return s_->set ? std::span<const reader>(s_->set->shards) : std::span<const reader>();
+}
 std::span<const tensor_info> reader::tensors() const noexcept { return s_->file.tensors; }
 std::span<const storage_info> reader::storages() const noexcept { return s_->file.storages; }
 const std::map<std::string, std::string>& reader::metadata() const noexcept { return s_->file.metadata; }
@@ -506,6 +521,7 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
 }
 
 result<void, error> reader::verify(const std::function<void(std::uint64_t)>& progress) const {
+  if (s_->set) return s_->set->verify(progress);
   const auto& st = s_->file.storages;
   const bool ferry_format = s_->file.format == file_format::ferry;
   std::uint64_t done = 0;

@@ -44,9 +44,10 @@
 
 namespace ferry::checkpoint {
 
-enum class file_format : std::uint8_t { ferry, safetensors, pytorch };
+/// ferry_set: the index of a sharded checkpoint (set.h).
+enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set };
 
-/// "ferry", "safetensors" or "pytorch".
+/// "ferry", "safetensors", "pytorch" or "ferry-set".
 [[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
 /// Where a storage lies in the file.
@@ -63,9 +64,10 @@ struct storage_info {
 
 class reader {
  public:
-  /// Opens `path`, of any of the three formats (told apart by their first
-  /// bytes; a zip is taken for a .pt file when it holds a `P/data.pkl`
-  /// record). Errors: io_error (with the OS's reason), not_a_checkpoint (a
+  /// Opens `path`, of any of the three formats or a set's index (told
+  /// apart by their first bytes; a zip is taken for a .pt file when it
+  /// holds a `P/data.pkl` record). An index opens every shard it names and
+  /// checks each against it (bad_shard, bad_pieces, bad_index). Errors: io_error (with the OS's reason), not_a_checkpoint (a
   /// zip of something else, an HTML page, a Git LFS pointer, ...), and
   /// every structural error of the formats.
   [[nodiscard]] static result<reader, error> open(const std::filesystem::path& path, const read_options& opt);
@@ -78,15 +80,27 @@ class reader {
   [[nodiscard]] const std::filesystem::path& path() const noexcept;
   [[nodiscard]] file_format format() const noexcept;
   /// The order the storages are stored in (little for safetensors; for .pt
-  /// the `byteorder` record, else read_options::pytorch_order).
+  /// the `byteorder` record, else read_options::pytorch_order; for a set,
+  /// its first shard's: shards() tells each).
   [[nodiscard]] wire::byte_order order() const noexcept;
   /// The file's storage alignment (for safetensors, the largest power of two
   /// up to 4096 that divides the data area's offset).
   [[nodiscard]] std::uint32_t alignment() const noexcept;
+  /// Bytes of the file (a set: of the index and every shard).
   [[nodiscard]] std::uint64_t file_size() const noexcept;
+  /// A .ferry file's manifest_crc32c (its trailer's), what a set's index
+  /// records of a shard; 0 for other formats.
+  [[nodiscard]] std::uint32_t manifest_crc32c() const noexcept;
+  /// A set's shards, as the index lists them; empty for a single file.
+  [[nodiscard]] std::span<const reader> shards() const noexcept;
 
-  /// Tensors in file order (.ferry: as written; safetensors: as listed).
+  /// Tensors in file order (.ferry: as written; safetensors: as listed; a
+  /// set: as its index lists them, each row-major unless it is one piece,
+  /// which keeps its shard's view).
   [[nodiscard]] std::span<const tensor_info> tensors() const noexcept;
+  /// A set's storages are its shards' for tensors in one piece (shared as
+  /// there) and one per tensor in several pieces; their offset is 0 (they
+  /// lie in the shards) and they carry no CRC (the shards' pieces do).
   [[nodiscard]] std::span<const storage_info> storages() const noexcept;
   /// The tensor called `name`, or nullptr.
   [[nodiscard]] const tensor_info* find(std::string_view name) const noexcept;
@@ -106,8 +120,8 @@ class reader {
   [[nodiscard]] result<std::vector<tensor>, error> get_all(unsigned threads = 0) const;
 
   /// Checks every storage's CRC32C and the zero padding between storages
-  /// (.ferry), or every zip record's CRC-32 (.pt; crc32_mismatch), reading
-  /// the whole file once. The error names the first bad tensor (or
+  /// (.ferry; a set: of every shard), or every zip record's CRC-32 (.pt;
+  /// crc32_mismatch), reading the whole file once. The error names the first bad tensor (or
   /// record). `progress`, if given, is called with the bytes checked so
   /// far.
   [[nodiscard]] result<void, error> verify(const std::function<void(std::uint64_t)>& progress = {}) const;

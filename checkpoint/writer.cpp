@@ -26,6 +26,7 @@ struct writer::state {
   std::set<std::string, std::less<>> names;
   std::vector<std::byte> buffer;
   std::optional<error> broken;
+  std::uint32_t manifest_crc = 0;
 
   result<void, error> io(result<void, error> r) {
     if (!r) broken = r.error();
@@ -83,7 +84,7 @@ result<writer, error> writer::create(const std::filesystem::path& target, const 
     return error(checkpoint_errc::bad_alignment, target.string() + ": alignment " + std::to_string(opt.alignment));
   }
   FERRY_TRY_ASSIGN(auto file, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
-  auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}});
+  auto s = std::make_unique<state>(state{std::move(file), opt, {}, {}, {}, {}, 0});
   const auto header = detail::encode_header({opt.order, opt.alignment});
   FERRY_TRY(s->io(s->file.write(header)));
   return writer(std::move(s));
@@ -171,10 +172,12 @@ result<void, error> writer::commit() {
   FERRY_TRY(s.io(s.file.write(*bytes)));
   FERRY_TRY(s.io(s.file.write(detail::encode_trailer(t))));
   auto r = s.file.commit();
+  s.manifest_crc = t.manifest_crc;
   s.broken = error(errc::io_error, file + ": writer already committed");
   return r;
 }
 
+std::uint32_t writer::manifest_crc32c() const noexcept { return s_->manifest_crc; }
 std::size_t writer::tensor_count() const noexcept { return s_->m.tensors.size(); }
 std::uint64_t writer::bytes_written() const noexcept { return s_->file.size(); }
 

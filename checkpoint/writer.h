@@ -80,7 +80,12 @@ class writer {
   /// Writes the manifest and trailer and publishes the file.
   [[nodiscard]] result<void, error> commit();
 
-  /// Storages written so far and their bytes (for progress reports).
+  /// After commit(): the manifest's CRC32C (its trailer's), which a set's
+  /// index records of its shards (set.h).
+  [[nodiscard]] std::uint32_t manifest_crc32c() const noexcept;
+
+  /// Storages written so far and their bytes (for progress reports; after
+  /// commit(), the file's size).
   [[nodiscard]] std::size_t tensor_count() const noexcept;
   [[nodiscard]] std::uint64_t bytes_written() const noexcept;
 

@@ -61,6 +61,15 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
       j["storages"].push_back(std::move(e));
     }
     j["metadata"] = r.metadata();
+    if (r.format() == ckpt::file_format::ferry_set) {
+      j["shards"] = json::array();
+      for (const auto& sh : r.shards()) {
+        j["shards"].push_back({{"file", sh.path().filename().string()},
+                               {"byte_order", wire::name(sh.order())},
+                               {"file_size", sh.file_size()},
+                               {"tensors", sh.tensors().size()}});
+      }
+    }
     std::cout << j.dump(2) << '\n';
     return flush_stdout();
   }
@@ -68,7 +77,12 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
   std::cout << path << ": " << ckpt::format_name(r.format()) << ", " << wire::name(r.order()) << "-endian, alignment "
             << r.alignment() << ", " << human_bytes(r.file_size()) << " (" << r.file_size() << " bytes)\n"
             << r.tensors().size() << " tensors in " << r.storages().size() << " storages, "
-            << human_bytes(total_storage_bytes(r)) << " of data\n\n";
+            << human_bytes(total_storage_bytes(r)) << " of data\n";
+  for (const auto& sh : r.shards()) {
+    std::cout << "  shard " << sh.path().filename().string() << ": " << wire::name(sh.order()) << "-endian, "
+              << human_bytes(sh.file_size()) << ", " << sh.tensors().size() << " tensors\n";
+  }
+  std::cout << '\n';
   std::vector<std::array<std::string, 5>> rows{{"NAME", "DTYPE", "SHAPE", "BYTES", "SHARED WITH"}};
   for (const auto& t : r.tensors()) {
     std::string shared;
@@ -109,6 +123,9 @@ int verify(const std::string& path, const read_flags& flags) {
   std::cout << path << ": ok, " << r->tensors().size() << " tensors, " << human_bytes(total_storage_bytes(*r));
   switch (r->format()) {
     case ckpt::file_format::ferry: std::cout << ", every CRC32C matches\n"; break;
+    case ckpt::file_format::ferry_set:
+      std::cout << " in " << r->shards().size() << " shards, every CRC32C matches\n";
+      break;
     case ckpt::file_format::safetensors: std::cout << " (safetensors has no checksums: structure checked)\n"; break;
     case ckpt::file_format::pytorch: {
       const auto unchecked = std::count_if(r->storages().begin(), r->storages().end(),

@@ -21,6 +21,7 @@ namespace ferry::checkpoint::detail {
 struct header_fields {
   wire::byte_order order = wire::byte_order::little;
   std::uint32_t alignment = 64;
+  std::uint8_t flags = 0;  ///< 0 a file, set_index_flag a set's index (set.h)
 };
 
 struct trailer_fields {

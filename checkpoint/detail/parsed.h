@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/zip.h"
 #include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/options.h"
@@ -30,7 +31,21 @@ struct parsed_file {
   /// .pt: the zip records that are not storages (data.pkl, version, ...),
   /// whose CRC-32 verify() checks too.
   std::vector<zip_record> other_records;
+  /// .ferry: the trailer's manifest_crc32c (what a set's index records).
+  std::uint32_t manifest_crc32c = 0;
 };
+
+/// A .ferry file's (or set index's) header and trailer, checked, and its
+/// manifest's bytes, their CRC checked: what every .ferry file shares.
+struct ferry_container {
+  trailer_fields trailer;
+  std::vector<std::byte> manifest;
+};
+
+/// Reads the container of a .ferry file of `size` bytes whose first
+/// header_size bytes are `head` (ferry_file.cpp).
+result<ferry_container, error> read_ferry_container(int fd, std::uint64_t size, const std::filesystem::path& path,
+                                                    std::span<const std::byte, header_size> head, const limits& lim);
 
 /// Reads exactly `out.size()` bytes at `offset`. Errors: io_error, truncated.
 result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept;

@@ -62,7 +62,7 @@ TEST_F(Cli, FileErrorsNameTheOsReason) {
   }
   const auto r = run("inspect " + std::string(FERRY_TEST_DATA_DIR) + "/safetensors/README.md");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("neither a ferry checkpoint, a safetensors file nor a PyTorch .pt file"), std::string::npos)
+  EXPECT_NE(r.err.find("neither a ferry checkpoint or set, a safetensors file nor a PyTorch .pt file"), std::string::npos)
       << r.err;
 }
 

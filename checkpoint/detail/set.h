@@ -1,0 +1,122 @@
+// ferry/checkpoint/detail/set.h: INTERNAL. The index's records (set.h
+// documents them), the rules the writer and the reader share, and what a
+// reader of a set holds. Not part of the API.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/reader.h"
+#include "ferry/checkpoint/set.h"
+
+namespace ferry::checkpoint::detail {
+
+struct piece_record {
+  static constexpr std::string_view ferry_name = "ferry.checkpoint.piece";
+  std::uint32_t shard = 0;
+  std::uint64_t begin = 0;
+  std::uint64_t count = 0;
+  template <class F>
+  void describe(F& f) {
+    f(1, "shard", shard);
+    f(2, "begin", begin);
+    f(3, "count", count);
+  }
+};
+
+struct set_tensor_record {
+  static constexpr std::string_view ferry_name = "ferry.checkpoint.set_tensor";
+  std::string name;
+  std::uint8_t dtype = 0;
+  std::vector<std::uint64_t> shape;
+  std::vector<piece_record> pieces;
+  template <class F>
+  void describe(F& f) {
+    f(1, "name", name);
+    f(2, "dtype", dtype);
+    f(3, "shape", shape);
+    f(4, "pieces", pieces);
+  }
+};
+
+struct shard_entry {
+  static constexpr std::string_view ferry_name = "ferry.checkpoint.shard";
+  std::string file;
+  std::uint64_t size = 0;
+  std::uint32_t manifest_crc32c = 0;
+  std::uint8_t order = 0;
+  std::uint32_t rank = 0;
+  template <class F>
+  void describe(F& f) {
+    f(1, "file", file);
+    f(2, "size", size);
+    f(3, "manifest_crc32c", manifest_crc32c);
+    f(4, "order", order);
+    f(5, "rank", rank);
+  }
+};
+
+struct set_manifest {
+  static constexpr std::string_view ferry_name = "ferry.checkpoint.set";
+  std::string save_id;
+  std::uint32_t world = 0;
+  std::vector<shard_entry> shards;
+  std::vector<set_tensor_record> tensors;
+  std::map<std::string, std::string> metadata;
+  template <class F>
+  void describe(F& f) {
+    f(1, "save_id", save_id);
+    f(2, "world", world);
+    f(3, "shards", shards);
+    f(4, "tensors", tensors);
+    f(5, "metadata", metadata);
+  }
+};
+
+/// The graph options an index (and a shard_record) is read and written with.
+graph::options set_options(const limits& lim, wire::byte_order order) noexcept;
+
+/// Whether `id` is 16 lowercase hex digits.
+[[nodiscard]] bool valid_save_id(std::string_view id) noexcept;
+
+/// Checks what needs no shard: save id, world, shard entries (names,
+/// orders, ranks), tensor names, dtypes, shapes and that each tensor's
+/// pieces tile it. Errors name `where` (the index's path) and the tensor or
+/// shard: bad_index, bad_pieces, bad_name, duplicate_key, limit_exceeded,
+/// shape_overflow, unknown_dtype.
+result<void, error> check_set(const set_manifest& m, const limits& lim, const std::string& where);
+
+/// What a reader of a set holds beside the parsed index (reader.cpp serves
+/// tensors() and friends from the parsed_file, and asks this for storages).
+struct shard_set {
+  struct source {
+    std::uint32_t shard = 0;
+    std::uint32_t tensor = 0;  ///< index into the shard's tensors()
+    std::uint64_t at = 0;      ///< byte offset in the set's storage
+  };
+  std::vector<reader> shards;
+  /// Per storage of the set: one source that is a whole shard storage, or
+  /// the pieces to copy into place.
+  std::vector<std::vector<source>> sources;
+  std::vector<bool> whole;
+  std::uint64_t total_size = 0;
+
+  /// Storage i in host order. Errors name the shard and the tensor.
+  result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, std::uint64_t nbytes,
+                                                            bool copy_on_write) const;
+  /// Every shard's verify(), progress counted over them all.
+  result<void, error> verify(const std::function<void(std::uint64_t)>& progress) const;
+};
+
+/// Opens the set whose index is `path` (its container read): checks the
+/// index, opens and checks every shard. Fills `out` as the reader serves it.
+result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
+                                                   const read_options& opt, parsed_file& out);
+
+}  // namespace ferry::checkpoint::detail

@@ -1,0 +1,244 @@
+// Reading a checkpoint set (set.h): the index checked, every shard opened
+// and checked against it, tensors assembled from their pieces.
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "ferry/checkpoint/detail/set.h"
+
+namespace ferry::checkpoint::detail {
+namespace {
+
+// A tensor assembled from pieces: memory of its own, writable when the
+// reader hands storages out copy-on-write.
+class assembled_storage final : public storage_buffer {
+ public:
+  assembled_storage(std::vector<std::byte> data, bool expose) noexcept : data_(std::move(data)) {
+    bytes_ = data_;
+    if (expose) mutable_ = data_;
+  }
+  [[nodiscard]] std::span<std::byte> writable() noexcept { return data_; }
+
+ private:
+  std::vector<std::byte> data_;
+};
+
+std::string shard_context(const std::string& where, std::string_view file) {
+  return where + ": shard '" + std::string(file) + "'";
+}
+
+bool valid_shard_file(std::string_view f, std::size_t max_bytes) noexcept {
+  return valid_name(f, max_bytes) && f != "." && f != ".." && f.find('/') == std::string_view::npos &&
+         f.find('\0') == std::string_view::npos;
+}
+
+}  // namespace
+
+graph::options set_options(const limits& lim, wire::byte_order order) noexcept {
+  graph::options g = manifest_options(lim, order);
+  g.limits.max_count = std::max(g.limits.max_count, lim.max_shards);
+  return g;
+}
+
+bool valid_save_id(std::string_view id) noexcept {
+  return id.size() == 16 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+result<void, error> check_set(const set_manifest& m, const limits& lim, const std::string& where) {
+  const auto fail = [&](error_code c, std::string_view what) { return error(c, where + ": " + std::string(what)); };
+  if (!valid_save_id(m.save_id)) return fail(checkpoint_errc::bad_index, "save id is not 16 hex digits");
+  if (m.world == 0) return fail(checkpoint_errc::bad_index, "world of 0 ranks");
+  if (m.shards.empty()) return fail(checkpoint_errc::bad_index, "no shards");
+  if (m.shards.size() > lim.max_shards) return fail(errc::limit_exceeded, "shards");
+  std::unordered_set<std::string_view> files;
+  for (std::size_t k = 0; k < m.shards.size(); ++k) {
+    const auto& s = m.shards[k];
+    if (!valid_shard_file(s.file, lim.max_name_bytes)) {
+      return fail(checkpoint_errc::bad_index, "shard #" + std::to_string(k) + ": not a file name");
+    }
+    if (!files.insert(s.file).second) return error(errc::duplicate_key, shard_context(where, s.file));
+    if (s.order > 1) return error(errc::bad_byte_order, shard_context(where, s.file));
+    if (s.rank >= m.world) {
+      return error(checkpoint_errc::bad_index,
+                   shard_context(where, s.file) + ": rank " + std::to_string(s.rank) + " of " + std::to_string(m.world));
+    }
+  }
+  if (m.tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
+  std::unordered_set<std::string_view> names;
+  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+    const auto& t = m.tensors[i];
+    if (!valid_name(t.name, lim.max_name_bytes)) return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(i));
+    const auto tfail = [&](error_code c, std::string_view what = {}) {
+      std::string ctx = tensor_context(where, t.name);
+      if (!what.empty()) ctx += ": " + std::string(what);
+      return error(c, std::move(ctx));
+    };
+    if (!names.insert(t.name).second) return tfail(errc::duplicate_key);
+    auto dtype = codec::dtype_from_code(t.dtype);
+    if (!dtype) return tfail(dtype.error());
+    if (t.shape.size() > lim.max_dims) return tfail(errc::limit_exceeded, "dimensions");
+    std::uint64_t numel = 1;
+    std::uint64_t bytes = 0;
+    for (const auto e : t.shape) {
+      if (__builtin_mul_overflow(numel, e, &numel)) return tfail(checkpoint_errc::shape_overflow);
+    }
+    if (__builtin_mul_overflow(numel, codec::size_of(*dtype), &bytes)) return tfail(checkpoint_errc::shape_overflow);
+    if (t.pieces.empty()) return tfail(checkpoint_errc::bad_pieces, "no pieces");
+    if (t.pieces.size() > m.shards.size()) return tfail(checkpoint_errc::bad_pieces, "more pieces than shards");
+    std::uint64_t next = 0;
+    std::set<std::uint32_t> used;
+    for (const auto& p : t.pieces) {
+      const std::string what = "piece at element " + std::to_string(p.begin);
+      if (p.shard >= m.shards.size()) return tfail(checkpoint_errc::bad_index, what + ": no such shard");
+      if (!used.insert(p.shard).second) return tfail(checkpoint_errc::bad_pieces, what + ": a second piece in its shard");
+      if (p.begin != next || p.count > numel - next || (p.count == 0 && numel != 0)) {
+        return tfail(checkpoint_errc::bad_pieces, what);
+      }
+      next += p.count;
+    }
+    if (next != numel) return tfail(checkpoint_errc::bad_pieces, "pieces end at element " + std::to_string(next));
+  }
+  for (const auto& [k, v] : m.metadata) {
+    if (!valid_name(k, lim.max_name_bytes) || !valid_utf8(v)) return fail(checkpoint_errc::bad_metadata, "metadata");
+  }
+  return {};
+}
+
+result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
+                                                   const read_options& opt, parsed_file& out) {
+  const limits& lim = opt.lim;
+  const std::string where = path.string();
+  auto m = graph::read<set_manifest>(container.manifest, set_options(lim, container.trailer.header.order));
+  if (!m) return error(m.error(), where + ": index");
+  FERRY_TRY(check_set(*m, lim, where));
+
+  auto set = std::make_unique<shard_set>();
+  set->total_size = container.trailer.file_size;
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  for (const auto& s : m->shards) {
+    auto r = reader::open(folder / s.file, opt);
+    if (!r) return r.error().wrap(where);
+    const auto bad = [&](const std::string& what) {
+      return error(checkpoint_errc::bad_shard, shard_context(where, s.file) + ": " + what);
+    };
+    if (r->format() != file_format::ferry) return bad("not a .ferry file");
+    const auto meta = r->metadata().find("ferry.set.save_id");
+    if (meta == r->metadata().end() || meta->second != m->save_id) {
+      return bad("from another save (save id " + (meta == r->metadata().end() ? std::string("none") : meta->second) +
+                 ", the index's " + m->save_id + ")");
+    }
+    if (r->file_size() != s.size) {
+      return bad(std::to_string(r->file_size()) + " bytes, the index records " + std::to_string(s.size));
+    }
+    if (r->manifest_crc32c() != s.manifest_crc32c) return bad("manifest CRC32C differs from the index's");
+    if (static_cast<std::uint8_t>(r->order()) != s.order) return bad("byte order differs from the index's");
+    set->total_size += s.size;
+    set->shards.push_back(std::move(*r));
+  }
+
+  out.format = file_format::ferry_set;
+  out.order = set->shards.front().order();
+  out.alignment = set->shards.front().alignment();
+  for (const auto& r : set->shards) out.alignment = std::min(out.alignment, r.alignment());
+  out.manifest_crc32c = container.trailer.manifest_crc;
+  out.metadata = std::move(m->metadata);
+  out.tensors.reserve(m->tensors.size());
+  // Whole pieces over one shard storage share one storage of the set.
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> storage_of;
+  for (auto& t : m->tensors) {
+    const auto dtype = *codec::dtype_from_code(t.dtype);  // checked by check_set
+    const std::size_t width = codec::size_of(dtype);
+    std::vector<shard_set::source> sources;
+    const tensor_info* only = nullptr;
+    for (const auto& p : t.pieces) {
+      const reader& shard = set->shards[p.shard];
+      const std::string& file = m->shards[p.shard].file;
+      const auto bad = [&](const std::string& what) {
+        return error(checkpoint_errc::bad_shard, tensor_context(shard_context(where, file), t.name) + ": " + what);
+      };
+      const tensor_info* st = shard.find(t.name);
+      if (st == nullptr) return bad("not in the shard");
+      if (st->dtype != dtype) return bad("dtype differs from the index's");
+      if (t.pieces.size() == 1) {
+        if (!std::equal(st->shape.begin(), st->shape.end(), t.shape.begin(), t.shape.end())) {
+          return bad("shape differs from the index's");
+        }
+        only = st;
+      } else if (st->shape.size() != 1 || st->shape[0] != p.count || !st->is_contiguous()) {
+        return bad("not a 1-d piece of " + std::to_string(p.count) + " elements");
+      }
+      sources.push_back({p.shard, static_cast<std::uint32_t>(st - shard.tensors().data()), p.begin * width});
+    }
+    if (only != nullptr) {
+      const std::uint32_t shard = sources.front().shard;
+      const auto [it, fresh] = storage_of.emplace(std::make_pair(shard, only->storage),
+                                                  static_cast<std::uint32_t>(out.storages.size()));
+      if (fresh) {
+        storage_info si = set->shards[shard].storages()[only->storage];
+        si.offset = 0;
+        si.crc32c.reset();
+        out.storages.push_back(si);
+        set->sources.push_back(std::move(sources));
+        set->whole.push_back(true);
+      }
+      tensor_info info = *only;
+      info.storage = it->second;
+      out.tensors.push_back(std::move(info));
+    } else {
+      const std::uint64_t numel = t.pieces.back().begin + t.pieces.back().count;
+      auto strides = contiguous_strides(t.shape);
+      out.tensors.push_back({std::move(t.name), dtype, std::move(t.shape), std::move(strides), 0,
+                             static_cast<std::uint32_t>(out.storages.size())});
+      out.storages.push_back({0, numel * width, dtype, std::nullopt, std::nullopt});
+      set->sources.push_back(std::move(sources));
+      set->whole.push_back(false);
+    }
+  }
+  return set;
+}
+
+result<std::shared_ptr<const storage_buffer>, error> shard_set::load(std::uint32_t i, std::uint64_t nbytes,
+                                                                     bool copy_on_write) const {
+  const auto& srcs = sources[i];
+  const auto piece = [&](const source& s) {
+    const reader& r = shards[s.shard];
+    return r.get(r.tensors()[s.tensor]);
+  };
+  if (whole[i]) {
+    FERRY_TRY_ASSIGN(auto t, piece(srcs.front()));
+    return t.storage();
+  }
+  const reader& first = shards[srcs.front().shard];
+  const std::string& name = first.tensors()[srcs.front().tensor].name;
+  if (nbytes > SIZE_MAX / 2) return error(checkpoint_errc::storage_too_large, tensor_context(first.path().string(), name));
+  std::vector<std::byte> data;
+  try {
+    data.resize(static_cast<std::size_t>(nbytes));
+  } catch (const std::bad_alloc&) {
+    return error(checkpoint_errc::storage_too_large, tensor_context(first.path().string(), name));
+  }
+  for (const auto& s : srcs) {
+    FERRY_TRY_ASSIGN(auto t, piece(s));
+    const auto b = t.bytes();
+    std::memcpy(data.data() + s.at, b.data(), b.size());
+  }
+  return std::shared_ptr<const storage_buffer>(std::make_shared<assembled_storage>(std::move(data), copy_on_write));
+}
+
+result<void, error> shard_set::verify(const std::function<void(std::uint64_t)>& progress) const {
+  std::uint64_t done = 0;
+  for (const auto& r : shards) {
+    std::uint64_t mine = 0;
+    FERRY_TRY(r.verify([&](std::uint64_t n) {
+      mine = n;
+      if (progress) progress(done + n);
+    }));
+    done += mine;
+  }
+  return {};
+}
+
+}  // namespace ferry::checkpoint::detail
