@@ -358,6 +358,7 @@ std::string_view format_name(file_format f) noexcept {
     case file_format::safetensors: return "safetensors";
     case file_format::pytorch: return "pytorch";
     case file_format::ferry_set: return "ferry-set";
+    case file_format::safetensors_sharded: return "safetensors-sharded";
   }
   return "unknown";
 }
@@ -416,10 +417,25 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
              std::memcmp(head.data(), detail::legacy_pytorch_magic, sizeof detail::legacy_pytorch_magic) == 0) {
     return file_error(path, checkpoint_errc::unsupported_pytorch, 0,
                       "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
-  } else if (have > 8 && head[8] == std::byte{'{'}) {
+  } else if (have > 8 && head[8] == std::byte{'{'} &&
+             !(head[0] == std::byte{'{'} &&  // JSON with '{' at byte 8 too: an index, unless the length fits
+               wire::load<std::uint64_t>(head.data(), wire::byte_order::little) > s->size - 8)) {
     const auto n = wire::load<std::uint64_t>(head.data(), wire::byte_order::little);
     parsed = detail::parse_safetensors(s->fd, s->size, n, lim);
     if (!parsed) return parsed.error().wrap(path.string());
+  } else if (const auto first = std::find_if(head.begin(), head.begin() + static_cast<std::ptrdiff_t>(have),
+                                             [](std::byte b) { return b != std::byte{' '} && b != std::byte{'\n'} &&
+                                                                      b != std::byte{'\r'} && b != std::byte{'\t'}; });
+             first != head.begin() + static_cast<std::ptrdiff_t>(have) && *first == std::byte{'{'}) {
+    // JSON: a Hugging Face sharded safetensors index.
+    if (s->size > lim.max_header_bytes) return file_error(path, errc::limit_exceeded, 0, "index");
+    std::string json(static_cast<std::size_t>(s->size), '\0');
+    if (auto r = detail::pread_exact(s->fd, 0, std::as_writable_bytes(std::span(json)), sys_errno); !r) {
+      return file_error(path, r.error(), sys_errno);
+    }
+    parsed_file index;
+    FERRY_TRY_ASSIGN(s->set, detail::open_hf_set(path, json, opt, index));
+    parsed = std::move(index);
   } else if (have < 9) {
     return file_error(path, errc::truncated);  // too short to be either format
   }

@@ -44,10 +44,11 @@
 
 namespace ferry::checkpoint {
 
-/// ferry_set: the index of a sharded checkpoint (set.h).
-enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set };
+/// ferry_set: the index of a sharded checkpoint (set.h);
+/// safetensors_sharded: a Hugging Face `model.safetensors.index.json`.
+enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded };
 
-/// "ferry", "safetensors", "pytorch" or "ferry-set".
+/// "ferry", "safetensors", "pytorch", "ferry-set" or "safetensors-sharded".
 [[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
 /// Where a storage lies in the file.
@@ -64,8 +65,9 @@ struct storage_info {
 
 class reader {
  public:
-  /// Opens `path`, of any of the three formats or a set's index (told
-  /// apart by their first bytes; a zip is taken for a .pt file when it
+  /// Opens `path`, of any of the three formats or a set's index (.ferry
+  /// set or Hugging Face sharded safetensors), told apart by their first
+  /// bytes; a zip is taken for a .pt file when it
   /// holds a `P/data.pkl` record). An index opens every shard it names and
   /// checks each against it (bad_shard, bad_pieces, bad_index). Errors: io_error (with the OS's reason), not_a_checkpoint (a
   /// zip of something else, an HTML page, a Git LFS pointer, ...), and

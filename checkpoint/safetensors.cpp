@@ -331,6 +331,14 @@ result<parsed_file, error> parse_safetensors(int fd, std::uint64_t file_size, st
 result<void, error> save_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                      const std::map<std::string, std::string>& metadata,
                                      const safetensors_options& opt) {
+  FERRY_TRY_ASSIGN(auto out, detail::stage_safetensors(target, tensors, metadata, opt));
+  return out.commit();
+}
+
+result<base::atomic_file, error> detail::stage_safetensors(const std::filesystem::path& target,
+                                                           std::span<const tensor_ref> tensors,
+                                                           const std::map<std::string, std::string>& metadata,
+                                                           const safetensors_options& opt) {
   const std::string file = target.string();
   const auto fail = [&](error_code c, std::string_view what) { return error(c, file + ": " + std::string(what)); };
   const std::uint32_t a = opt.alignment;
@@ -431,7 +439,7 @@ result<void, error> save_safetensors(const std::filesystem::path& target, std::s
     }
     FERRY_TRY(out.write(bytes));
   }
-  return out.commit();
+  return out;
 }
 
 }  // namespace ferry::checkpoint

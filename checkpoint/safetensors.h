@@ -35,6 +35,21 @@
 // name in __metadata__ as "removed": "kept". ferry reads that convention
 // back: a metadata entry whose key is not a tensor and whose value is one
 // becomes a tensor sharing the kept one's storage (and leaves metadata()).
+//
+// SHARDED FILES (Hugging Face's convention). A model too large for one file
+// is saved as shards `<stem>-00001-of-0000N.safetensors` and an index,
+// `<stem>.safetensors.index.json`:
+//   {"metadata": {"total_size": BYTES, ...},
+//    "weight_map": {"tensor name": "<shard file name>", ...}}
+// checkpoint::open() of the index reads the set through one reader
+// (file_format::safetensors_sharded): tensors in weight_map order, each
+// whole in its shard. Index grammar: one JSON object [bad_json] of at most
+// max_header_bytes [limit_exceeded], no key twice [duplicate_key];
+// "weight_map" (required) an object of file names (no '/', not "." or
+// "..") [bad_index], at most max_tensors entries and max_shards files
+// [limit_exceeded]; "metadata" an object whose scalar values are kept as
+// text (nested ones skipped); other members ignored. A listed tensor
+// missing from its shard, or a shard that is not safetensors: [bad_shard].
 #pragma once
 
 #include <cstdint>
@@ -44,6 +59,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/base/error.h"
 #include "ferry/checkpoint/options.h"
@@ -80,6 +96,20 @@ struct safetensors_options {
                                                    std::span<const tensor_ref> tensors,
                                                    const std::map<std::string, std::string>& metadata = {},
                                                    const safetensors_options& opt = {});
+
+/// Writes `tensors` as Hugging Face sharded safetensors: the index at
+/// `index` (`<stem>.safetensors.index.json`) and shards beside it of at
+/// most `max_shard_bytes` of tensor data each (a larger tensor alone), in
+/// tensor order, tensors over one storage together. Each shard's
+/// __metadata__ is {"format": "pt"}, as transformers requires; `metadata`
+/// goes to the index's. Every shard is written before any replaces its
+/// name, then the index; shards of the stem it no longer names are
+/// removed. The format names shards by count, not by save: a crash among
+/// the renames can leave the previous index over some new shards (a .ferry
+/// set, set.h, cannot). Returns the shards' paths. Errors: save_safetensors's.
+[[nodiscard]] result<std::vector<std::filesystem::path>, error> save_safetensors_sharded(
+    const std::filesystem::path& index, std::span<const tensor_ref> tensors, std::uint64_t max_shard_bytes,
+    const std::map<std::string, std::string>& metadata = {}, const safetensors_options& opt = {});
 
 /// The safetensors name of a dtype ("F32") and back.
 [[nodiscard]] std::string_view safetensors_dtype_name(codec::dtype t) noexcept;

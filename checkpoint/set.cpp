@@ -176,7 +176,7 @@ std::vector<std::byte> shard_record::encode() const {
   set_manifest m;
   m.shards.push_back({file, size, manifest_crc32c, static_cast<std::uint8_t>(order), rank});
   for (const auto& p : pieces) {
-    m.tensors.push_back({p.name, codec::code(p.dtype), p.shape, {{0, p.begin, p.count}}});
+    m.tensors.push_back({p.name, codec::code(p.dtype), p.shape, {{0, p.begin, p.count}}, false});
   }
   auto bytes = graph::write(m, detail::set_options({}, wire::host_order));
   return bytes ? std::move(*bytes) : std::vector<std::byte>{};
@@ -297,7 +297,7 @@ result<void, error> commit_set(const std::filesystem::path& index, std::string_v
     for (const auto& p : r->pieces) {
       const auto [it, fresh] = tensor_of.emplace(p.name, m.tensors.size());
       if (fresh) {
-        m.tensors.push_back({p.name, codec::code(p.dtype), p.shape, {}});
+        m.tensors.push_back({p.name, codec::code(p.dtype), p.shape, {}, false});
       } else {
         const auto& t = m.tensors[it->second];
         if (t.dtype != codec::code(p.dtype) || t.shape != p.shape) {

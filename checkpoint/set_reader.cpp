@@ -107,70 +107,51 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
   return {};
 }
 
-result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
-                                                   const read_options& opt, parsed_file& out) {
-  const limits& lim = opt.lim;
+result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path& path, std::span<const std::string> files,
+                                                    std::vector<set_tensor_record> tensors, const read_options& opt,
+                                                    const shard_check& check, parsed_file& out) {
   const std::string where = path.string();
-  auto m = graph::read<set_manifest>(container.manifest, set_options(lim, container.trailer.header.order));
-  if (!m) return error(m.error(), where + ": index");
-  FERRY_TRY(check_set(*m, lim, where));
-
   auto set = std::make_unique<shard_set>();
-  set->total_size = container.trailer.file_size;
   const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  for (const auto& s : m->shards) {
-    auto r = reader::open(folder / s.file, opt);
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    auto r = reader::open(folder / files[k], opt);
     if (!r) return r.error().wrap(where);
-    const auto bad = [&](const std::string& what) {
-      return error(checkpoint_errc::bad_shard, shard_context(where, s.file) + ": " + what);
-    };
-    if (r->format() != file_format::ferry) return bad("not a .ferry file");
-    const auto meta = r->metadata().find("ferry.set.save_id");
-    if (meta == r->metadata().end() || meta->second != m->save_id) {
-      return bad("from another save (save id " + (meta == r->metadata().end() ? std::string("none") : meta->second) +
-                 ", the index's " + m->save_id + ")");
+    if (auto c = check(k, *r); !c) {
+      return error(c.error().code(), shard_context(where, files[k]) + ": " + c.error().context());
     }
-    if (r->file_size() != s.size) {
-      return bad(std::to_string(r->file_size()) + " bytes, the index records " + std::to_string(s.size));
-    }
-    if (r->manifest_crc32c() != s.manifest_crc32c) return bad("manifest CRC32C differs from the index's");
-    if (static_cast<std::uint8_t>(r->order()) != s.order) return bad("byte order differs from the index's");
-    set->total_size += s.size;
+    set->total_size += r->file_size();
     set->shards.push_back(std::move(*r));
   }
 
-  out.format = file_format::ferry_set;
   out.order = set->shards.front().order();
   out.alignment = set->shards.front().alignment();
   for (const auto& r : set->shards) out.alignment = std::min(out.alignment, r.alignment());
-  out.manifest_crc32c = container.trailer.manifest_crc;
-  out.metadata = std::move(m->metadata);
-  out.tensors.reserve(m->tensors.size());
+  out.tensors.reserve(tensors.size());
   // Whole pieces over one shard storage share one storage of the set.
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> storage_of;
-  for (auto& t : m->tensors) {
-    const auto dtype = *codec::dtype_from_code(t.dtype);  // checked by check_set
-    const std::size_t width = codec::size_of(dtype);
+  for (auto& t : tensors) {
     std::vector<shard_set::source> sources;
     const tensor_info* only = nullptr;
     for (const auto& p : t.pieces) {
       const reader& shard = set->shards[p.shard];
-      const std::string& file = m->shards[p.shard].file;
       const auto bad = [&](const std::string& what) {
-        return error(checkpoint_errc::bad_shard, tensor_context(shard_context(where, file), t.name) + ": " + what);
+        return error(checkpoint_errc::bad_shard, tensor_context(shard_context(where, files[p.shard]), t.name) + ": " + what);
       };
       const tensor_info* st = shard.find(t.name);
       if (st == nullptr) return bad("not in the shard");
-      if (st->dtype != dtype) return bad("dtype differs from the index's");
+      if (t.pieces.size() == 1 && t.shape_from_shard) {
+        t.dtype = codec::code(st->dtype);
+        t.shape = st->shape;
+      }
+      if (codec::code(st->dtype) != t.dtype) return bad("dtype differs from the index's");
       if (t.pieces.size() == 1) {
-        if (!std::equal(st->shape.begin(), st->shape.end(), t.shape.begin(), t.shape.end())) {
-          return bad("shape differs from the index's");
-        }
+        if (st->shape != t.shape) return bad("shape differs from the index's");
         only = st;
       } else if (st->shape.size() != 1 || st->shape[0] != p.count || !st->is_contiguous()) {
         return bad("not a 1-d piece of " + std::to_string(p.count) + " elements");
       }
-      sources.push_back({p.shard, static_cast<std::uint32_t>(st - shard.tensors().data()), p.begin * width});
+      sources.push_back({p.shard, static_cast<std::uint32_t>(st - shard.tensors().data()),
+                         p.begin * codec::size_of(st->dtype)});
     }
     if (only != nullptr) {
       const std::uint32_t shard = sources.front().shard;
@@ -180,6 +161,7 @@ result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& 
         storage_info si = set->shards[shard].storages()[only->storage];
         si.offset = 0;
         si.crc32c.reset();
+        si.crc32.reset();
         out.storages.push_back(si);
         set->sources.push_back(std::move(sources));
         set->whole.push_back(true);
@@ -188,15 +170,48 @@ result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& 
       info.storage = it->second;
       out.tensors.push_back(std::move(info));
     } else {
+      const auto dtype = *codec::dtype_from_code(t.dtype);  // as its pieces'
       const std::uint64_t numel = t.pieces.back().begin + t.pieces.back().count;
       auto strides = contiguous_strides(t.shape);
       out.tensors.push_back({std::move(t.name), dtype, std::move(t.shape), std::move(strides), 0,
                              static_cast<std::uint32_t>(out.storages.size())});
-      out.storages.push_back({0, numel * width, dtype, std::nullopt, std::nullopt});
+      out.storages.push_back({0, numel * codec::size_of(dtype), dtype, std::nullopt, std::nullopt});
       set->sources.push_back(std::move(sources));
       set->whole.push_back(false);
     }
   }
+  return set;
+}
+
+result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
+                                                   const read_options& opt, parsed_file& out) {
+  const std::string where = path.string();
+  auto m = graph::read<set_manifest>(container.manifest, set_options(opt.lim, container.trailer.header.order));
+  if (!m) return error(m.error(), where + ": index");
+  FERRY_TRY(check_set(*m, opt.lim, where));
+  std::vector<std::string> files;
+  for (const auto& s : m->shards) files.push_back(s.file);
+  const shard_check check = [&](std::size_t k, const reader& r) -> result<void, error> {
+    const auto& s = m->shards[k];
+    const auto bad = [](std::string what) { return error(checkpoint_errc::bad_shard, std::move(what)); };
+    if (r.format() != file_format::ferry) return bad("not a .ferry file");
+    const auto meta = r.metadata().find("ferry.set.save_id");
+    if (meta == r.metadata().end() || meta->second != m->save_id) {
+      return bad("from another save (save id " + (meta == r.metadata().end() ? std::string("none") : meta->second) +
+                 ", the index's " + m->save_id + ")");
+    }
+    if (r.file_size() != s.size) {
+      return bad(std::to_string(r.file_size()) + " bytes, the index records " + std::to_string(s.size));
+    }
+    if (r.manifest_crc32c() != s.manifest_crc32c) return bad("manifest CRC32C differs from the index's");
+    if (static_cast<std::uint8_t>(r.order()) != s.order) return bad("byte order differs from the index's");
+    return {};
+  };
+  FERRY_TRY_ASSIGN(auto set, build_set(path, files, std::move(m->tensors), opt, check, out));
+  set->total_size += container.trailer.file_size;
+  out.format = file_format::ferry_set;
+  out.manifest_crc32c = container.trailer.manifest_crc;
+  out.metadata = std::move(m->metadata);
   return set;
 }
 

@@ -61,7 +61,7 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
       j["storages"].push_back(std::move(e));
     }
     j["metadata"] = r.metadata();
-    if (r.format() == ckpt::file_format::ferry_set) {
+    if (!r.shards().empty()) {
       j["shards"] = json::array();
       for (const auto& sh : r.shards()) {
         j["shards"].push_back({{"file", sh.path().filename().string()},
@@ -127,6 +127,9 @@ int verify(const std::string& path, const read_flags& flags) {
       std::cout << " in " << r->shards().size() << " shards, every CRC32C matches\n";
       break;
     case ckpt::file_format::safetensors: std::cout << " (safetensors has no checksums: structure checked)\n"; break;
+    case ckpt::file_format::safetensors_sharded:
+      std::cout << " in " << r->shards().size() << " shards (safetensors has no checksums: structure checked)\n";
+      break;
     case ckpt::file_format::pytorch: {
       const auto unchecked = std::count_if(r->storages().begin(), r->storages().end(),
                                            [](const ckpt::storage_info& s) { return !s.crc32 && s.nbytes > 0; });

@@ -12,11 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/base/file.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/zip.h"
 #include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/reader.h"
+#include "ferry/checkpoint/safetensors.h"
 
 namespace ferry::checkpoint::detail {
 
@@ -71,6 +73,23 @@ result<parsed_file, error> parse_safetensors_header(std::string_view json, std::
 /// Parses a PyTorch .pt file of `size` bytes read through `read`
 /// (pytorch.h). Contexts do not name the file.
 result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& read, const read_options& opt);
+
+/// save_safetensors() without the commit: the file written in its
+/// temporary, for callers that publish several files together.
+result<base::atomic_file, error> stage_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                                                   const std::map<std::string, std::string>& metadata,
+                                                   const safetensors_options& opt);
+
+/// A Hugging Face sharded safetensors index (safetensors.h): the shards'
+/// file names and which holds each tensor, in the index's order.
+struct hf_index {
+  std::vector<std::string> files;
+  std::vector<std::pair<std::string, std::uint32_t>> weights;  ///< name, index into files
+  std::map<std::string, std::string> metadata;
+};
+
+/// Parses an index's JSON (the fuzzer's and the tests' entry).
+result<hf_index, error> parse_hf_index(std::string_view json, const limits& lim);
 
 /// The first bytes of a legacy (before PyTorch 1.6) torch.save file.
 inline constexpr unsigned char legacy_pytorch_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46};

@@ -36,6 +36,9 @@ struct set_tensor_record {
   std::uint8_t dtype = 0;
   std::vector<std::uint64_t> shape;
   std::vector<piece_record> pieces;
+  /// Not in the format: the dtype and shape are the shard's (a Hugging
+  /// Face index names only the file).
+  bool shape_from_shard = false;
   template <class F>
   void describe(F& f) {
     f(1, "name", name);
@@ -114,9 +117,25 @@ struct shard_set {
   result<void, error> verify(const std::function<void(std::uint64_t)>& progress) const;
 };
 
+/// Checks shard k once it is open; the error's context is what is wrong
+/// (the caller names the index and the shard).
+using shard_check = std::function<result<void, error>(std::size_t k, const reader& shard)>;
+
+/// Opens `files` (in `path`'s folder), checks each, and lays `tensors` out
+/// over them in `out` (tensors, storages, order, alignment). Errors name
+/// `path`, the shard and the tensor: bad_shard, and the shards' own.
+result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path& path, std::span<const std::string> files,
+                                                    std::vector<set_tensor_record> tensors, const read_options& opt,
+                                                    const shard_check& check, parsed_file& out);
+
 /// Opens the set whose index is `path` (its container read): checks the
 /// index, opens and checks every shard. Fills `out` as the reader serves it.
 result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
                                                    const read_options& opt, parsed_file& out);
+
+/// Opens a Hugging Face sharded safetensors index, `json` its content
+/// (safetensors_index.cpp).
+result<std::unique_ptr<shard_set>, error> open_hf_set(const std::filesystem::path& path, std::string_view json,
+                                                      const read_options& opt, parsed_file& out);
 
 }  // namespace ferry::checkpoint::detail

@@ -7,6 +7,7 @@
 
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/set.h"
+#include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/set.h"
 #include "helpers.h"
 
@@ -319,8 +320,8 @@ TEST(SetIndex, CheckSetRules) {
   good.save_id = "0123456789abcdef";
   good.world = 2;
   good.shards = {{"a.ferry", 1, 0, 0, 0}, {"b.ferry", 1, 0, 1, 1}};
-  good.tensors = {{"w", codec::code(codec::dtype::f32), {10}, {{0, 0, 4}, {1, 4, 6}}},
-                  {"e", codec::code(codec::dtype::f32), {0}, {{1, 0, 0}}}};
+  good.tensors = {{"w", codec::code(codec::dtype::f32), {10}, {{0, 0, 4}, {1, 4, 6}}, false},
+                  {"e", codec::code(codec::dtype::f32), {0}, {{1, 0, 0}}, false}};
   ASSERT_TRUE(detail::check_set(good, {}, "i"));
   const auto expect = [&](auto mutate, error_code c) {
     auto m = good;
@@ -430,6 +431,97 @@ TEST_F(Set, ShardNamesAndSaveIds) {
             "step10-00000000000000ff-00002-of-00004.ferry");
   EXPECT_FALSE(shard_writer::create(dir_ / "x.ferry", "nothex", 0, 1));
   EXPECT_FALSE(shard_writer::create(dir_ / "x.ferry", id, 1, 1));
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint::testing
+
+namespace ferry::checkpoint::testing {
+namespace {
+
+// --- Hugging Face sharded safetensors ------------------------------------------
+
+class HfSharded : public scratch_dir {};
+
+TEST_F(HfSharded, RoundTripsAndReplacesItsShards) {
+  model m;
+  safetensors_options opt;
+  opt.sync = false;
+  opt.shared = safetensors_options::shared_policy::alias;
+  std::vector<tensor_ref> refs(m.refs.begin(), m.refs.end());
+  refs.erase(refs.begin() + 7);  // safetensors cannot alias a different view
+  const auto index = dir_ / "model.safetensors.index.json";
+  auto files = save_safetensors_sharded(index, refs, 1'000'000, {{"step", "7"}}, opt);
+  ASSERT_TRUE(files) << files.error();
+  EXPECT_EQ(files->size(), 4u);
+  EXPECT_EQ(files->front().filename(), "model-00001-of-00004.safetensors");
+  auto r = open(index);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->format(), file_format::safetensors_sharded);
+  EXPECT_EQ(r->shards().size(), 4u);
+  EXPECT_EQ(r->metadata().at("step"), "7");
+  EXPECT_TRUE(r->metadata().contains("total_size"));
+  ASSERT_EQ(r->tensors().size(), refs.size());
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    EXPECT_EQ(r->tensors()[i].name, refs[i].name);  // weight_map order
+    auto t = r->get(refs[i].name);
+    ASSERT_TRUE(t) << t.error();
+    EXPECT_EQ(t->contiguous_copy(), gather(refs[i])) << refs[i].name;
+  }
+  EXPECT_EQ(r->find("t1")->storage, r->find("tied")->storage);
+  EXPECT_TRUE(r->verify());
+  // Saved again in fewer shards: the old ones go.
+  ASSERT_TRUE(save_safetensors_sharded(index, refs, 100'000'000, {}, opt));
+  std::size_t left = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) left += e.path().extension() == ".safetensors";
+  EXPECT_EQ(left, 1u);
+  auto again = open(index);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->shards().size(), 1u);
+}
+
+TEST_F(HfSharded, IndexGrammar) {
+  std::vector<float> v(6, 2.f);
+  const std::uint64_t shape[] = {2, 3};
+  const tensor_ref t{"a.weight", codec::dtype::f32, shape, {}, 0, std::as_bytes(std::span(v))};
+  safetensors_options opt;
+  opt.sync = false;
+  ASSERT_TRUE(save_safetensors(dir_ / "s1.safetensors", std::span(&t, 1), {}, opt));
+  write_sample(dir_ / "f.ferry", wire::host_order);
+  const auto index = dir_ / "m.safetensors.index.json";
+  const auto open_text = [&](const std::string& text) {
+    spit(index, std::as_bytes(std::span(text)));
+    return open(index);
+  };
+  auto ok = open_text(R"(  {"metadata": {"total_size": 24, "nested": {"x": [1, 2]}, "f": 1.5, "n": null},
+                           "other": [[{}]], "weight_map": {"a.weight": "s1.safetensors"}})");
+  ASSERT_TRUE(ok) << ok.error();
+  EXPECT_EQ(ok->metadata().at("total_size"), "24");
+  EXPECT_EQ(ok->metadata().at("f"), "1.5");
+  EXPECT_FALSE(ok->metadata().contains("nested"));
+  EXPECT_EQ(ok->get("a.weight")->contiguous_copy(), gather(t));
+  const auto refused = [&](const std::string& text, error_code c) {
+    auto r = open_text(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().code(), c) << text << ": " << r.error();
+  };
+  refused(R"({"metadata": {}})", checkpoint_errc::bad_json);
+  refused(R"({"weight_map": {}})", checkpoint_errc::bad_json);
+  refused(R"({"weight_map": {"a.weight": 3}})", checkpoint_errc::bad_json);
+  refused(R"({"weight_map": {"a.weight": ["s1.safetensors"]}})", checkpoint_errc::bad_json);
+  refused(R"({"weight_map": {"a.weight": "../s1.safetensors"}})", checkpoint_errc::bad_index);
+  refused(R"({"weight_map": {"a.weight": "s1.safetensors", "a.weight": "s1.safetensors"}})", errc::duplicate_key);
+  refused(R"({"weight_map": {"a.weight": "s1.safetensors"}, "weight_map": {}})", errc::duplicate_key);
+  refused(R"({"weight_map": {"b": "s1.safetensors"}})", checkpoint_errc::bad_shard);
+  refused(R"({"weight_map": {"a.weight": "f.ferry"}})", checkpoint_errc::bad_shard);
+  refused(R"({"weight_map": {"a.weight": "gone.safetensors"}})", errc::io_error);
+  refused(R"({"weight_map": {"a.weight": "s1.safetensors"})", checkpoint_errc::bad_json);
+  refused(R"({"weight_map": {"a.weight": "s1.safetensors"}} x)", checkpoint_errc::bad_json);
+  // The error names the index and the shard.
+  auto r = open_text(R"({"weight_map": {"b": "s1.safetensors"}})");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what().find("m.safetensors.index.json: shard 's1.safetensors': tensor 'b'"), std::string::npos)
+      << r.error();
 }
 
 }  // namespace
