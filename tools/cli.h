@@ -57,6 +57,7 @@ struct convert_options {
   std::string cast;    // "", "bf16", "f16" or "f32"
   std::string shared = "refuse";
   std::uint32_t alignment = 64;
+  std::uint64_t shard_size = 0;  // 0: one file; else a set of shards of about this many bytes
   read_flags read;
 };
 /// ferry convert IN OUT.

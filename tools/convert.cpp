@@ -1,6 +1,7 @@
 // ferry convert IN OUT: any checkpoint ferry reads to .ferry or
 // .safetensors, streaming storage by storage (each released after its last
 // tensor), optionally cast and in another byte order.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string_view>
@@ -9,6 +10,7 @@
 #include "cli.h"
 #include "ferry/checkpoint/cast.h"
 #include "ferry/checkpoint/safetensors.h"
+#include "ferry/checkpoint/set.h"
 #include "ferry/checkpoint/writer.h"
 
 namespace ferry::tools {
@@ -25,8 +27,12 @@ int convert(const std::string& in, const std::string& out, const convert_options
   auto opened = open_checkpoint(in, o.read);
   if (!opened) return fail(opened.error());
   const auto& r = *opened;
-  const bool to_safetensors =
-      o.format.empty() ? std::string_view(out).ends_with(".safetensors") : o.format == "safetensors";
+  const bool to_safetensors = o.format.empty() ? out.ends_with(".safetensors") || out.ends_with(".index.json")
+                                               : o.format == "safetensors";
+  if (out.ends_with(".index.json") && o.shard_size == 0) {
+    std::fprintf(stderr, "ferry: %s: an index of shards needs --shard-size\n", out.c_str());
+    return 2;
+  }
   std::optional<ferry::codec::dtype> cast_to;
   if (!o.cast.empty()) cast_to = o.cast == "bf16" ? ferry::codec::dtype::bf16
                                  : o.cast == "f16"  ? ferry::codec::dtype::f16
@@ -77,6 +83,11 @@ int convert(const std::string& in, const std::string& out, const convert_options
     so.alignment = o.alignment;
     so.shared = ckpt::safetensors_options::policy_from_name(o.shared).value_or(so.shared);
     bar.finish();
+    if (o.shard_size > 0) {
+      const std::string index = out.ends_with(".index.json") ? out : out + ".index.json";
+      if (auto w = ckpt::save_safetensors_sharded(index, refs, o.shard_size, r.metadata(), so); !w) return fail(w.error());
+      return 0;
+    }
     if (auto w = ckpt::save_safetensors(out, refs, r.metadata(), so); !w) return fail(w.error());
     return 0;
   }
@@ -84,6 +95,20 @@ int convert(const std::string& in, const std::string& out, const convert_options
   ckpt::write_options wo;
   wo.order = ferry::wire::byte_order_from_name(o.order).value_or(wo.order);
   wo.alignment = o.alignment;
+  if (o.shard_size > 0) {  // a set: every storage held (mapped) until the shards are written
+    std::vector<ckpt::tensor_ref> refs;
+    for (const auto& t : r.tensors()) {
+      auto ref = fetch(t);
+      if (!ref) return fail(ref.error());
+      refs.push_back(*ref);
+    }
+    const std::uint64_t total = total_storage_bytes(r);
+    const auto shards = static_cast<std::uint32_t>(
+        std::clamp<std::uint64_t>((total + o.shard_size - 1) / o.shard_size, 1, ckpt::limits{}.max_shards));
+    bar.finish();
+    if (auto w = ckpt::save_set(out, refs, shards, r.metadata(), wo); !w) return fail(w.error());
+    return 0;
+  }
   auto w = ckpt::writer::create(out, wo);
   if (!w) return fail(w.error());
   std::vector<std::optional<ckpt::storage_id>> written(r.storages().size());

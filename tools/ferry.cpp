@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   auto* convert_cmd = app.add_subcommand("convert", "convert .ferry, .safetensors or .pt to .ferry or .safetensors");
   convert_cmd->add_option("IN", file, "the file to read")->required();
   convert_cmd->add_option("OUT", second,
-                          "the file to write (atomically): .safetensors by its suffix, else .ferry (never .pt)")
+                          "the file to write (atomically): .safetensors (or .index.json) by its suffix, else .ferry (never .pt)")
       ->required();
   convert_cmd->add_option("--format", co.format, "output format, instead of OUT's suffix")
       ->check(CLI::IsMember({"ferry", "safetensors"}));
@@ -187,6 +187,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   convert_cmd->add_option("--alignment", co.alignment, "storage alignment in bytes (power of two)")
       ->capture_default_str();
+  convert_cmd->add_option("--shard-size", co.shard_size,
+                          "write a set of shards of at most this much data (2GB, 500MiB): .safetensors as Hugging "
+                          "Face's (OUT.index.json and OUT-00001-of-0000N.safetensors), .ferry as a ferry set (OUT is "
+                          "its index)")
+      ->transform(CLI::AsSizeValue(true))
+      ->check([](const std::string& v) { return v == "0" ? std::string("a shard size must be more than 0") : std::string(); });
   // A .pt file written before PyTorch 2.1 does not say its byte order.
   const auto pytorch_order = [](CLI::App* cmd, read_flags& flags) {
     cmd->add_option("--pytorch-order", flags.pytorch_order,

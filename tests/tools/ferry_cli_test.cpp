@@ -158,6 +158,39 @@ TEST_F(Cli, ConvertBothWaysAndDiff) {
   expect_one_error_line(r, path("nope.ferry") + ": No such file or directory");
 }
 
+TEST_F(Cli, ConvertToSetsOfShardsInspectVerifyAndDiff) {
+  // A .ferry set: the golden file's tensors over shards, in big-endian.
+  auto r = run("convert " + golden("golden-little.ferry") + " " + path("set.ferry") + " --shard-size 20 --order big");
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("verify " + path("set.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("shards, every CRC32C matches"), std::string::npos) << r.out;
+  r = run("diff " + golden("golden-little.ferry") + " " + path("set.ferry"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("inspect --json " + path("set.ferry"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "ferry-set");
+  EXPECT_GT(j["shards"].size(), 1u);
+  EXPECT_EQ(j["shards"][0]["byte_order"], "big");
+
+  // Hugging Face's sharded safetensors, from the set.
+  r = run("convert --shared copy " + path("set.ferry") + " " + path("hf.safetensors") + " --shard-size 20B");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "hf.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "hf-00003-of-00003.safetensors"));
+  r = run("convert " + path("hf.safetensors.index.json") + " " + path("back.ferry"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("diff " + golden("golden-little.ferry") + " " + path("back.ferry"));
+  EXPECT_NE(r.out.find("7 of 7 tensors bit-identical"), std::string::npos) << r.out;
+
+  r = run("convert " + golden("golden-little.ferry") + " " + path("x.index.json"));
+  EXPECT_EQ(r.status, 2);
+  expect_one_error_line(r, path("x.index.json") + ": an index of shards needs --shard-size");
+  r = run("convert " + golden("golden-little.ferry") + " " + path("x.ferry") + " --shard-size 0");
+  EXPECT_EQ(r.status, 2);
+}
+
 TEST_F(Cli, DiffReportsValuesMissingAndExtraTensors) {
   sample s;
   auto refs = s.refs();
