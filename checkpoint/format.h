@@ -24,7 +24,9 @@
 //                            a .ferry file [not_a_checkpoint]
 //   8   version     u8       1 [unsupported_version]
 //   9   order       u8       0 little-endian, 1 big-endian [bad_byte_order]
-//   10  flags       u8       MUST be 0 [bad_value]
+//   10  flags       u8       0; 1 (set_index_flag) in a set's index, whose
+//                            manifest is another archive (set.h); other
+//                            values [bad_value]
 //   11  reserved    u8       MUST be 0 [bad_value]
 //   12  alignment   u32      A, a power of two with 64 <= A <= 2^30
 //                            [bad_alignment]

@@ -578,6 +578,38 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
   return {};
 }
 
+result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte> out) const {
+  const auto fail = [&](error_code c) { return error(c, detail::tensor_context(s_->path.string(), t.name)); };
+  if (!t.is_contiguous() || out.size() != t.nbytes()) return fail(errc::bad_value);
+  if (s_->set) return s_->set->read_into(t, out);
+  const storage_info& st = s_->file.storages[t.storage];
+  const std::size_t width = codec::size_of(st.dtype);
+  if (t.offset != 0 || out.size() != st.nbytes || s_->file.format == file_format::pytorch) {
+    FERRY_TRY_ASSIGN(auto whole, get(t));
+    if (!out.empty()) std::memcpy(out.data(), whole.bytes().data(), out.size());
+    return {};
+  }
+  // pread in pieces that stay in the cache for the CRC and the swap.
+  constexpr std::size_t piece = std::size_t{1} << 20;
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0; at < out.size(); at += piece) {
+    const auto chunk = out.subspan(at, std::min(piece, out.size() - at));
+    int sys_errno = 0;
+    if (auto r = detail::pread_exact(s_->fd, st.offset + at, chunk, sys_errno); !r) {
+      return error(r.error(), detail::tensor_context(s_->path.string(), t.name), sys_errno);
+    }
+    if (st.crc32c) crc = codec::crc32c_extend(crc, chunk);
+    if (s_->file.order != wire::host_order && width > 1) {
+      wire::convert_in_place(chunk, width, s_->file.order, wire::host_order);
+    }
+  }
+  if (st.crc32c && crc != *st.crc32c) return fail(errc::checksum_mismatch);
+  std::lock_guard lock(s_->mu);
+  s_->verified[t.storage] = true;
+  s_->loaded += st.nbytes;
+  return {};
+}
+
 std::uint64_t reader::bytes_loaded() const noexcept {
   std::lock_guard lock(s_->mu);
   return s_->loaded;

@@ -116,6 +116,14 @@ class reader {
   [[nodiscard]] result<tensor, error> get(std::string_view name) const;
   [[nodiscard]] result<tensor, error> get(const tensor_info& t) const;
 
+  /// Reads contiguous tensor `t`'s elements, in host order, into `out`
+  /// (exactly t.nbytes()): into memory the caller already has (a model's
+  /// parameters), with no mapping. A tensor that is its whole storage is
+  /// read with pread() and its CRC checked on the way (a set's tensor: each
+  /// piece's); others are copied from get(). Errors: get()'s, bad_value
+  /// (not contiguous, or `out` of another size).
+  [[nodiscard]] result<void, error> read_into(const tensor_info& t, std::span<std::byte> out) const;
+
   /// Every tensor, in file order, as get() gives them, with the storages
   /// loaded (and their CRCs checked) by `threads` threads at once (0: one
   /// per core). The error names the first bad storage's first tensor.

@@ -15,14 +15,16 @@ namespace {
 // reader hands storages out copy-on-write.
 class assembled_storage final : public storage_buffer {
  public:
-  assembled_storage(std::vector<std::byte> data, bool expose) noexcept : data_(std::move(data)) {
-    bytes_ = data_;
-    if (expose) mutable_ = data_;
+  // Not zeroed: every byte is read into it.
+  assembled_storage(std::size_t n, bool expose) : data_(std::make_unique_for_overwrite<std::byte[]>(n)), n_(n) {
+    bytes_ = writable();
+    if (expose) mutable_ = writable();
   }
-  [[nodiscard]] std::span<std::byte> writable() noexcept { return data_; }
+  [[nodiscard]] std::span<std::byte> writable() const noexcept { return {data_.get(), n_}; }
 
  private:
-  std::vector<std::byte> data_;
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t n_;
 };
 
 std::string shard_context(const std::string& where, std::string_view file) {
@@ -217,30 +219,43 @@ result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& 
 
 result<std::shared_ptr<const storage_buffer>, error> shard_set::load(std::uint32_t i, std::uint64_t nbytes,
                                                                      bool copy_on_write) const {
-  const auto& srcs = sources[i];
-  const auto piece = [&](const source& s) {
-    const reader& r = shards[s.shard];
-    return r.get(r.tensors()[s.tensor]);
-  };
-  if (whole[i]) {
-    FERRY_TRY_ASSIGN(auto t, piece(srcs.front()));
+  const auto& first = sources[i].front();
+  const reader& r = shards[first.shard];
+  if (whole[i]) {  // the shard's storage itself
+    FERRY_TRY_ASSIGN(auto t, r.get(r.tensors()[first.tensor]));
     return t.storage();
   }
-  const reader& first = shards[srcs.front().shard];
-  const std::string& name = first.tensors()[srcs.front().tensor].name;
-  if (nbytes > SIZE_MAX / 2) return error(checkpoint_errc::storage_too_large, tensor_context(first.path().string(), name));
-  std::vector<std::byte> data;
+  const auto too_large = [&] {
+    return error(checkpoint_errc::storage_too_large, tensor_context(r.path().string(), r.tensors()[first.tensor].name));
+  };
+  if (nbytes > SIZE_MAX / 2) return too_large();
+  std::shared_ptr<assembled_storage> buf;
   try {
-    data.resize(static_cast<std::size_t>(nbytes));
+    buf = std::make_shared<assembled_storage>(static_cast<std::size_t>(nbytes), copy_on_write);
   } catch (const std::bad_alloc&) {
-    return error(checkpoint_errc::storage_too_large, tensor_context(first.path().string(), name));
+    return too_large();
   }
-  for (const auto& s : srcs) {
-    FERRY_TRY_ASSIGN(auto t, piece(s));
-    const auto b = t.bytes();
-    std::memcpy(data.data() + s.at, b.data(), b.size());
+  FERRY_TRY(read_pieces(i, buf->writable()));
+  return std::shared_ptr<const storage_buffer>(std::move(buf));
+}
+
+result<void, error> shard_set::read_into(const tensor_info& t, std::span<std::byte> out) const {
+  if (whole[t.storage]) {  // the shard's own tensor of that name
+    const reader& r = shards[sources[t.storage].front().shard];
+    return r.read_into(*r.find(t.name), out);
   }
-  return std::shared_ptr<const storage_buffer>(std::make_shared<assembled_storage>(std::move(data), copy_on_write));
+  return read_pieces(t.storage, out);
+}
+
+result<void, error> shard_set::read_pieces(std::uint32_t i, std::span<std::byte> out) const {
+  const auto& srcs = sources[i];
+  for (std::size_t k = 0; k < srcs.size(); ++k) {
+    const reader& r = shards[srcs[k].shard];
+    const std::uint64_t end = k + 1 < srcs.size() ? srcs[k + 1].at : out.size();
+    FERRY_TRY(r.read_into(r.tensors()[srcs[k].tensor],
+                          out.subspan(static_cast<std::size_t>(srcs[k].at), static_cast<std::size_t>(end - srcs[k].at))));
+  }
+  return {};
 }
 
 result<void, error> shard_set::verify(const std::function<void(std::uint64_t)>& progress) const {

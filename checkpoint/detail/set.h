@@ -113,6 +113,11 @@ struct shard_set {
   /// Storage i in host order. Errors name the shard and the tensor.
   result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, std::uint64_t nbytes,
                                                             bool copy_on_write) const;
+  /// Contiguous tensor t of the set into `out` (reader::read_into): its
+  /// shard's tensor, or each piece, read by the shard's read_into().
+  result<void, error> read_into(const tensor_info& t, std::span<std::byte> out) const;
+  /// The pieces of storage i (a tensor in several) into `out`.
+  result<void, error> read_pieces(std::uint32_t i, std::span<std::byte> out) const;
   /// Every shard's verify(), progress counted over them all.
   result<void, error> verify(const std::function<void(std::uint64_t)>& progress) const;
 };

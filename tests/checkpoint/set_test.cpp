@@ -211,6 +211,71 @@ TEST_F(Set, CopyOnWriteStoragesAreWritableAndPrivate) {
   expect_model(*again, m);
 }
 
+TEST_F(Set, ReadIntoCallerMemoryChecksEveryPiece) {
+  model m;
+  const auto index = dir_ / "into.ferry";
+  const auto id = new_save_id();
+  const auto plan = plan_shards(m.refs, 3, 4096);
+  std::vector<shard_record> records;
+  for (std::uint32_t k = 0; k < 3; ++k) {
+    auto w = shard_writer::create(index, id, k, 3, fast(k == 1 ? byte_order::big : byte_order::little));
+    for (const auto& p : plan[k]) ASSERT_TRUE(w->add_piece(m.refs[p.tensor], p.begin, p.count));
+    records.push_back(*w->commit());
+  }
+  ASSERT_TRUE(commit_set(index, id, 3, records, {}, fast()));
+  auto r = open(index);
+  ASSERT_TRUE(r) << r.error();
+  for (const auto& ref : m.refs) {
+    const tensor_info& t = *r->find(ref.name);
+    std::vector<std::byte> out(t.nbytes());
+    auto got = r->read_into(t, out);
+    if (!t.is_contiguous()) {  // the transposed view, whole in its shard
+      ASSERT_FALSE(got);
+      EXPECT_EQ(got.error().code(), errc::bad_value);
+      continue;
+    }
+    ASSERT_TRUE(got) << got.error();
+    EXPECT_EQ(out, gather(ref)) << ref.name;
+  }
+  std::vector<std::byte> wrong(3);
+  EXPECT_FALSE(r->read_into(*r->find("t0"), wrong));
+  // A flipped byte in a piece: read_into reports the shard and the tensor.
+  const auto file = dir_ / r->shards()[1].path().filename();
+  auto bytes = slurp(file);
+  bytes[64 + 8] ^= std::byte{4};
+  spit(file, bytes);
+  auto again = open(index);
+  ASSERT_TRUE(again);
+  bool failed = false;
+  for (const auto& t : again->tensors()) {
+    if (!t.is_contiguous()) continue;
+    std::vector<std::byte> out(t.nbytes());
+    if (auto got = again->read_into(t, out); !got) {
+      EXPECT_EQ(got.error().code(), errc::checksum_mismatch);
+      EXPECT_NE(got.error().what().find(file.filename().string()), std::string::npos) << got.error();
+      failed = true;
+    }
+  }
+  EXPECT_TRUE(failed);
+}
+
+TEST_F(Set, ReadIntoASingleFileInEitherOrder) {
+  for (const auto order : {byte_order::little, byte_order::big}) {
+    const auto p = dir_ / "one.ferry";
+    write_sample(p, order);
+    auto r = open(p);
+    ASSERT_TRUE(r);
+    for (const auto& t : r->tensors()) {
+      if (!t.is_contiguous()) continue;
+      std::vector<std::byte> out(t.nbytes());
+      ASSERT_TRUE(r->read_into(t, out)) << t.name;
+      auto got = r->get(t);
+      ASSERT_TRUE(got);
+      EXPECT_EQ(out, got->contiguous_copy()) << t.name;
+    }
+  }
+}
+
 // --- the reader's checks ------------------------------------------------------
 
 TEST_F(Set, MissingShardNamesIt) {
