@@ -136,6 +136,7 @@ std::vector<std::vector<planned_piece>> plan_shards(std::span<const tensor_ref> 
     while (k + 1 < n && bound(k + 1) <= byte) ++k;
     return k;
   };
+  const auto shard = [&](std::uint64_t k) -> std::vector<planned_piece>& { return plan[static_cast<std::size_t>(k)]; };
   // Tensors over one storage (tied weights, views), when whole, go where
   // the first went: the shard writes the storage once.
   std::map<std::pair<const std::byte*, std::size_t>, std::uint64_t> shard_of_storage;
@@ -148,12 +149,12 @@ std::vector<std::vector<planned_piece>> plan_shards(std::span<const tensor_ref> 
     const auto key = std::make_pair(tensors[i].storage.data(), tensors[i].storage.size());
     if (bytes == 0 || bytes < split_bytes) {
       if (tensors[i].storage.empty()) {
-        plan[first].push_back({i, 0, numel});
+        shard(first).push_back({i, 0, numel});
       } else if (const auto it = shard_of_storage.find(key); it != shard_of_storage.end()) {
-        plan[it->second].push_back({i, 0, numel});
+        shard(it->second).push_back({i, 0, numel});
         continue;  // its bytes are written already
       } else {
-        plan[first].push_back({i, 0, numel});
+        shard(first).push_back({i, 0, numel});
         shard_of_storage.emplace(key, first);
       }
     } else {
@@ -164,7 +165,7 @@ std::vector<std::vector<planned_piece>> plan_shards(std::span<const tensor_ref> 
         if (lo >= at + bytes) break;
         const std::uint64_t begin = (lo - at + width - 1) / width;
         const std::uint64_t end = std::min(numel, (hi - at + width - 1) / width);
-        if (end > begin) plan[k].push_back({i, begin, end - begin});
+        if (end > begin) shard(k).push_back({i, begin, end - begin});
       }
     }
     at += bytes;
@@ -266,6 +267,29 @@ result<void, error> shard_writer::add_piece(const tensor_ref& t, std::uint64_t b
   const std::uint64_t shape[] = {count};
   FERRY_TRY(s.w.add({.name = t.name, .dtype = t.dtype, .shape = shape, .strides = {}, .offset = 0, .storage = bytes}));
   s.pieces.push_back({std::string(t.name), t.dtype, {t.shape.begin(), t.shape.end()}, begin, count});
+  return {};
+}
+
+result<void, error> shard_writer::add_part(std::string_view name, codec::dtype dtype,
+                                           std::span<const std::uint64_t> shape, std::uint64_t begin,
+                                           std::span<const std::byte> elements) {
+  state& s = *s_;
+  const std::string ctx = detail::tensor_context(s.file, name);
+  const std::size_t width = codec::size_of(dtype);
+  std::uint64_t numel = 1;
+  for (const auto e : shape) {
+    if (__builtin_mul_overflow(numel, e, &numel)) return error(checkpoint_errc::shape_overflow, ctx);
+  }
+  const std::uint64_t count = elements.size() / width;
+  if (elements.size() % width != 0 || begin > numel || count > numel - begin) {
+    return error(checkpoint_errc::bad_pieces, ctx);
+  }
+  if (begin == 0 && count == numel) {
+    return add({.name = name, .dtype = dtype, .shape = shape, .strides = {}, .offset = 0, .storage = elements});
+  }
+  const std::uint64_t piece_shape[] = {count};
+  FERRY_TRY(s.w.add({.name = name, .dtype = dtype, .shape = piece_shape, .strides = {}, .offset = 0, .storage = elements}));
+  s.pieces.push_back({std::string(name), dtype, {shape.begin(), shape.end()}, begin, count});
   return {};
 }
 

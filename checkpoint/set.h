@@ -164,6 +164,14 @@ class shard_writer {
   /// piece that is all of `t` is added whole. Errors: writer::add's,
   /// bad_pieces (outside the tensor).
   [[nodiscard]] result<void, error> add_piece(const tensor_ref& t, std::uint64_t begin, std::uint64_t count);
+  /// Adds elements [begin, begin + n) of tensor `name` of `shape`, whose
+  /// other elements other writers hold: `elements` are those n elements,
+  /// row-major, host order (a rank's row of a per-rank table). All of the
+  /// tensor is added whole. Errors: writer::add's, bad_pieces (outside
+  /// the tensor, or not whole elements).
+  [[nodiscard]] result<void, error> add_part(std::string_view name, codec::dtype dtype,
+                                             std::span<const std::uint64_t> shape, std::uint64_t begin,
+                                             std::span<const std::byte> elements);
   /// Publishes the shard and says what the index must record of it.
   [[nodiscard]] result<shard_record, error> commit();
 

@@ -250,34 +250,39 @@ std::string path_string(const std::filesystem::path& p) { return p.string(); }
 
 }  // namespace
 
+result<tensor_refs, error> tensor_refs::make(const tensor_map& tensors, const std::filesystem::path& where) {
+  tensor_refs out;
+  out.cpu_.reserve(tensors.size());
+  for (const auto& [name, original] : tensors) {
+    const auto dtype = to_dtype(original.scalar_type());
+    if (!dtype) {
+      return error(codec_errc::unknown_dtype, tensor_context(where, name) + ": " + c10::toString(original.scalar_type()));
+    }
+    if (original.layout() != at::kStrided) return error(errc::bad_value, tensor_context(where, name) + ": not a strided tensor");
+    out.cpu_.push_back(original.device().is_cpu() ? original : original.cpu());
+    const at::Tensor& t = out.cpu_.back();
+    out.shapes_.emplace_back(t.sizes().begin(), t.sizes().end());
+    out.strides_.emplace_back(t.strides().begin(), t.strides().end());
+  }
+  // Spans into the vectors above, filled now that they no longer grow.
+  std::size_t i = 0;
+  for (const auto& [name, original] : tensors) {
+    const at::Tensor& t = out.cpu_[i];
+    const c10::Storage& st = t.storage();
+    out.refs_.push_back({name, *to_dtype(t.scalar_type()), out.shapes_[i], out.strides_[i],
+                         static_cast<std::uint64_t>(t.storage_offset()),
+                         std::span(static_cast<const std::byte*>(st.data()), st.nbytes())});
+    ++i;
+  }
+  return out;
+}
+
 result<void, error> save(const std::filesystem::path& path, const tensor_map& tensors, const metadata_map& metadata,
                          const checkpoint::write_options& opt) {
   // Every tensor stays alive through the call, so checkpoint::save() can
   // find shared storages by address.
-  std::vector<at::Tensor> cpu;
-  std::vector<std::vector<std::uint64_t>> shapes, strides;
-  std::vector<ckpt::tensor_ref> refs;
-  cpu.reserve(tensors.size());
-  for (const auto& [name, original] : tensors) {
-    const auto dtype = to_dtype(original.scalar_type());
-    if (!dtype) {
-      return error(codec_errc::unknown_dtype, tensor_context(path, name) + ": " + c10::toString(original.scalar_type()));
-    }
-    if (original.layout() != at::kStrided) return error(errc::bad_value, tensor_context(path, name) + ": not a strided tensor");
-    cpu.push_back(original.device().is_cpu() ? original : original.cpu());
-    const at::Tensor& t = cpu.back();
-    shapes.emplace_back(t.sizes().begin(), t.sizes().end());
-    strides.emplace_back(t.strides().begin(), t.strides().end());
-  }
-  std::size_t i = 0;
-  for (const auto& [name, original] : tensors) {
-    const at::Tensor& t = cpu[i];
-    const c10::Storage& st = t.storage();
-    refs.push_back({name, *to_dtype(t.scalar_type()), shapes[i], strides[i], static_cast<std::uint64_t>(t.storage_offset()),
-                    std::span(static_cast<const std::byte*>(st.data()), st.nbytes())});
-    ++i;
-  }
-  return ckpt::save(path, refs, metadata, opt);
+  FERRY_TRY_ASSIGN(const auto refs, tensor_refs::make(tensors, path));
+  return ckpt::save(path, refs.refs(), metadata, opt);
 }
 
 result<loaded, error> load(const std::filesystem::path& path, const checkpoint::limits& lim) {

@@ -32,7 +32,9 @@
 
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -40,6 +42,7 @@
 
 #include "ferry/base/error.h"
 #include "ferry/checkpoint/options.h"
+#include "ferry/checkpoint/tensor.h"
 
 namespace ferry::torch {
 
@@ -50,6 +53,23 @@ using metadata_map = std::map<std::string, std::string>;
 [[nodiscard]] result<void, error> save(const std::filesystem::path& path, const tensor_map& tensors,
                                        const metadata_map& metadata = {},
                                        const checkpoint::write_options& opt = {});
+
+/// checkpoint::tensor_refs over `tensors` (each copied to the CPU where it
+/// is not), valid while this object and `tensors` live: for the
+/// checkpoint writers that take refs (save(), checkpoint::save_set(),
+/// shard_writer). Tensors sharing a LibTorch storage give refs with equal
+/// storage spans. Errors: unknown_dtype, bad_value (not strided), naming
+/// `where` and the tensor.
+class tensor_refs {
+ public:
+  [[nodiscard]] static result<tensor_refs, error> make(const tensor_map& tensors, const std::filesystem::path& where);
+  [[nodiscard]] std::span<const checkpoint::tensor_ref> refs() const noexcept { return refs_; }
+
+ private:
+  std::vector<at::Tensor> cpu_;
+  std::vector<std::vector<std::uint64_t>> shapes_, strides_;
+  std::vector<checkpoint::tensor_ref> refs_;
+};
 
 struct loaded {
   tensor_map tensors;

@@ -91,6 +91,36 @@ TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
   EXPECT_NE(read_text(dir_ / "out0").find("resumed from le.ferry at epoch 4"), std::string::npos) << log(0);
 }
 
+// The mixed ring saves a sharded checkpoint: shards in both byte orders.
+// x86-64 alone resumes it to the bits it reaches from the single file the
+// s390x rank 0 writes of the same state; s390x resumes x86-64's set.
+TEST_F(MixedTraining, ShardsInBothByteOrdersResumeAnywhere) {
+  // 3 ranks x 640 samples / 32 = 20 steps.
+  const std::string job = "--limit 1920 --test-limit 500 --epochs 1 --threads 1";
+  auto status = ring({s390x, native, aarch64}, job + " --checkpoint-sharded --checkpoint set.ferry");
+  ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
+  status = ring({s390x, native, aarch64}, job + " --checkpoint one.ferry");
+  ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
+  std::system(("'" + cli + "' inspect --json '" + (dir_ / "set.ferry").string() + "' >'" + (dir_ / "inspect").string() + "'").c_str());
+  const auto j = nlohmann::json::parse(read_text(dir_ / "inspect"));
+  ASSERT_EQ(j["shards"].size(), 3u);
+  EXPECT_EQ(j["shards"][0]["byte_order"], "big");
+  EXPECT_EQ(j["shards"][1]["byte_order"], "little");
+
+  const std::string small = "--limit 1920 --test-limit 500 --threads 1";
+  const std::string more = small + " --epochs 2";
+  ASSERT_EQ(ring({native}, more + " --resume set.ferry --checkpoint-sharded --checkpoint a.ferry"), std::vector<int>{0})
+      << log(0);
+  EXPECT_NE(read_text(dir_ / "out0").find("resumed from set.ferry at epoch 2"), std::string::npos) << log(0);
+  ASSERT_EQ(ring({native}, more + " --resume one.ferry --checkpoint-sharded --checkpoint b.ferry"), std::vector<int>{0})
+      << log(0);
+  const int diff = std::system(("'" + cli + "' diff '" + (dir_ / "a.ferry").string() + "' '" +
+                                (dir_ / "b.ferry").string() + "' >'" + (dir_ / "diff").string() + "'").c_str());
+  EXPECT_EQ(diff, 0) << read_text(dir_ / "diff");
+  ASSERT_EQ(ring({s390x}, small + " --epochs 3 --resume a.ferry --checkpoint c.ferry"), std::vector<int>{0}) << log(0);
+  EXPECT_NE(read_text(dir_ / "out0").find("resumed from a.ferry at epoch 3"), std::string::npos) << log(0);
+}
+
 // Gloo sends host-order integers: the gloo backend refuses a ring of
 // mixed byte orders with one clear line on every rank, before Gloo starts.
 TEST_F(MixedTraining, GlooRefusesMixedByteOrders) {

@@ -267,6 +267,46 @@ TEST_F(Trainer, KilledJobResumesToTheSameBits) {
   }
 }
 
+// Every rank writes a shard; the set holds what rank 0 alone would have
+// written, and resumes on another number of ranks to the same bits as a
+// run resumed from rank 0's single file.
+TEST_F(Trainer, ShardedCheckpointResumesOnAnotherWorld) {
+  struct worlds {
+    int saved, resumed;
+    std::string extra;
+  };
+  for (const auto& w : {worlds{4, 2, ""}, worlds{4, 3, " --compress bf16 --overlap --bucket-kb 16"},
+                        worlds{1, 4, ""}, worlds{2, 1, " --compress bf16"}}) {
+    SCOPED_TRACE(std::to_string(w.saved) + " -> " + std::to_string(w.resumed) + w.extra);
+    const auto saving = run() + " -n " + std::to_string(w.saved) + " " + job(1200, 1) + w.extra;
+    ASSERT_EQ(shell(saving + " --checkpoint-sharded --checkpoint set.ferry").status, 0);
+    ASSERT_EQ(shell(saving + " --checkpoint one.ferry").status, 0);
+    {
+      auto set = checkpoint::open(dir_ / "set.ferry");
+      auto one = checkpoint::open(dir_ / "one.ferry");
+      ASSERT_TRUE(set && one);
+      EXPECT_EQ(set->format(), checkpoint::file_format::ferry_set);
+      EXPECT_EQ(set->shards().size(), static_cast<std::size_t>(w.saved));
+      EXPECT_TRUE(set->verify());
+      ASSERT_EQ(set->tensors().size(), one->tensors().size());
+      for (const auto& t : one->tensors()) {
+        auto a = one->get(t);
+        auto b = set->get(t.name);
+        ASSERT_TRUE(a && b) << t.name;
+        EXPECT_EQ(a->contiguous_copy(), b->contiguous_copy()) << t.name;
+      }
+      EXPECT_EQ(set->metadata().at("trainer.epoch"), one->metadata().at("trainer.epoch"));
+    }
+    const auto resuming = run() + " -n " + std::to_string(w.resumed) + " " + job(1200, 2) + w.extra;
+    const auto from_set = shell(resuming + " --resume set.ferry --checkpoint a.ferry");
+    ASSERT_EQ(from_set.status, 0) << from_set.err;
+    EXPECT_NE(from_set.out.find("resumed from set.ferry at epoch 2"), std::string::npos) << from_set.out;
+    ASSERT_EQ(shell(resuming + " --resume one.ferry --checkpoint b.ferry").status, 0);
+    const auto d = shell(cli() + " diff a.ferry b.ferry");
+    EXPECT_EQ(d.status, 0) << d.out << d.err;
+  }
+}
+
 // A replica that drifts (one flipped bit) stops the job at the epoch's
 // CRC check, naming the rank.
 TEST_F(Trainer, DriftingReplicaStopsTheJobNamingIt) {

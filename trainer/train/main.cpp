@@ -86,6 +86,9 @@ int main(int argc, char** argv) {
   std::size_t bucket_kb = c.bucket_bytes / 1024;
   app.add_option("--bucket-kb", bucket_kb, "gradient bucket size in KiB, with --overlap")->check(CLI::Range(1, 1 << 20));
   app.add_option("--checkpoint", c.checkpoint, "checkpoint file rank 0 writes (atomically)");
+  app.add_flag("--checkpoint-sharded", c.checkpoint_sharded,
+               "every rank writes a shard of the checkpoint at once (the state split by bytes), rank 0 the index "
+               "at --checkpoint, last; --resume reads it with any number of ranks");
   app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch (BatchNorm statistics are averaged there too); 0: never")

@@ -21,7 +21,9 @@
 #include "ferry/comm/handshake.h"
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/idx.h"
+#include "ferry/trainer/residual.h"
 #include "ferry/trainer/sampler.h"
+#include "sharded.h"
 #include "ferry/wire/bulk.h"
 #include "report.h"
 
@@ -518,6 +520,7 @@ class job {
   // state (residuals, the partial epoch's counters) is gathered.
   void save(bool averaged) {
     if (!averaged) average_buffers();
+    if (c_.checkpoint_sharded) return save_shards();
     const auto res = sync_->residuals();
     std::vector<float> all_res(res.size() * world_);
     if (!res.empty()) comm_.allgather(std::span<const float>(res), all_res);
@@ -539,13 +542,41 @@ class job {
     }
     tensors["trainer.partial"] =
         ::torch::from_blob(all_partial.data(), {world_, 3}, ::torch::kFloat64).clone();
+    position(meta);
+    ferry::torch::save(c_.checkpoint, tensors, meta).value();
+  }
+
+  // Every rank writes its shard: its part of the replicated state, its own
+  // residuals and counters (rank 0: its generator too).
+  void save_shards() {
+    ferry::torch::tensor_map replicated = ferry::torch::state_dict(*model_), alone;
+    ferry::torch::metadata_map meta;
+    ferry::torch::optimizer_state(*adam_, *model_, replicated, meta).value();
+    if (rank_ == 0) {
+      alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+      meta["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+    }
+    std::vector<rank_row> own;
+    const auto res = sync_->residuals();
+    if (!res.empty()) {
+      own.push_back({"trainer.residual",
+                     ::torch::from_blob(const_cast<float*>(res.data()), {static_cast<std::int64_t>(res.size())},
+                                        ::torch::kFloat32)
+                         .clone()});
+    }
+    own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64).clone()});
+    position(meta);
+    save_sharded(c_.checkpoint, comm_, replicated, own, alone, meta);
+  }
+
+  // Where the job is, for a checkpoint's metadata.
+  void position(ferry::torch::metadata_map& meta) const {
     meta["trainer.epoch"] = std::to_string(epoch_);
     meta["trainer.step"] = std::to_string(step_);
     meta["trainer.global_step"] = std::to_string(global_step_);
     meta["trainer.world_size"] = std::to_string(world_);
     meta["trainer.config"] = to_json(c_);
     meta["trainer.producer"] = "ferry-train";
-    ferry::torch::save(c_.checkpoint, tensors, meta).value();
   }
 
   // Rank 0 only; throws on any problem, naming the file.
@@ -623,19 +654,19 @@ class job {
     epoch_ = epoch;
     step_ = step;
     global_step_ = global;
-    // Per-rank state, kept when the world is the same.
-    const auto per_rank = [&](const at::Tensor& t, at::ScalarType type, std::int64_t columns) {
-      return t.defined() && t.scalar_type() == type && t.dim() == 2 && t.size(0) == world_ && t.size(1) == columns;
+    // Per-rank state: the residuals carried over (trainer/residual.h), the
+    // partial epoch's counters only by the same world.
+    const auto table = [](const at::Tensor& t, at::ScalarType type, std::int64_t rows, std::int64_t columns) {
+      return t.defined() && t.scalar_type() == type && t.dim() == 2 && t.size(0) == rows && t.size(1) == columns;
     };
-    if (world == world_) {
-      if (per_rank(residual, at::kFloat, static_cast<std::int64_t>(sync_->size()))) {
-        const auto r = residual.contiguous();
-        resumed_residuals_.assign(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
-      }
-      if (per_rank(partial, at::kDouble, 3)) {
-        const auto p = partial.contiguous();
-        resumed_partial_.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
-      }
+    if (table(residual, at::kFloat, world, static_cast<std::int64_t>(sync_->size()))) {
+      const auto r = residual.contiguous();
+      resumed_residuals_ = carry_residuals(std::span(r.data_ptr<float>(), static_cast<std::size_t>(r.numel())),
+                                           static_cast<std::size_t>(world), sync_->size(), world_);
+    }
+    if (world == world_ && table(partial, at::kDouble, world_, 3)) {
+      const auto p = partial.contiguous();
+      resumed_partial_.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
     }
     // Options that change the result: the run goes on with this run's.
     const auto saved = l.metadata.find("trainer.config");
@@ -688,7 +719,8 @@ std::string to_json(const train_config& c) {
                         {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
                         {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},
-                        {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps}}
+                        {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps},
+                        {"checkpoint_sharded", c.checkpoint_sharded}}
       .dump();
 }
 

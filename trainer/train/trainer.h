@@ -12,7 +12,8 @@
 //               test set evaluated once (each rank a shard, counts summed),
 //               a CRC32C of every parameter and buffer compared across
 //               ranks (a mismatch stops the job naming the ranks), and a
-//               checkpoint by rank 0 after a barrier, when due.
+//               checkpoint when due: by rank 0 after a barrier, or a set
+//               of shards every rank writes (--checkpoint-sharded).
 #pragma once
 
 #include <chrono>
@@ -46,6 +47,9 @@ struct train_config {
   bool overlap = false;                  ///< allreduce buckets from backward's hooks
   std::size_t bucket_bytes = 1 << 20;    ///< bucket size when overlapping
   std::filesystem::path checkpoint = "ferry-train.ferry";
+  /// Every rank writes a shard of a checkpoint set and rank 0 its index at
+  /// `checkpoint` (sharded.h); otherwise rank 0 writes one file.
+  bool checkpoint_sharded = false;
   std::int64_t checkpoint_every = 1;  ///< epochs between checkpoints (0: at the end only)
   std::int64_t checkpoint_steps = 0;  ///< also every N steps within an epoch (0: never)
   std::filesystem::path resume;
