@@ -95,6 +95,7 @@ bench: bench-deps
 	bench/comm_cluster --out bench-results/comm_cluster.json
 	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
 	build/bench/bench/interop_bench --benchmark_out=bench-results/interop.json
+	build/bench/bench/set_bench --benchmark_out=bench-results/set.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)
 	scripts/run-s390x-bench message
