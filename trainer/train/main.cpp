@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpoint-sharded", c.checkpoint_sharded,
                "every rank writes a shard of the checkpoint at once (the state split by bytes), rank 0 the index "
                "at --checkpoint, last; --resume reads it with any number of ranks");
+  app.add_flag("--checkpoint-async", c.checkpoint_async,
+               "training pauses only to copy the state into staging memory (allocated at the start, reused); a "
+               "background thread writes, fsyncs and publishes it; a failure stops the job at the next step");
   app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch (BatchNorm statistics are averaged there too); 0: never")

@@ -115,4 +115,11 @@ void reporter::epoch_end(const epoch_stats& s) {
              .dump());
 }
 
+void reporter::checkpoint(const save_stats& s) {
+  record(nlohmann::json{{"kind", "checkpoint"}, {"where", s.where}, {"path", s.path}, {"async", s.async},
+                        {"sharded", s.sharded}, {"stall_s", s.stall_s}, {"poll_s", s.poll_s},
+                        {"seconds", s.seconds}, {"bytes", s.bytes}, {"staging_bytes", s.staging_bytes}}
+             .dump());
+}
+
 }  // namespace ferry::trainer

@@ -20,6 +20,17 @@ struct epoch_stats {
   std::uint32_t crc = 0;
 };
 
+/// One checkpoint, once published (rank 0's view).
+struct save_stats {
+  std::string where, path;  ///< "epoch 3", the file or index
+  bool async = false, sharded = false;
+  double stall_s = 0;  ///< training paused for it: the snapshot (async) or the whole save
+  double poll_s = 0;   ///< async: the per-step exchanges while it was pending
+  double seconds = 0;  ///< from the snapshot to publication
+  std::uint64_t bytes = 0;          ///< written, every shard counted
+  std::uint64_t staging_bytes = 0;  ///< async: this rank's staging memory
+};
+
 class reporter {
  public:
   /// progress: -1 redraws when stdout is a terminal (or FERRY_PROGRESS_TTY
@@ -33,6 +44,8 @@ class reporter {
                 double images_per_s, double eta_s);
   void step_record(std::int64_t epoch, std::int64_t step, std::int64_t steps, std::int64_t global_step, double loss);
   void epoch_end(const epoch_stats& s);
+  /// A "checkpoint" record in the metrics (no line on the terminal).
+  void checkpoint(const save_stats& s);
   /// A line of text, ending any progress line being redrawn.
   void line(const std::string& text);
 

@@ -9,8 +9,12 @@
 // sees the same tensors as in a checkpoint rank 0 wrote alone. Rank 0 picks
 // the save's id and, once every rank's shard is committed, gathers their
 // records and publishes the index.
+//
+// The steps are apart so that saver.h can run the middle one (writing the
+// shard) on a background thread, from a snapshot of the entries.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -18,6 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "ferry/checkpoint/set.h"
 #include "ferry/checkpoint/torch/torch.h"
 
 namespace ferry::trainer {
@@ -31,13 +36,37 @@ struct rank_row {
   at::Tensor values;  ///< 1-d, contiguous, CPU
 };
 
-/// Every rank calls it with the same `replicated` tensors and metadata.
-/// `own`: this rank's rows; `alone`: tensors only this rank writes, whole
-/// (its generator's state on rank 0). Throws ferry::exception naming the
-/// file (every rank, when any rank failed, naming that rank) and
-/// comm::comm_error when a peer is lost.
-void save_sharded(const std::filesystem::path& index, collectives& comm, const ferry::torch::tensor_map& replicated,
-                  std::span<const rank_row> own, const ferry::torch::tensor_map& alone,
-                  const ferry::torch::metadata_map& metadata);
+/// One tensor of a rank's shard: a tensor whole, or elements [begin, begin
+/// + values.numel()) of the tensor `name` of `shape` (a piece or a row).
+struct shard_entry {
+  std::string name;
+  at::Tensor values;  ///< whole: the tensor; a part: its elements, 1-d
+  bool whole = true;
+  std::vector<std::uint64_t> shape;  ///< a part's whole tensor's
+  std::uint64_t begin = 0;
+};
+
+/// What rank `rank` of `world` writes: its planned pieces of `replicated`
+/// (every rank passes the same tensors), its rows `own`, and `alone`
+/// (tensors only it writes, whole). The values alias the arguments'
+/// tensors. Throws ferry::exception naming `index` (an unsupported dtype).
+std::vector<shard_entry> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
+                                       const ferry::torch::tensor_map& replicated, std::span<const rank_row> own,
+                                       const ferry::torch::tensor_map& alone);
+
+/// A new save id from rank 0, on every rank (a collective).
+std::string agree_save_id(collectives& comm);
+
+/// Writes, fsyncs and renames this rank's shard of save `save_id`; the
+/// record rank 0 needs for the index. Throws ferry::exception naming the
+/// shard. Touches no collective: safe on a background thread.
+checkpoint::shard_record write_shard(const std::filesystem::path& index, const std::string& save_id,
+                                     std::uint32_t rank, std::uint32_t world, std::span<const shard_entry> entries);
+
+/// Every rank's encoded record to rank 0 (a collective; `sizes` holds every
+/// rank's record length, in rank order); rank 0 gets them decoded, the
+/// others nothing.
+std::vector<checkpoint::shard_record> gather_records(collectives& comm, std::span<const std::byte> mine,
+                                                     std::span<const std::int64_t> sizes);
 
 }  // namespace ferry::trainer

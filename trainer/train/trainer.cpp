@@ -24,7 +24,7 @@
 #include "ferry/trainer/sampler.h"
 #include "gradient_sync.h"
 #include "model.h"
-#include "sharded.h"
+#include "saver.h"
 #include "ferry/wire/bulk.h"
 #include "report.h"
 
@@ -113,6 +113,8 @@ class job {
     steps_ = (per_rank + c.batch - 1) / c.batch;
     if (steps_ == 0) fail(errc::size_mismatch, "no training samples for this rank (fewer samples than ranks)");
     if (rank_ == 0) report_ = std::make_unique<reporter>(c.progress, c.metrics, !c.resume.empty());
+    saver_ = std::make_unique<saver>(saver_options{c.checkpoint, c.checkpoint_sharded, c.checkpoint_async}, comm_,
+                                     report_.get());
   }
 
   train_result run(clock_type::time_point started) {
@@ -143,6 +145,7 @@ class job {
         const auto loss = ::torch::nn::functional::cross_entropy(out, y);
         loss.backward();
         const double waited = sync_->after_backward();
+        saver_->before_update();  // a pending asynchronous save has copied what the step changes
         optimizer_step();
         const double l = loss.item<double>();
         partial_[0] += l * static_cast<double>(idx.size());
@@ -165,6 +168,7 @@ class job {
                               elapsed / static_cast<double>(step_ + 1);
           report_->progress(epoch_ + 1, c_.epochs, step_ + 1, steps, l, rate, left);
         }
+        saver_->poll();  // a pending asynchronous save's progress
         if (c_.die_rank == rank_ && global_step_ == c_.die_at_step) raise(SIGKILL);
         if (c_.flip_rank == rank_ && global_step_ == c_.flip_at_step) {
           auto* weight = params_[0].data_ptr<float>();
@@ -178,6 +182,7 @@ class job {
       }
       epoch_end(epoch_start, compute, wait, result);
     }
+    saver_->finish();
     result.epochs = c_.epochs;
     return result;
   }
@@ -225,6 +230,7 @@ class job {
     if (rank_ == 0 && resumed_partial_.size() == partial.size()) partial = resumed_partial_;
     comm_.broadcast(std::span(partial));
     std::copy_n(partial.begin() + 3 * rank_, 3, partial_.begin());
+    saver_->prepare(save_state_now());
   }
 
   std::vector<at::Tensor> all_float_state() {
@@ -363,58 +369,40 @@ class job {
     }
   }
 
-  // Rank 0 writes the checkpoint (atomically) after a barrier. Every rank
-  // takes part: BatchNorm statistics are averaged first, and the per-rank
-  // state (residuals, the partial epoch's counters) is gathered.
+  // Every rank takes part: BatchNorm statistics are averaged first (at a
+  // step within an epoch), then saver.h writes what this rank writes.
   void save(bool averaged) {
     if (!averaged) average_buffers();
-    if (c_.checkpoint_sharded) return save_shards();
-    const auto res = sync_->residuals();
-    std::vector<float> all_res(res.size() * world_);
-    if (!res.empty()) comm_.allgather(std::span<const float>(res), all_res);
-    std::vector<double> all_partial(3 * world_);
-    comm_.allgather(std::span<const double>(partial_), all_partial);
-    comm_.barrier();
-    if (rank_ != 0) return;
-    ferry::torch::tensor_map tensors = ferry::torch::state_dict(*model_);
-    ferry::torch::metadata_map meta;
-    ferry::torch::optimizer_state(*adam_, *model_, tensors, meta).value();
-    // LibTorch's generator state is its C struct's bytes: meaningful only
-    // to a host of the same architecture (the job draws nothing from it
-    // after start; the sampler's order is seeded by seed + epoch).
-    tensors["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-    meta["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
-    if (!all_res.empty()) {
-      tensors["trainer.residual"] =
-          ::torch::from_blob(all_res.data(), {world_, static_cast<std::int64_t>(res.size())}, ::torch::kFloat32).clone();
-    }
-    tensors["trainer.partial"] =
-        ::torch::from_blob(all_partial.data(), {world_, 3}, ::torch::kFloat64).clone();
-    position(meta);
-    ferry::torch::save(c_.checkpoint, tensors, meta).value();
+    saver_->save(save_state_now(), step_ == 0 ? "epoch " + std::to_string(epoch_)
+                                              : "epoch " + std::to_string(epoch_ + 1) + " step " + std::to_string(step_));
   }
 
-  // Every rank writes its shard: its part of the replicated state, its own
-  // residuals and counters (rank 0: its generator too).
-  void save_shards() {
-    ferry::torch::tensor_map replicated = ferry::torch::state_dict(*model_), alone;
-    ferry::torch::metadata_map meta;
-    ferry::torch::optimizer_state(*adam_, *model_, replicated, meta).value();
+  // The state a checkpoint holds, over the live tensors: the model, Adam's
+  // state, per-rank rows (residuals, the partial epoch's counters) and, on
+  // rank 0, its generator.
+  save_state save_state_now() {
+    save_state s;
+    s.replicated = ferry::torch::state_dict(*model_);
+    ferry::torch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
     if (rank_ == 0) {
-      alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-      meta["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+      // LibTorch's generator state is its C struct's bytes: meaningful only
+      // to a host of the same architecture (the job draws nothing from it
+      // after start; the sampler's order is seeded by seed + epoch).
+      s.alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+      s.metadata["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
     }
-    std::vector<rank_row> own;
     const auto res = sync_->residuals();
     if (!res.empty()) {
-      own.push_back({"trainer.residual",
-                     ::torch::from_blob(const_cast<float*>(res.data()), {static_cast<std::int64_t>(res.size())},
-                                        ::torch::kFloat32)
-                         .clone()});
+      s.own.push_back({"trainer.residual", ::torch::from_blob(const_cast<float*>(res.data()),
+                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)});
     }
-    own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64).clone()});
-    position(meta);
-    save_sharded(c_.checkpoint, comm_, replicated, own, alone, meta);
+    s.own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64)});
+    position(s.metadata);
+    // What only the optimizer step changes: everything but the buffers
+    // (BatchNorm's statistics change in every forward).
+    for (const auto& [name, t] : s.replicated) s.until_update.insert(name);
+    for (const auto& item : model_->named_buffers()) s.until_update.erase(item.key());
+    return s;
   }
 
   // Where the job is, for a checkpoint's metadata.
@@ -551,6 +539,7 @@ class job {
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;
+  std::unique_ptr<saver> saver_;
   std::int64_t steps_ = 0;  // per epoch, the same on every rank
   std::int64_t epoch_ = 0, step_ = 0, global_step_ = 0, adam_step_ = 0;
   std::array<double, 3> partial_{};  // loss sum, correct, seen in this epoch
@@ -568,7 +557,8 @@ std::string to_json(const train_config& c) {
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
                         {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},
                         {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps},
-                        {"checkpoint_sharded", c.checkpoint_sharded}}
+                        {"checkpoint_sharded", c.checkpoint_sharded},
+                        {"checkpoint_async", c.checkpoint_async}}
       .dump();
 }
 

@@ -12,8 +12,9 @@
 //               test set evaluated once (each rank a shard, counts summed),
 //               a CRC32C of every parameter and buffer compared across
 //               ranks (a mismatch stops the job naming the ranks), and a
-//               checkpoint when due: by rank 0 after a barrier, or a set
-//               of shards every rank writes (--checkpoint-sharded).
+//               checkpoint when due: by rank 0, or a set of shards every
+//               rank writes (--checkpoint-sharded); at once, or from a
+//               snapshot in the background (--checkpoint-async, saver.h).
 #pragma once
 
 #include <chrono>
@@ -50,6 +51,9 @@ struct train_config {
   /// Every rank writes a shard of a checkpoint set and rank 0 its index at
   /// `checkpoint` (sharded.h); otherwise rank 0 writes one file.
   bool checkpoint_sharded = false;
+  /// Training pauses only for a snapshot; a background thread writes
+  /// (saver.h).
+  bool checkpoint_async = false;
   std::int64_t checkpoint_every = 1;  ///< epochs between checkpoints (0: at the end only)
   std::int64_t checkpoint_steps = 0;  ///< also every N steps within an epoch (0: never)
   std::filesystem::path resume;
