@@ -116,7 +116,7 @@ void reporter::epoch_end(const epoch_stats& s) {
 }
 
 void reporter::checkpoint(const save_stats& s) {
-  record(nlohmann::json{{"kind", "checkpoint"}, {"where", s.where}, {"path", s.path}, {"async", s.async},
+  record(nlohmann::json{{"kind", "checkpoint"}, {"where", s.where}, {"global_step", s.global_step}, {"path", s.path}, {"async", s.async},
                         {"sharded", s.sharded}, {"stall_s", s.stall_s}, {"poll_s", s.poll_s},
                         {"seconds", s.seconds}, {"bytes", s.bytes}, {"staging_bytes", s.staging_bytes}}
              .dump());

@@ -22,7 +22,9 @@ struct epoch_stats {
 
 /// One checkpoint, once published (rank 0's view).
 struct save_stats {
-  std::string where, path;  ///< "epoch 3", the file or index
+  std::string where;              ///< "epoch 3"
+  std::int64_t global_step = 0;   ///< the steps it holds
+  std::string path;               ///< the file or the set's index
   bool async = false, sharded = false;
   double stall_s = 0;  ///< training paused for it: the snapshot (async) or the whole save
   double poll_s = 0;   ///< async: the per-step exchanges while it was pending

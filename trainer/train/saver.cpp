@@ -127,13 +127,14 @@ at::Tensor saver::snapshot(const shard_entry& e) {
   return it->second;
 }
 
-void saver::save(const save_state& state, const std::string& where) {
+void saver::save(const save_state& state, const std::string& where, std::int64_t global_step) {
   const at::NoGradGuard no_grad;
   save_started_ = clock_type::now();
   finish();  // the save before this one is published first
   save_state s = state;
   if (!o_.sharded) gather_rows(s);
   where_ = where;
+  global_step_ = global_step;
   metadata_ = s.metadata;
   stall_s_ = poll_s_ = 0;
   bytes_ = 0;
@@ -247,7 +248,7 @@ void saver::done() {
   std::error_code ec;
   if (!o_.sharded) bytes_ = std::filesystem::file_size(o_.path, ec);
   if (!o_.async) stall_s_ = since(save_started_);
-  report_->checkpoint({.where = where_, .path = o_.path.string(), .async = o_.async, .sharded = o_.sharded,
+  report_->checkpoint({.where = where_, .global_step = global_step_, .path = o_.path.string(), .async = o_.async, .sharded = o_.sharded,
                        .stall_s = stall_s_, .poll_s = poll_s_, .seconds = since(started_), .bytes = bytes_,
                        .staging_bytes = staging_bytes_});
 }

@@ -88,8 +88,9 @@ class saver {
   /// says how much. Sync: nothing.
   void prepare(const save_state& s);
   /// A collective: every rank calls it at the same point with its state.
-  /// `where` names the position ("epoch 3") for the report.
-  void save(const save_state& s, const std::string& where);
+  /// `where` names the position ("epoch 3") and `global_step` counts the
+  /// steps it holds, for the report.
+  void save(const save_state& s, const std::string& where, std::int64_t global_step);
   /// Called before anything in `until_update` changes: waits until the
   /// pending save's copy of them is taken.
   void before_update();
@@ -125,6 +126,7 @@ class saver {
   std::atomic<bool> copied_{true};
   std::exception_ptr failure_;
   std::string save_id_, where_;
+  std::int64_t global_step_ = 0;
   std::vector<shard_entry> entries_;
   // The snapshot's copies by source, so that aliases stay aliased.
   std::map<std::tuple<const void*, std::vector<std::int64_t>, std::vector<std::int64_t>, int>, at::Tensor> copies_;

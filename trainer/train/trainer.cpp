@@ -374,7 +374,8 @@ class job {
   void save(bool averaged) {
     if (!averaged) average_buffers();
     saver_->save(save_state_now(), step_ == 0 ? "epoch " + std::to_string(epoch_)
-                                              : "epoch " + std::to_string(epoch_ + 1) + " step " + std::to_string(step_));
+                                              : "epoch " + std::to_string(epoch_ + 1) + " step " + std::to_string(step_),
+                 global_step_);
   }
 
   // The state a checkpoint holds, over the live tensors: the model, Adam's
@@ -393,8 +394,10 @@ class job {
     }
     const auto res = sync_->residuals();
     if (!res.empty()) {
+      // residuals() is a copy, gathered from the buckets.
       s.own.push_back({"trainer.residual", ::torch::from_blob(const_cast<float*>(res.data()),
-                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)});
+                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)
+                                               .clone()});
     }
     s.own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64)});
     position(s.metadata);

@@ -1,0 +1,231 @@
+// ferry-train's checkpoints under stress, as a user runs the job: saves in
+// the background (--checkpoint-async) write the bits a synchronous save
+// writes; a full disk stops the job at the next step with one line and
+// leaves the previous checkpoint; SIGKILLs of one rank or the whole job at
+// random moments during sharded and asynchronous saves never leave a
+// checkpoint that fails to load, nor an older one than the newest
+// published.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "../checkpoint/helpers.h"
+#include "ferry/checkpoint/reader.h"
+
+extern char** environ;
+
+namespace ferry::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::testing::read_text;
+using checkpoint::testing::scratch_dir;
+
+struct run_result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::vector<nlohmann::json> records(const fs::path& p, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j["kind"] == kind) out.push_back(j);
+  }
+  return out;
+}
+
+// Every tensor of `a` is in `b` with the same bits, and no other (the
+// metadata differs: the run's options).
+void expect_same_tensors(const fs::path& a, const fs::path& b) {
+  auto x = checkpoint::open(a);
+  auto y = checkpoint::open(b);
+  ASSERT_TRUE(x && y);
+  ASSERT_EQ(x->tensors().size(), y->tensors().size());
+  for (const auto& t : x->tensors()) {
+    auto u = x->get(t);
+    auto v = y->get(t.name);
+    ASSERT_TRUE(u && v) << t.name;
+    EXPECT_EQ(u->contiguous_copy(), v->contiguous_copy()) << t.name;
+  }
+}
+
+class TrainerCheckpoint : public scratch_dir {
+ protected:
+  run_result shell(const std::string& line) {
+    const auto out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = "cd '" + dir_.string() + "' && { " + line + "; } >'" + out.string() + "' 2>'" +
+                            err.string() + "'";
+    const int rc = std::system(cmd.c_str());
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
+  }
+  static std::string run() { return std::string("'") + FERRY_RUN + "'"; }
+  static std::string job(int limit, int epochs) {
+    return std::string("'") + FERRY_TRAIN + "' --limit " + std::to_string(limit) +
+           " --test-limit 500 --threads 1 --progress plain --epochs " + std::to_string(epochs);
+  }
+};
+
+// The snapshot is taken while training goes on: what lands on disk must be
+// what a synchronous save of the same moment writes, also with saves that
+// overlap (one every 5 steps), residuals and a resume from it.
+TEST_F(TrainerCheckpoint, AsyncSavesWriteWhatSyncSavesWrite) {
+  for (const std::string kind : {"", " --checkpoint-sharded"}) {
+    SCOPED_TRACE(kind.empty() ? "one file" : "sharded");
+    const auto base = run() + " -n 2 " + job(1600, 2) + " --compress bf16 --checkpoint-steps 5" + kind;
+    ASSERT_EQ(shell(base + " --checkpoint sync.ferry").status, 0);
+    const auto r = shell(base + " --checkpoint-async --checkpoint async.ferry --metrics m.jsonl");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("asynchronous checkpoints: "), std::string::npos) << r.out;
+    expect_same_tensors(dir_ / "sync.ferry", dir_ / "async.ferry");
+    // Every save reported once published, in order, the last at the end.
+    const auto saves = records(dir_ / "m.jsonl", "checkpoint");
+    ASSERT_EQ(saves.size(), 10u);  // 2 epochs x (4 within + 1 at the end)
+    for (std::size_t i = 0; i < saves.size(); ++i) {
+      EXPECT_TRUE(saves[i]["async"].get<bool>());
+      EXPECT_GT(saves[i]["staging_bytes"].get<std::int64_t>(), 0);
+      if (i > 0) {
+        EXPECT_GT(saves[i]["global_step"].get<std::int64_t>(), saves[i - 1]["global_step"].get<std::int64_t>());
+      }
+    }
+    EXPECT_EQ(saves.back()["where"], "epoch 2");
+    // Resumed, the async checkpoint goes on as the sync one does.
+    const auto more = run() + " -n 2 " + job(1600, 3) + " --compress bf16" + kind;
+    ASSERT_EQ(shell(more + " --resume async.ferry --checkpoint a.ferry").status, 0);
+    ASSERT_EQ(shell(more + " --resume sync.ferry --checkpoint b.ferry").status, 0);
+    expect_same_tensors(dir_ / "a.ferry", dir_ / "b.ferry");
+  }
+}
+
+// A background save that cannot be written (a 600 KiB tmpfs holds one
+// checkpoint of the default model, not two) stops every rank at the next
+// step with one line naming the file; the checkpoint before it loads.
+TEST_F(TrainerCheckpoint, FullDiskStopsTheJobAndKeepsThePreviousCheckpoint) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a size-limited tmpfs needs root";
+  const auto mnt = dir_ / "small";
+  fs::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=600k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs at " << mnt << ": " << std::strerror(errno);
+  }
+  struct unmount {
+    fs::path p;
+    ~unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } guard{mnt};
+  for (const std::string mode : {" --checkpoint-async", " --checkpoint-async --checkpoint-sharded", ""}) {
+    SCOPED_TRACE(mode);
+    for (const auto& e : fs::directory_iterator(mnt)) fs::remove(e.path());
+    const auto r = shell(run() + " -n 2 " + job(1600, 3) + mode + " --checkpoint small/ck.ferry");
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("small/ck"), std::string::npos) << r.err;
+    // One line per rank (and the launcher's), none of them repeated.
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_LT(line.size(), 400u) << line;
+    }
+    auto back = checkpoint::open(mnt / "ck.ferry");
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_TRUE(back->verify());
+    EXPECT_EQ(back->metadata().at("trainer.epoch"), "1");
+  }
+}
+
+// ferry-run's children (the ranks), from /proc.
+std::vector<pid_t> children(pid_t parent) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
+  for (pid_t p = 0; in >> p;) out.push_back(p);
+  return out;
+}
+
+// 50 SIGKILLs, at random moments of jobs that save every other step a
+// model whose saves take most of their time (a sharded set, in the
+// background or not, and one file in the background), of the whole job or
+// of one rank. After each, the checkpoint loads and verifies (the reader
+// takes no torn set), and is no older than the newest one the job reported
+// published; the next job resumes from it and saves over what the killed
+// one left.
+TEST_F(TrainerCheckpoint, KillsDuringSavesLeaveTheNewestPublishedCheckpoint) {
+  const std::string modes[] = {" --checkpoint-sharded", " --checkpoint-sharded --checkpoint-async",
+                               " --checkpoint-async"};
+  std::mt19937 rng(20261125);
+  std::int64_t newest = -1;
+  int loaded = 0, mid_save = 0;
+  for (int round = 0; round < 50; ++round) {
+    const auto& mode = modes[static_cast<std::size_t>(round) % 3];
+    SCOPED_TRACE("round " + std::to_string(round) + mode);
+    const bool whole = rng() % 2 == 0;
+    // A new metrics file per round: what this job reported published.
+    std::string line = run() + " -n 2 " + job(1024, 1000) + " --hidden 512,512 --checkpoint-steps 2" + mode +
+                       " --checkpoint ck.ferry --metrics m.jsonl";
+    if (fs::exists(dir_ / "ck.ferry")) line += " --resume ck.ferry";
+    const std::string cmd = "cd '" + dir_.string() + "' && exec " + line + " >/dev/null 2>&1";
+    const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    // Past start-up (data, rendezvous, the first save), then anywhere.
+    std::this_thread::sleep_for(std::chrono::milliseconds(900 + rng() % 1500));
+    const auto ranks = children(pid);
+    if (whole || ranks.empty()) {
+      kill(pid, SIGKILL);  // the ranks die with the launcher (PR_SET_PDEATHSIG)
+    } else {
+      kill(ranks[rng() % ranks.size()], SIGKILL);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    for (int i = 0; i < 50 && !children(pid).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // orphans' SIGKILL delivered
+    for (const auto& rec : records(dir_ / "m.jsonl", "checkpoint")) {
+      newest = std::max(newest, rec["global_step"].get<std::int64_t>());
+    }
+    fs::remove(dir_ / "m.jsonl");
+    if (!fs::exists(dir_ / "ck.ferry")) {
+      ASSERT_EQ(newest, -1) << "a published checkpoint is gone";
+      continue;
+    }
+    auto ck = checkpoint::open(dir_ / "ck.ferry");
+    ASSERT_TRUE(ck) << ck.error();
+    ASSERT_TRUE(ck->verify()) << ck->verify().error();
+    const std::int64_t step = std::stoll(ck->metadata().at("trainer.global_step"));
+    EXPECT_GE(step, newest);
+    newest = std::max(newest, step);
+    ++loaded;
+    // Files of a save in flight: shards or temporaries the index does not
+    // name.
+    std::size_t files = 0;
+    for (const auto& e : fs::directory_iterator(dir_)) files += e.path().filename().string().starts_with("ck");
+    mid_save += files > 1 + ck->shards().size();
+  }
+  EXPECT_GT(loaded, 40);
+  EXPECT_GT(mid_save, 10) << "few kills landed during a save";
+  std::printf("%d of 50 kills left a save in flight\n", mid_save);
+  // A job that ends normally (at the end of the checkpoint's epoch) leaves
+  // the index and its shards, nothing else.
+  ASSERT_TRUE(fs::exists(dir_ / "ck.ferry"));
+  const auto epoch = std::stoll(checkpoint::open(dir_ / "ck.ferry")->metadata().at("trainer.epoch"));
+  const auto last = shell(run() + " -n 2 " + job(1024, static_cast<int>(epoch) + 1) +
+                          " --hidden 512,512 --checkpoint-sharded --checkpoint-async --checkpoint ck.ferry"
+                          " --resume ck.ferry");
+  ASSERT_EQ(last.status, 0) << last.err;
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.path().filename().string().starts_with("ck");
+  EXPECT_EQ(files, 3u);
+}
+
+}  // namespace
+}  // namespace ferry::trainer
