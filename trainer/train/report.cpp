@@ -109,6 +109,7 @@ void reporter::epoch_end(const epoch_stats& s) {
                         {"test_acc", s.test_acc},
                         {"seconds", s.seconds},
                         {"images_per_s", s.images_per_s},
+                        {"wall_s", s.wall_s},
                         {"compute_s", s.compute_s},
                         {"comm_s", s.comm_s},
                         {"crc32c", s.crc}}

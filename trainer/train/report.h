@@ -16,6 +16,7 @@ struct epoch_stats {
   std::int64_t epoch = 0, epochs = 0;  // epoch counts from 1 here
   double train_loss = 0, train_acc = 0, test_acc = 0;
   double seconds = 0, images_per_s = 0;
+  double wall_s = 0;  // since the job started, at the end of this epoch (before its checkpoint)
   std::vector<double> compute_s, comm_s;  // per rank
   std::uint32_t crc = 0;
 };

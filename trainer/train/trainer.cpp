@@ -358,7 +358,7 @@ class job {
     result.train_loss = s.train_loss;
     result.train_acc = s.train_acc;
     result.test_acc = s.test_acc;
-    result.wall_s = since(started_);
+    result.wall_s = s.wall_s = since(started_);
     if (rank_ == 0) report_->epoch_end(s);
     const bool last = epoch_ + 1 == c_.epochs;
     if (last || (c_.checkpoint_every > 0 && (epoch_ + 1) % c_.checkpoint_every == 0)) {
