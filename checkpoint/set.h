@@ -36,7 +36,11 @@
 //     2 size      u64     the shard's length in bytes [bad_shard]
 //     3 manifest_crc32c u32  its trailer's manifest_crc32c [bad_shard]
 //     4 order     u8      its byte order, 0 little, 1 big [bad_shard]
-//     5 rank      u32     the rank that wrote it, < world [bad_index]
+//     5 rank      u32     the rank that wrote it, < its save's world [bad_index]
+//     6 save_id   string  the save that wrote it: 16 lowercase hex digits,
+//                         or empty for the index's own [bad_index]; its
+//                         metadata `ferry.set.save_id` MUST equal it [bad_shard]
+//     7 world     u32     the world of that save, or 0 for the index's
 //   ferry.checkpoint.set_tensor
 //     1 name      string  as in a .ferry file; unique [bad_name, duplicate_key]
 //     2 dtype     u8      a dtype code (format.h)
@@ -57,6 +61,12 @@
 // shape (any strides, sharing the shard's storages as the shard says);
 // otherwise a contiguous 1-d tensor of `count` elements.
 //
+// INCREMENTAL SETS. An index MAY name shards of earlier saves (fields 6
+// and 7 say which save and world wrote them): their pieces had the same
+// values when this save was taken, so they were not written again. Every
+// index names every shard file it needs; no index refers to another
+// index, so removing an index never breaks another one.
+//
 // SHARD FILES are named `<stem>-<save_id>-<rank>-of-<world>.ferry` (rank
 // and world in 5 digits; stem: the index's file name less `.ferry`), in the
 // index's folder, and carry metadata `ferry.set.save_id` and
@@ -66,9 +76,12 @@
 // before the index; the index's rename is the commit point. A crash at any
 // moment leaves the previous index, and the shards it names, untouched.
 // After publishing an index, commit_set() removes the index folder's shard
-// files of the same stem that the new index does not name (those of the
-// previous save, or of saves that never committed) and their temporaries
-// no live writer holds. One job saves to one index path at a time.
+// files of the same stem that no index in the folder names (those of the
+// previous save that the new one does not keep, or of saves that never
+// committed) and their temporaries no live writer holds. To keep an older
+// checkpoint, keep (copy) its index in the folder: its shards stay until
+// no index names them. If an index in the folder cannot be read, nothing
+// is removed. One job saves to one index path at a time.
 #pragma once
 
 #include <cstdint>
@@ -119,22 +132,37 @@ struct planned_piece {
                                                                   std::uint32_t shards,
                                                                   std::uint64_t split_bytes = std::uint64_t{1} << 20);
 
-/// What an index records of one shard, and the pieces the shard holds:
-/// what a rank sends the rank that commits the set.
-struct shard_record {
+/// What an index records of one shard file.
+struct shard_info {
+  std::string file;  ///< file name, in the index's folder
+  std::uint64_t size = 0;
+  std::uint32_t manifest_crc32c = 0;
+  wire::byte_order order = wire::host_order;
+  std::uint32_t rank = 0;
+  std::string save_id;      ///< the save that wrote it (an earlier one's, for a kept piece)
+  std::uint32_t world = 0;  ///< that save's world
+};
+
+/// What an index records of one shard and the pieces it holds: what a rank
+/// sends the rank that commits the set. An incremental shard also names
+/// the pieces it keeps from earlier saves' shards.
+struct shard_record : shard_info {
   struct piece {
     std::string name;
     codec::dtype dtype = codec::dtype::f32;
     std::vector<std::uint64_t> shape;  ///< the whole tensor's
     std::uint64_t begin = 0;
     std::uint64_t count = 0;
+    /// CRC32C of the elements in host order, when the writer tracked
+    /// changes (shard_writer::base_on); not encoded.
+    std::uint32_t crc32c = 0;
   };
-  std::string file;  ///< file name, in the index's folder
-  std::uint64_t size = 0;
-  std::uint32_t manifest_crc32c = 0;
-  wire::byte_order order = wire::host_order;
-  std::uint32_t rank = 0;
+  struct kept_piece {
+    shard_info shard;  ///< the earlier shard that holds it
+    piece p;
+  };
   std::vector<piece> pieces;
+  std::vector<kept_piece> kept;
 
   /// As bytes (a graph archive, the index's types), to send to another rank.
   [[nodiscard]] std::vector<std::byte> encode() const;
@@ -172,6 +200,15 @@ class shard_writer {
   [[nodiscard]] result<void, error> add_part(std::string_view name, codec::dtype dtype,
                                              std::span<const std::uint64_t> shape, std::uint64_t begin,
                                              std::span<const std::byte> elements);
+  /// Incremental saves. With `previous`, this writer's record of the last
+  /// published save (as its commit() returned it): a piece whose name,
+  /// dtype, shape, begin and count equal a piece of `previous` (written or
+  /// kept there), whose elements have the same CRC32C and, confirmed byte
+  /// for byte, the same values as that piece read back from its shard
+  /// file, is kept there instead of written. With null: a full save. Either
+  /// way, every piece's CRC32C is computed and recorded, for the next
+  /// save. Call before adding anything.
+  void base_on(const shard_record* previous);
   /// Publishes the shard and says what the index must record of it.
   [[nodiscard]] result<shard_record, error> commit();
 

@@ -6,6 +6,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/set.h"
 
 namespace ferry::checkpoint::detail {
@@ -63,9 +68,13 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
     }
     if (!files.insert(s.file).second) return error(errc::duplicate_key, shard_context(where, s.file));
     if (s.order > 1) return error(errc::bad_byte_order, shard_context(where, s.file));
-    if (s.rank >= m.world) {
+    if (!s.save_id.empty() && !valid_save_id(s.save_id)) {
+      return error(checkpoint_errc::bad_index, shard_context(where, s.file) + ": save id is not 16 hex digits");
+    }
+    const std::uint32_t world = s.world == 0 ? m.world : s.world;
+    if (s.rank >= world) {
       return error(checkpoint_errc::bad_index,
-                   shard_context(where, s.file) + ": rank " + std::to_string(s.rank) + " of " + std::to_string(m.world));
+                   shard_context(where, s.file) + ": rank " + std::to_string(s.rank) + " of " + std::to_string(world));
     }
   }
   if (m.tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
@@ -185,6 +194,31 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
   return set;
 }
 
+result<std::vector<std::string>, error> set_files(const std::filesystem::path& path, const limits& lim) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return file_error(path, errc::io_error, errno);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return file_error(path, errc::io_error, errno);
+  std::array<std::byte, header_size> head{};
+  int sys_errno = 0;
+  if (static_cast<std::uint64_t>(st.st_size) < header_size || !pread_exact(fd, 0, head, sys_errno)) {
+    return file_error(path, errc::truncated, sys_errno);
+  }
+  if (std::memcmp(head.data(), file_magic, sizeof file_magic) != 0 || head[10] != std::byte{set_index_flag}) {
+    return file_error(path, checkpoint_errc::bad_index, 0, "not a set's index");
+  }
+  FERRY_TRY_ASSIGN(auto container, read_ferry_container(fd, static_cast<std::uint64_t>(st.st_size), path, head, lim));
+  auto m = graph::read<set_manifest>(container.manifest, set_options(lim, container.trailer.header.order));
+  if (!m) return error(m.error(), path.string() + ": index");
+  std::vector<std::string> files;
+  for (auto& sh : m->shards) files.push_back(std::move(sh.file));
+  return files;
+}
+
 result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
                                                    const read_options& opt, parsed_file& out) {
   const std::string where = path.string();
@@ -198,9 +232,10 @@ result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& 
     const auto bad = [](std::string what) { return error(checkpoint_errc::bad_shard, std::move(what)); };
     if (r.format() != file_format::ferry) return bad("not a .ferry file");
     const auto meta = r.metadata().find("ferry.set.save_id");
-    if (meta == r.metadata().end() || meta->second != m->save_id) {
+    const std::string& id = s.save_id.empty() ? m->save_id : s.save_id;
+    if (meta == r.metadata().end() || meta->second != id) {
       return bad("from another save (save id " + (meta == r.metadata().end() ? std::string("none") : meta->second) +
-                 ", the index's " + m->save_id + ")");
+                 ", the index records " + id + ")");
     }
     if (r.file_size() != s.size) {
       return bad(std::to_string(r.file_size()) + " bytes, the index records " + std::to_string(s.size));

@@ -55,6 +55,8 @@ struct shard_entry {
   std::uint32_t manifest_crc32c = 0;
   std::uint8_t order = 0;
   std::uint32_t rank = 0;
+  std::string save_id;      // empty: the index's
+  std::uint32_t world = 0;  // 0: the index's
   template <class F>
   void describe(F& f) {
     f(1, "file", file);
@@ -62,6 +64,8 @@ struct shard_entry {
     f(3, "manifest_crc32c", manifest_crc32c);
     f(4, "order", order);
     f(5, "rank", rank);
+    f(6, "save_id", save_id);
+    f(7, "world", world);
   }
 };
 
@@ -81,6 +85,10 @@ struct set_manifest {
     f(5, "metadata", metadata);
   }
 };
+
+/// The shard files the set index at `path` names, read without opening
+/// them; an error when `path` is not a readable index.
+result<std::vector<std::string>, error> set_files(const std::filesystem::path& path, const limits& lim);
 
 /// The graph options an index (and a shard_record) is read and written with.
 graph::options set_options(const limits& lim, wire::byte_order order) noexcept;

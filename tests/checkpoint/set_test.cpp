@@ -383,10 +383,17 @@ TEST(SetIndex, CheckSetRules) {
   detail::set_manifest good;
   good.save_id = "0123456789abcdef";
   good.world = 2;
-  good.shards = {{"a.ferry", 1, 0, 0, 0}, {"b.ferry", 1, 0, 1, 1}};
+  good.shards = {{"a.ferry", 1, 0, 0, 0, "", 0}, {"b.ferry", 1, 0, 1, 1, "", 0}};
   good.tensors = {{"w", codec::code(codec::dtype::f32), {10}, {{0, 0, 4}, {1, 4, 6}}, false},
                   {"e", codec::code(codec::dtype::f32), {0}, {{1, 0, 0}}, false}};
   ASSERT_TRUE(detail::check_set(good, {}, "i"));
+  {  // a shard of an earlier save of another world (incremental)
+    auto m = good;
+    m.shards[1].save_id = "fedcba9876543210";
+    m.shards[1].world = 4;
+    m.shards[1].rank = 3;
+    EXPECT_TRUE(detail::check_set(m, {}, "i"));
+  }
   const auto expect = [&](auto mutate, error_code c) {
     auto m = good;
     mutate(m);
@@ -403,6 +410,8 @@ TEST(SetIndex, CheckSetRules) {
   expect([](M& m) { m.shards[1].file = "a.ferry"; }, errc::duplicate_key);
   expect([](M& m) { m.shards[1].order = 2; }, errc::bad_byte_order);
   expect([](M& m) { m.shards[1].rank = 2; }, checkpoint_errc::bad_index);
+  expect([](M& m) { m.shards[1].save_id = "01234"; }, checkpoint_errc::bad_index);
+  expect([](M& m) { m.shards[1].world = 3, m.shards[1].rank = 3; }, checkpoint_errc::bad_index);
   expect([](M& m) { m.tensors[1].name = "w"; }, errc::duplicate_key);
   expect([](M& m) { m.tensors[0].pieces[1].shard = 7; }, checkpoint_errc::bad_index);
   expect([](M& m) { m.tensors[0].pieces[1].shard = 0; }, checkpoint_errc::bad_pieces);
