@@ -2,6 +2,10 @@
 // stand on, on 1 GiB of state: 8 f32 tensors of 64 MiB (split across
 // shards), 120 of 4 MiB and 100 small ones.
 //
+//   incremental: the same state with half its bytes changed, saved over a
+//         full save (base_on): bytes written against the full save's, and
+//         its time beside the full save's (it computes every piece's
+//         CRC32C and reads back the unchanged ones to confirm them).
 //   save: 4 ranks (threads, each a shard_writer: planned pieces, fsync,
 //         rename) and the index, against one write() + fsync of the same
 //         bytes into a new file renamed into place (the best one process
@@ -84,31 +88,71 @@ const state& workload() {
 
 // Every rank's shard at once, then the index: what save_set() does with a
 // thread per rank (it caps threads at the cores; ranks are processes).
-void save_set_4_ranks(const fs::path& index, const ckpt::write_options& opt) {
-  const auto refs = workload().refs();
+// With `records`: incremental (shard_writer::base_on), over its records
+// when it holds the last save's, which it then holds. Returns the bytes
+// written.
+std::uint64_t save_set_4_ranks(const fs::path& index, const ckpt::write_options& opt,
+                               const std::vector<ckpt::tensor_ref>& refs,
+                               std::vector<ckpt::shard_record>* records = nullptr) {
   const auto plan = ckpt::plan_shards(refs, save_ranks);
   const auto id = ckpt::new_save_id();
-  std::vector<std::optional<ckpt::shard_record>> records(save_ranks);
+  std::vector<std::optional<ckpt::shard_record>> written(save_ranks);
   std::vector<std::thread> ranks;
   for (std::uint32_t k = 0; k < save_ranks; ++k) {
     ranks.emplace_back([&, k] {
       auto w = ckpt::shard_writer::create(index, id, k, save_ranks, opt);
       check(w.has_value(), "shard_writer");
+      if (records != nullptr) w->base_on(records->empty() ? nullptr : &(*records)[k]);
       for (const auto& p : plan[k]) check(w->add_piece(refs[p.tensor], p.begin, p.count).has_value(), "add_piece");
       auto r = w->commit();
       check(r.has_value(), "shard commit");
-      records[k] = std::move(*r);
+      written[k] = std::move(*r);
     });
   }
   for (auto& t : ranks) t.join();
   std::vector<ckpt::shard_record> all;
-  for (auto& r : records) all.push_back(std::move(*r));
+  std::uint64_t bytes = 0;
+  for (auto& r : written) {
+    bytes += r->size;
+    all.push_back(std::move(*r));
+  }
   check(ckpt::commit_set(index, id, save_ranks, all, {}, opt).has_value(), "commit_set");
+  if (records != nullptr) *records = std::move(all);
+  return bytes;
 }
 
 void BM_save_set_4_ranks(benchmark::State& st) {
-  for (auto _ : st) save_set_4_ranks(data_dir / "saved.ferry", {});
+  const auto refs = workload().refs();
+  for (auto _ : st) save_set_4_ranks(data_dir / "saved.ferry", {}, refs);
   st.SetBytesProcessed(static_cast<std::int64_t>(workload().bytes * st.iterations()));
+}
+
+// Incremental: a full save of the state, then (timed) saves of the state
+// with half its bytes changed (4 of the 8 big tensors, 60 of the 120
+// middle ones, 50 of the small ones: every value + 1), each over that full
+// save. bytes_ratio: bytes written by one of them / by the full save.
+void BM_save_set_incremental_4_ranks(benchmark::State& st) {
+  const auto& base = workload();
+  state changed = base;
+  std::uint64_t changed_bytes = 0;
+  for (std::size_t i = 0; i < changed.data.size(); ++i) {
+    const bool odd = i < 8 ? i % 2 == 1 : i < 128 ? (i - 8) % 2 == 1 : (i - 128) % 2 == 1;
+    if (!odd) continue;
+    for (auto& x : changed.data[i]) x += 1.0f;
+    changed_bytes += changed.data[i].size() * 4;
+  }
+  const auto index = data_dir / "incremental.ferry";
+  std::vector<ckpt::shard_record> first;
+  const std::uint64_t full = save_set_4_ranks(index, {}, base.refs(), &first);
+  const auto refs = changed.refs();
+  std::uint64_t written = 0;
+  for (auto _ : st) {
+    auto records = first;
+    written = save_set_4_ranks(index, {}, refs, &records);
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(base.bytes * st.iterations()));
+  st.counters["bytes_ratio"] = static_cast<double>(written) / static_cast<double>(full);
+  st.counters["changed_share"] = static_cast<double>(changed_bytes) / static_cast<double>(base.bytes);
 }
 
 void BM_write_fsync(benchmark::State& st) {
@@ -221,7 +265,8 @@ void print_table(const ferry::bench::results& r) {
   const auto gbps = [&](const char* n) { return r.count(n) ? r.at(n).counter("bytes_per_second") / 1e9 : 0.0; };
   std::printf("\ncheckpoint sets: 1 GiB of state (8 x 64 MiB + 120 x 4 MiB + 100 small f32), medians\n\n");
   std::printf("| run | time | rate |\n|---|---|---|\n");
-  for (const char* n : {"BM_save_set_4_ranks", "BM_write_fsync", "BM_load_set_4_to_2_ranks", "BM_read_shards_2_ranks"}) {
+  for (const char* n : {"BM_save_set_4_ranks", "BM_save_set_incremental_4_ranks", "BM_write_fsync",
+                        "BM_load_set_4_to_2_ranks", "BM_read_shards_2_ranks"}) {
     std::printf("| %s | %.1f ms | %.2f GB/s |\n", n + 3, ms(n), gbps(n));
   }
   std::printf("\n| goal | measured | target |\n|---|---|---|\n");
@@ -232,6 +277,13 @@ void print_table(const ferry::bench::results& r) {
   row("sharded save, 4 ranks / one write()+fsync", save, ">= 0.8x", save >= 0.8);
   const double load = gbps("BM_load_set_4_to_2_ranks") / gbps("BM_read_shards_2_ranks");
   row("load 4 -> 2 ranks, every CRC / read()", load, ">= 0.8x", load >= 0.8);
+  const auto& inc = r.count("BM_save_set_incremental_4_ranks") ? r.at("BM_save_set_incremental_4_ranks")
+                                                               : ferry::bench::measurement{};
+  const double bytes = inc.counter("bytes_ratio");
+  char goal[128];
+  std::snprintf(goal, sizeof goal, "incremental save, %.0f %% of the bytes changed: bytes written / full save",
+                100 * inc.counter("changed_share"));
+  row(goal, bytes, "<= 0.55x", bytes > 0 && bytes <= 0.55);
 }
 
 }  // namespace
@@ -241,7 +293,7 @@ int main(int argc, char** argv) {
   {
     ckpt::write_options fast;
     fast.sync = false;
-    save_set_4_ranks(data_dir / "model.ferry", fast);
+    save_set_4_ranks(data_dir / "model.ferry", fast, workload().refs());
   }
   for (const auto& f : shard_files()) into_page_cache(f);
   into_page_cache(data_dir / "model.ferry");
@@ -251,6 +303,7 @@ int main(int argc, char** argv) {
   };
   reg("BM_save_set_4_ranks", BM_save_set_4_ranks, 1);
   reg("BM_write_fsync", BM_write_fsync, 1);
+  reg("BM_save_set_incremental_4_ranks", BM_save_set_incremental_4_ranks, 1);
   reg("BM_load_set_4_to_2_ranks", BM_load_set_4_to_2_ranks);
   reg("BM_read_shards_2_ranks", BM_read_shards_2_ranks);
   // Disk and memory drift between runs: 5 repetitions, interleaved at

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
   app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
+  std::string freeze;
+  app.add_option("--freeze", freeze, "hidden layers not trained, comma-separated from 1 (their Linear and BatchNorm "
+                                     "parameters get no gradient and no Adam step)");
   app.add_option("--lr", c.lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--batch", c.batch, "batch size per rank")->check(CLI::Range(1, 1 << 20));
   app.add_option("--epochs", c.epochs, "epochs")->check(CLI::Range(1, 1 << 20));
@@ -92,6 +95,12 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpoint-async", c.checkpoint_async,
                "training pauses only to copy the state into staging memory (allocated at the start, reused); a "
                "background thread writes, fsyncs and publishes it; a failure stops the job at the next step");
+  app.add_flag("--checkpoint-incremental", c.checkpoint_incremental,
+               "write a checkpoint set (as --checkpoint-sharded) whose pieces equal to the last save's are kept in "
+               "that save's shards, not written again");
+  app.add_option("--checkpoint-full-every", c.checkpoint_full_every,
+                 "with --checkpoint-incremental: every Kth save is whole, so no chain is longer than K saves")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch (BatchNorm statistics are averaged there too); 0: never")
@@ -129,6 +138,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     c.hidden.push_back(w);
+    at = end + 1;
+  }
+  for (std::size_t at = 0; !freeze.empty() && at <= freeze.size();) {
+    const auto end = std::min(freeze.find(',', at), freeze.size());
+    std::int64_t layer = 0;
+    const auto [stop, ec] = std::from_chars(freeze.data() + at, freeze.data() + end, layer);
+    if (ec != std::errc() || stop != freeze.data() + end || layer < 1 ||
+        layer > static_cast<std::int64_t>(c.hidden.size())) {
+      std::fprintf(stderr, "ferry-train: --freeze: '%s' is not a list of hidden layers from 1 to %zu (see --help)\n",
+                   freeze.c_str(), c.hidden.size());
+      return 2;
+    }
+    c.freeze.push_back(layer);
     at = end + 1;
   }
   if (c.backend == "gloo" && c.compress != ferry::comm::compression::none) {

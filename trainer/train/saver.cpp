@@ -139,11 +139,15 @@ void saver::save(const save_state& state, const std::string& where, std::int64_t
   stall_s_ = poll_s_ = 0;
   bytes_ = 0;
   save_id_ = o_.sharded ? agree_save_id(comm_) : std::string();
+  // Every rank decides alike: they publish together.
+  incremental_ = previous_.has_value() && since_full_ + 1 < o_.full_every;
   entries_ = entries_of(s);
   started_ = clock_type::now();
   const auto write = [this] {
     if (o_.sharded) {
-      record_ = write_shard(o_.path, save_id_, rank_, world_, entries_).encode();
+      written_ = write_shard(o_.path, save_id_, rank_, world_, entries_, o_.full_every > 1,
+                             incremental_ ? &*previous_ : nullptr);
+      record_ = written_->encode();
     } else if (rank_ == 0) {
       ferry::torch::tensor_map all;
       for (const auto& e : entries_) all.emplace(e.name, e.values);
@@ -244,6 +248,11 @@ void saver::exchange(bool wait) {
 void saver::done() {
   phase_ = phase::none;
   entries_.clear();
+  if (o_.full_every > 1 && written_) {
+    previous_ = std::move(written_);
+    since_full_ = incremental_ ? since_full_ + 1 : 0;
+  }
+  written_.reset();
   if (report_ == nullptr) return;
   std::error_code ec;
   if (!o_.sharded) bytes_ = std::filesystem::file_size(o_.path, ec);

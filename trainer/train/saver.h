@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -73,6 +74,10 @@ struct saver_options {
   std::filesystem::path path;  ///< the file, or the set's index
   bool sharded = false;
   bool async = false;
+  /// Sets: a save is incremental over the last one this job published
+  /// (shard_writer::base_on) except every full_every-th, and the first
+  /// one; 1: every save whole.
+  std::int64_t full_every = 1;
 };
 
 class saver {
@@ -133,6 +138,11 @@ class saver {
   ferry::torch::tensor_map snapshot_;
   ferry::torch::metadata_map metadata_;
   std::vector<std::byte> record_;
+  // Incremental sets: this rank's record of the last published save, the
+  // pending one's, and the incremental saves published since a whole one.
+  std::optional<checkpoint::shard_record> previous_, written_;
+  std::int64_t since_full_ = 0;
+  bool incremental_ = false;  // the pending save
   std::uint64_t bytes_ = 0;
   double stall_s_ = 0, poll_s_ = 0;
   clock_type::time_point save_started_, started_;

@@ -67,8 +67,10 @@ std::string agree_save_id(collectives& comm) {
 }
 
 ckpt::shard_record write_shard(const std::filesystem::path& index, const std::string& save_id, std::uint32_t rank,
-                               std::uint32_t world, std::span<const shard_entry> entries) {
+                               std::uint32_t world, std::span<const shard_entry> entries, bool track,
+                               const ckpt::shard_record* previous) {
   auto w = ckpt::shard_writer::create(index, save_id, rank, world).value();
+  if (track) w.base_on(previous);
   // Whole tensors together, so that those sharing a storage share it in
   // the shard too; parts one by one.
   ferry::torch::tensor_map whole;

@@ -58,10 +58,14 @@ std::vector<shard_entry> shard_entries(const std::filesystem::path& index, std::
 std::string agree_save_id(collectives& comm);
 
 /// Writes, fsyncs and renames this rank's shard of save `save_id`; the
-/// record rank 0 needs for the index. Throws ferry::exception naming the
-/// shard. Touches no collective: safe on a background thread.
+/// record rank 0 needs for the index. With `track`, the record holds every
+/// piece's CRC32C and, with `previous` (this rank's record of the last
+/// published save), pieces equal to that save's are kept, not written
+/// (shard_writer::base_on). Throws ferry::exception naming the shard.
+/// Touches no collective: safe on a background thread.
 checkpoint::shard_record write_shard(const std::filesystem::path& index, const std::string& save_id,
-                                     std::uint32_t rank, std::uint32_t world, std::span<const shard_entry> entries);
+                                     std::uint32_t rank, std::uint32_t world, std::span<const shard_entry> entries,
+                                     bool track = false, const checkpoint::shard_record* previous = nullptr);
 
 /// Every rank's encoded record to rank 0 (a collective; `sizes` holds every
 /// rank's record length, in rank order); rank 0 gets them decoded, the

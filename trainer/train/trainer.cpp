@@ -91,6 +91,17 @@ class job {
     const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
     model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
     params_ = model_->parameters();
+    for (const auto layer : c.freeze) {
+      for (const auto& prefix : {"fc" + std::to_string(layer) + ".", "bn" + std::to_string(layer) + "."}) {
+        for (auto& item : model_->named_parameters()) {
+          if (item.key().starts_with(prefix)) item.value().set_requires_grad(false);
+        }
+      }
+    }
+    std::vector<at::Tensor> trained;
+    for (const auto& p : params_) {
+      if (p.requires_grad()) trained.push_back(p);
+    }
     for (const auto& item : model_->named_buffers()) {
       (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
     }
@@ -107,14 +118,18 @@ class job {
       states_.push_back(st.get());
       adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
     }
-    sync_ = std::make_unique<gradient_sync>(params_, comm_, c.compress, c.overlap, c.bucket_bytes);
+    sync_ = std::make_unique<gradient_sync>(trained, comm_, c.compress, c.overlap, c.bucket_bytes);
     sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
     const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
     steps_ = (per_rank + c.batch - 1) / c.batch;
     if (steps_ == 0) fail(errc::size_mismatch, "no training samples for this rank (fewer samples than ranks)");
     if (rank_ == 0) report_ = std::make_unique<reporter>(c.progress, c.metrics, !c.resume.empty());
-    saver_ = std::make_unique<saver>(saver_options{c.checkpoint, c.checkpoint_sharded, c.checkpoint_async}, comm_,
-                                     report_.get());
+    saver_ = std::make_unique<saver>(
+        saver_options{.path = c.checkpoint,
+                      .sharded = c.checkpoint_sharded || c.checkpoint_incremental,
+                      .async = c.checkpoint_async,
+                      .full_every = c.checkpoint_incremental ? c.checkpoint_full_every : 1},
+        comm_, report_.get());
   }
 
   train_result run(clock_type::time_point started) {
@@ -258,8 +273,10 @@ class job {
     ++adam_step_;
     const adam_options o{.lr = c_.lr};
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      adam_step(floats(params_[i]), floats(params_[i].grad()), floats(moments_[2 * i]), floats(moments_[2 * i + 1]),
-                adam_step_, o);
+      if (params_[i].requires_grad()) {  // not frozen
+        adam_step(floats(params_[i]), floats(params_[i].grad()), floats(moments_[2 * i]),
+                  floats(moments_[2 * i + 1]), adam_step_, o);
+      }
       states_[i]->step(adam_step_);
     }
   }
@@ -513,7 +530,7 @@ class job {
       const auto before = nlohmann::json::parse(saved->second, nullptr, false);
       const auto now = nlohmann::json::parse(to_json(c_));
       std::string changed;
-      for (const char* key : {"hidden", "lr", "batch", "seed", "drop_last", "limit", "compress"}) {
+      for (const char* key : {"hidden", "freeze", "lr", "batch", "seed", "drop_last", "limit", "compress"}) {
         if (before.is_object() && before.contains(key) && before[key] != now[key]) {
           changed += std::string(changed.empty() ? "" : ", ") + "--" + key + " " + before[key].dump() + " -> " +
                      now[key].dump();
@@ -561,7 +578,9 @@ std::string to_json(const train_config& c) {
                         {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},
                         {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps},
                         {"checkpoint_sharded", c.checkpoint_sharded},
-                        {"checkpoint_async", c.checkpoint_async}}
+                        {"checkpoint_async", c.checkpoint_async},
+                        {"checkpoint_incremental", c.checkpoint_incremental},
+                        {"checkpoint_full_every", c.checkpoint_full_every}, {"freeze", c.freeze}}
       .dump();
 }
 

@@ -36,6 +36,10 @@ class collectives;
 struct train_config {
   std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
   std::vector<std::int64_t> hidden{32};  ///< hidden layer widths, each Linear + BatchNorm1d + ReLU
+  /// Hidden layers (1-based) whose Linear and BatchNorm parameters are not
+  /// trained: no gradient, no Adam step (their running statistics still
+  /// move).
+  std::vector<std::int64_t> freeze;
   double lr = 1e-3;
   std::int64_t batch = 32;  ///< per rank
   std::int64_t epochs = 10;
@@ -54,6 +58,10 @@ struct train_config {
   /// Training pauses only for a snapshot; a background thread writes
   /// (saver.h).
   bool checkpoint_async = false;
+  /// Sets whose pieces equal the last save's are kept, not written again
+  /// (checkpoint/set.h); every checkpoint_full_every-th save is whole.
+  bool checkpoint_incremental = false;
+  std::int64_t checkpoint_full_every = 8;
   std::int64_t checkpoint_every = 1;  ///< epochs between checkpoints (0: at the end only)
   std::int64_t checkpoint_steps = 0;  ///< also every N steps within an epoch (0: never)
   std::filesystem::path resume;
