@@ -112,6 +112,35 @@ TEST_F(TrainerCheckpoint, AsyncSavesWriteWhatSyncSavesWrite) {
   }
 }
 
+// Incremental sets with two of three hidden layers frozen: a save after
+// the first writes well under half the bytes, the checkpoint holds what a
+// whole save holds, verifies over its chain and resumes to the same bits.
+TEST_F(TrainerCheckpoint, IncrementalSavesWriteWhatChanged) {
+  const auto base = run() + " -n 2 " + job(1024, 3) + " --hidden 256,256,64 --freeze 1,2";
+  ASSERT_EQ(shell(base + " --checkpoint-sharded --checkpoint whole.ferry").status, 0);
+  for (const std::string mode : {"", " --checkpoint-async"}) {
+    SCOPED_TRACE(mode);
+    const auto r = shell(base + mode + " --checkpoint-incremental --checkpoint-full-every 4 --checkpoint inc.ferry"
+                                       " --metrics m.jsonl");
+    ASSERT_EQ(r.status, 0) << r.err;
+    expect_same_tensors(dir_ / "whole.ferry", dir_ / "inc.ferry");
+    auto ck = checkpoint::open(dir_ / "inc.ferry");
+    ASSERT_TRUE(ck);
+    EXPECT_TRUE(ck->verify());
+    EXPECT_EQ(ck->shards().size(), 4u);  // its own 2 and the first save's 2
+    const auto saves = records(dir_ / "m.jsonl", "checkpoint");
+    ASSERT_EQ(saves.size(), 3u);
+    for (std::size_t i = 1; i < saves.size(); ++i) {
+      EXPECT_LT(saves[i]["bytes"].get<double>(), 0.45 * saves[0]["bytes"].get<double>()) << i;
+    }
+  }
+  // Resumed: the same bits as from the whole checkpoint.
+  const auto more = run() + " -n 2 " + job(1024, 4) + " --hidden 256,256,64 --freeze 1,2";
+  ASSERT_EQ(shell(more + " --resume inc.ferry --checkpoint a.ferry").status, 0);
+  ASSERT_EQ(shell(more + " --resume whole.ferry --checkpoint b.ferry").status, 0);
+  expect_same_tensors(dir_ / "a.ferry", dir_ / "b.ferry");
+}
+
 // A background save that cannot be written (a 600 KiB tmpfs holds one
 // checkpoint of the default model, not two) stops every rank at the next
 // step with one line naming the file; the checkpoint before it loads.
@@ -155,19 +184,20 @@ std::vector<pid_t> children(pid_t parent) {
 
 // 50 SIGKILLs, at random moments of jobs that save every other step a
 // model whose saves take most of their time (a sharded set, in the
-// background or not, and one file in the background), of the whole job or
-// of one rank. After each, the checkpoint loads and verifies (the reader
+// background or not, one file in the background, an incremental set in
+// the background), of the whole job or of one rank. After each, the checkpoint loads and verifies (the reader
 // takes no torn set), and is no older than the newest one the job reported
 // published; the next job resumes from it and saves over what the killed
 // one left.
 TEST_F(TrainerCheckpoint, KillsDuringSavesLeaveTheNewestPublishedCheckpoint) {
   const std::string modes[] = {" --checkpoint-sharded", " --checkpoint-sharded --checkpoint-async",
-                               " --checkpoint-async"};
+                               " --checkpoint-async",
+                               " --checkpoint-incremental --checkpoint-full-every 3 --checkpoint-async --freeze 1"};
   std::mt19937 rng(20261125);
   std::int64_t newest = -1;
   int loaded = 0, mid_save = 0;
   for (int round = 0; round < 50; ++round) {
-    const auto& mode = modes[static_cast<std::size_t>(round) % 3];
+    const auto& mode = modes[static_cast<std::size_t>(round) % std::size(modes)];
     SCOPED_TRACE("round " + std::to_string(round) + mode);
     const bool whole = rng() % 2 == 0;
     // A new metrics file per round: what this job reported published.
