@@ -1,6 +1,7 @@
 // Shards on disk for the set-index fuzzers: a folder, made once per process,
 // holding two .ferry shards of one save (tensor "w" in two pieces, "b" and
-// its tied twin "c" whole) and two safetensors files, so that an index the
+// its tied twin "c" whole), a shard of an earlier save ("d") and two
+// safetensors files, so that an index the
 // fuzzer writes beside them opens real shards. Removed at exit.
 #pragma once
 
@@ -21,6 +22,7 @@ namespace ferry::fuzzing {
 class set_shards {
  public:
   static constexpr const char* save_id = "00000000000000aa";
+  static constexpr const char* earlier_id = "00000000000000bb";
 
   set_shards() {
     std::string templ = (std::filesystem::temp_directory_path() / "ferry-fuzz-set.XXXXXX").string();
@@ -51,6 +53,13 @@ class set_shards {
       records.push_back(std::move(*r));
     }
     FUZZ_CHECK(ck::commit_set(dir_ / "s.ferry", save_id, 2, records, {{"epoch", "1"}}, opt).has_value());
+    // A shard of an earlier save of another world (rank 0 of 3), for
+    // incremental indexes: tensor "d", which s.ferry does not name.
+    auto e = ck::shard_writer::create(dir_ / "s.ferry", earlier_id, 0, 3, opt);
+    FUZZ_CHECK(e.has_value());
+    const ck::tensor_ref td{"d", codec::dtype::f32, bshape, {}, 0, std::as_bytes(std::span(b))};
+    FUZZ_CHECK(e->add(td).has_value());
+    FUZZ_CHECK(e->commit().has_value());
     ck::safetensors_options so;
     so.sync = false;
     FUZZ_CHECK(ck::save_safetensors(dir_ / "a.safetensors", std::span(&tw, 1), {}, so).has_value());

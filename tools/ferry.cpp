@@ -64,10 +64,12 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
     if (!r.shards().empty()) {
       j["shards"] = json::array();
       for (const auto& sh : r.shards()) {
-        j["shards"].push_back({{"file", sh.path().filename().string()},
-                               {"byte_order", wire::name(sh.order())},
-                               {"file_size", sh.file_size()},
-                               {"tensors", sh.tensors().size()}});
+        json e{{"file", sh.path().filename().string()},
+               {"byte_order", wire::name(sh.order())},
+               {"file_size", sh.file_size()},
+               {"tensors", sh.tensors().size()}};
+        if (const auto id = sh.metadata().find("ferry.set.save_id"); id != sh.metadata().end()) e["save_id"] = id->second;
+        j["shards"].push_back(std::move(e));
       }
     }
     std::cout << j.dump(2) << '\n';
@@ -79,8 +81,11 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
             << r.tensors().size() << " tensors in " << r.storages().size() << " storages, "
             << human_bytes(total_storage_bytes(r)) << " of data\n";
   for (const auto& sh : r.shards()) {
+    // The save that wrote it: an incremental set's chain shows here.
+    const auto id = sh.metadata().find("ferry.set.save_id");
     std::cout << "  shard " << sh.path().filename().string() << ": " << wire::name(sh.order()) << "-endian, "
-              << human_bytes(sh.file_size()) << ", " << sh.tensors().size() << " tensors\n";
+              << human_bytes(sh.file_size()) << ", " << sh.tensors().size() << " tensors"
+              << (id == sh.metadata().end() ? std::string() : ", save " + id->second) << '\n';
   }
   std::cout << '\n';
   std::vector<std::array<std::string, 5>> rows{{"NAME", "DTYPE", "SHAPE", "BYTES", "SHARED WITH"}};
