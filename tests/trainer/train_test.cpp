@@ -62,10 +62,13 @@ class Trainer : public scratch_dir {
   static std::string train() { return std::string("'") + FERRY_TRAIN + "'"; }
   static std::string cli() { return std::string("'") + FERRY_CLI + "'"; }
   // A small job: the first `limit` training samples, 1000 test samples.
-  static std::string job(int limit, int epochs) {
-    return train() + " --limit " + std::to_string(limit) + " --test-limit 1000 --epochs " + std::to_string(epochs) +
-           " --threads 1";
+  static std::string job(int limit, int epochs, const std::string& binary = FERRY_TRAIN) {
+    return "'" + binary + "' --limit " + std::to_string(limit) + " --test-limit 1000 --epochs " +
+           std::to_string(epochs) + " --threads 1";
   }
+  // The same with the test hooks (FERRY_TRAIN_DIE, FERRY_TRAIN_FLIP)
+  // compiled in: ferry-train-hooked.
+  static std::string hooked_job(int limit, int epochs) { return job(limit, epochs, FERRY_TRAIN_HOOKED); }
 };
 
 TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
@@ -78,7 +81,8 @@ TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
   for (const auto& line : {run(), run() + " -n 0 true", run() + " --nnodes 2 true",
                            "FERRY_SECRET=x " + run() + " --nnodes 2 true", train() + " --batch 0",
                            train() + " --compress f8", train() + " --hidden 32,x", train() + " --bogus",
-                           train() + " --backend gloo --compress bf16"}) {
+                           train() + " --backend gloo --compress bf16", train() + " --freeze 2",
+                           train() + " --checkpoint-full-every 0"}) {
     const auto r = shell(line);
     EXPECT_EQ(r.status, 2) << line;
     EXPECT_EQ(lines(r.err), 1u) << line << ": " << r.err;
@@ -253,7 +257,7 @@ TEST_F(Trainer, KilledJobResumesToTheSameBits) {
   // epoch 3, after the end-of-epoch-2 checkpoint.
   for (const std::string extra : {"", " --compress bf16 --overlap --bucket-kb 16 --checkpoint-steps 10"}) {
     SCOPED_TRACE(extra);
-    const auto base = run() + " -n 2 " + job(3000, 4) + extra;
+    const auto base = run() + " -n 2 " + hooked_job(3000, 4) + extra;
     ASSERT_EQ(shell(base + " --checkpoint straight.ferry").status, 0);
     const auto killed = shell("FERRY_TRAIN_DIE=1:110 " + base + " --checkpoint resumed.ferry");
     EXPECT_NE(killed.status, 0);
@@ -310,10 +314,13 @@ TEST_F(Trainer, ShardedCheckpointResumesOnAnotherWorld) {
 // A replica that drifts (one flipped bit) stops the job at the epoch's
 // CRC check, naming the rank.
 TEST_F(Trainer, DriftingReplicaStopsTheJobNamingIt) {
-  const auto r = shell("FERRY_TRAIN_FLIP=2:5 " + run() + " -n 3 " + job(1500, 2));
+  const auto r = shell("FERRY_TRAIN_FLIP=2:5 " + run() + " -n 3 " + hooked_job(1500, 2));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("replicas differ after epoch 1: rank(s) 2 disagree with rank 0"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("epoch 2/2:"), std::string::npos) << r.out;
+  // The shipped ferry-train reads no test hook from its environment.
+  const auto shipped = shell("FERRY_TRAIN_FLIP=0:1 FERRY_TRAIN_DIE=0:2 " + job(500, 1));
+  EXPECT_EQ(shipped.status, 0) << shipped.err;
 }
 
 TEST_F(Trainer, OverlappedBucketsGiveTheFusedBits) {
@@ -334,7 +341,8 @@ TEST_F(Trainer, SurvivorsReportADeadRankWithinFiveSeconds) {
     const auto err = (dir_ / ("err" + std::to_string(r))).string();
     const std::string cmd = "cd '" + dir_.string() + "' && RANK=" + std::to_string(r) + " WORLD_SIZE=3 MASTER_PORT=" +
                             std::to_string(29800 + ::getpid() % 100) +
-                            " FERRY_SECRET=s FERRY_TRAIN_DIE=1:40 exec " + job(20000, 1) + " --checkpoint-steps 10 >/dev/null 2>'" + err + "'";
+                            " FERRY_SECRET=s FERRY_TRAIN_DIE=1:40 exec " + hooked_job(20000, 1) +
+                            " --checkpoint-steps 10 >/dev/null 2>'" + err + "'";
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     ASSERT_EQ(posix_spawn(&pids[static_cast<std::size_t>(r)], "/bin/sh", nullptr, nullptr,
                           const_cast<char* const*>(argv), environ),

@@ -70,10 +70,11 @@ struct train_config {
   std::int64_t log_every = 50;    ///< steps between "step" records in the metrics
   int progress = -1;              ///< -1 auto (redraw on a terminal), 0 plain lines, 1 redraw
   int threads = 0;                ///< LibTorch threads per rank (0: from the environment)
-  /// Test hooks (environment FERRY_TRAIN_DIE=RANK:STEP and
-  /// FERRY_TRAIN_FLIP=RANK:STEP): that rank kills itself with SIGKILL, as a
-  /// crash would, or flips one bit of a parameter, as a faulty replica
-  /// would, after that global step; -1 for none.
+  /// Test hooks (set from FERRY_TRAIN_DIE=RANK:STEP and
+  /// FERRY_TRAIN_FLIP=RANK:STEP by the tests' build, ferry-train-hooked,
+  /// only): that rank kills itself with SIGKILL, as a crash would, or
+  /// flips one bit of a parameter, as a faulty replica would, after that
+  /// global step; -1 for none.
   std::int64_t die_rank = -1, die_at_step = -1;
   std::int64_t flip_rank = -1, flip_at_step = -1;
 };
