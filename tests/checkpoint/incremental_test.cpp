@@ -137,6 +137,33 @@ TEST_F(Incremental, ADamagedEarlierShardIsNotTrusted) {
   expect_state(index, state(2));
 }
 
+// verify() of an incremental index checks the whole chain: a flipped byte
+// in an earlier save's shard fails it, naming that shard.
+TEST_F(Incremental, VerifyChecksEveryShardOfTheChain) {
+  const auto index = dir_ / "ck.ferry";
+  std::vector<shard_record> records;
+  save(state(1), records, true, index);
+  const auto earlier = records[0].file;
+  save(state(2), records, false, index);
+  ASSERT_EQ(records[0].kept.front().shard.file, earlier);
+  {
+    const auto path = dir_ / earlier;
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-1, std::ios::cur);
+    c = static_cast<char>(c ^ 0x01);
+    f.write(&c, 1);
+  }
+  auto r = open(index);
+  ASSERT_TRUE(r) << r.error();
+  const auto v = r->verify();
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), errc::checksum_mismatch) << v.error();
+  EXPECT_NE(v.error().what().find(earlier), std::string::npos) << v.error();
+}
+
 // Removing an older checkpoint never breaks a newer one: an index names
 // every file it needs. A kept copy of an older index keeps its shards
 // until it is removed; an index that cannot be read stops all removal.

@@ -213,9 +213,8 @@ void saver::exchange(bool wait) {
     if (all[2 * r] == failed) {
       phase_ = phase::none;
       if (r == rank_) std::rethrow_exception(failure_);
-      throw ferry::exception(error(trainer_errc::bad_checkpoint, o_.path.string() + ": the checkpoint of " + where_ +
-                                                                     " was not published: rank " + std::to_string(r) +
-                                                                     " could not write its part"));
+      throw ferry::exception(
+          error(trainer_errc::save_failed, o_.path.string() + ": " + where_ + ", rank " + std::to_string(r)));
     }
     all_written = all_written && all[2 * r] == written;
   }
