@@ -91,23 +91,30 @@ TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
   EXPECT_NE(read_text(dir_ / "out0").find("resumed from le.ferry at epoch 4"), std::string::npos) << log(0);
 }
 
-// The mixed ring saves a sharded checkpoint: shards in both byte orders.
-// x86-64 alone resumes it to the bits it reaches from the single file the
-// s390x rank 0 writes of the same state; s390x resumes x86-64's set.
+// The mixed ring saves a sharded checkpoint: shards in both byte orders,
+// in the background, the second save (of two) incremental over the first
+// (layer 1 frozen: its pieces are kept, confirmed on each rank against
+// shards of its own byte order). x86-64 alone resumes it to the bits it
+// reaches from the single file the s390x rank 0 writes of the same state;
+// s390x resumes x86-64's set.
 TEST_F(MixedTraining, ShardsInBothByteOrdersResumeAnywhere) {
-  // 3 ranks x 640 samples / 32 = 20 steps.
-  const std::string job = "--limit 1920 --test-limit 500 --epochs 1 --threads 1";
-  auto status = ring({s390x, native, aarch64}, job + " --checkpoint-sharded --checkpoint set.ferry");
+  // 3 ranks x 640 samples / 32 = 20 steps, a save after 10.
+  const std::string job = "--limit 1920 --test-limit 500 --epochs 1 --threads 1 --freeze 1 --checkpoint-steps 10";
+  auto status = ring({s390x, native, aarch64},
+                     job + " --checkpoint-sharded --checkpoint-async --checkpoint-incremental --checkpoint set.ferry");
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
   status = ring({s390x, native, aarch64}, job + " --checkpoint one.ferry");
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
   std::system(("'" + cli + "' inspect --json '" + (dir_ / "set.ferry").string() + "' >'" + (dir_ / "inspect").string() + "'").c_str());
   const auto j = nlohmann::json::parse(read_text(dir_ / "inspect"));
-  ASSERT_EQ(j["shards"].size(), 3u);
+  // This save's 3 shards, then the first save's that hold kept pieces.
+  ASSERT_GT(j["shards"].size(), 3u);
   EXPECT_EQ(j["shards"][0]["byte_order"], "big");
   EXPECT_EQ(j["shards"][1]["byte_order"], "little");
+  EXPECT_NE(j["shards"][3]["save_id"], j["shards"][0]["save_id"]);
+  EXPECT_EQ(std::system(("'" + cli + "' verify '" + (dir_ / "set.ferry").string() + "' >/dev/null").c_str()), 0);
 
-  const std::string small = "--limit 1920 --test-limit 500 --threads 1";
+  const std::string small = "--limit 1920 --test-limit 500 --threads 1 --freeze 1";
   const std::string more = small + " --epochs 2";
   ASSERT_EQ(ring({native}, more + " --resume set.ferry --checkpoint-sharded --checkpoint a.ferry"), std::vector<int>{0})
       << log(0);
