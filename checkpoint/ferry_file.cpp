@@ -1,6 +1,9 @@
 // The .ferry parser: header, trailer and manifest checked (format.h),
 // storages and tensors laid out as the reader serves them.
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,6 +13,27 @@
 #include "ferry/codec/crc32c.h"
 
 namespace ferry::checkpoint::detail {
+
+result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept {
+  while (!out.empty()) {
+    const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      sys_errno = errno;
+      return errc::io_error;
+    }
+    if (n == 0) return errc::truncated;  // the file shrank under us
+    out = out.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+error file_error(const std::filesystem::path& file, error_code c, int sys_errno, std::string_view what) {
+  std::string ctx = file.string();
+  if (!what.empty()) ctx += ": " + std::string(what);
+  return error(c, std::move(ctx), sys_errno);
+}
 
 result<ferry_container, error> read_ferry_container(int fd, std::uint64_t size, const std::filesystem::path& path,
                                                     std::span<const std::byte, header_size> head, const limits& lim) {

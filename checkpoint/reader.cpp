@@ -24,38 +24,11 @@
 #include "ferry/wire/bulk.h"
 
 namespace ferry::checkpoint {
-namespace detail {
-
-result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept {
-  while (!out.empty()) {
-    const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      sys_errno = errno;
-      return errc::io_error;
-    }
-    if (n == 0) return errc::truncated;  // the file shrank under us
-    out = out.subspan(static_cast<std::size_t>(n));
-    offset += static_cast<std::uint64_t>(n);
-  }
-  return {};
-}
-
-error file_error(const std::filesystem::path& file, error_code c, int sys_errno, std::string_view what) {
-  std::string ctx = file.string();
-  if (!what.empty()) ctx += ": " + std::string(what);
-  return error(c, std::move(ctx), sys_errno);
-}
-
-}  // namespace detail
-
 namespace {
 
 using detail::file_error;
 using detail::parsed_file;
 
-// A storage's bytes mapped from the file (possibly converted in place in a
-// private copy-on-write mapping).
 // A range of the file mapped privately (writable copy-on-write when asked),
 // unmapped on destruction. Empty when the range could not be mapped.
 class mapping {

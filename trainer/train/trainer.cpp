@@ -19,7 +19,6 @@
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/handshake.h"
 #include "ferry/trainer/error.h"
-#include "ferry/trainer/idx.h"
 #include "ferry/trainer/residual.h"
 #include "ferry/trainer/sampler.h"
 #include "gradient_sync.h"
@@ -53,28 +52,6 @@ void unpack(std::span<const float> flat, const std::vector<at::Tensor>& ts) {
     std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), t.numel(), floats(t).begin());
     at += static_cast<std::size_t>(t.numel());
   }
-}
-
-// Inputs are pixels / 255 as float (torchvision's ToTensor), converted
-// once: a batch is then a gather of rows.
-at::Tensor load_images(const dataset& d, std::size_t n) {
-  const auto pixels = static_cast<std::size_t>(d.rows) * d.cols;
-  auto x = ::torch::empty({static_cast<std::int64_t>(n), static_cast<std::int64_t>(pixels)}, ::torch::kFloat32);
-  float* dst = x.data_ptr<float>();
-  for (std::size_t i = 0; i < n * pixels; ++i) dst[i] = static_cast<float>(d.images[i]) / 255.0f;
-  return x;
-}
-
-data_split load_split(const train_config& c, std::string_view split, std::size_t limit) {
-  // Any u8 label is a class; the model has max label + 1 outputs.
-  auto d = load_dataset(c.data, split, 256).value();
-  const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
-  data_split out;
-  out.count = n;
-  out.images = load_images(d, n);
-  out.labels = ::torch::empty({static_cast<std::int64_t>(n)}, ::torch::kInt64);
-  for (std::size_t i = 0; i < n; ++i) out.labels.data_ptr<std::int64_t>()[i] = d.labels[i];
-  return out;
 }
 
 at::Tensor index_tensor(std::span<const std::size_t> idx) {
@@ -582,17 +559,6 @@ std::string to_json(const train_config& c) {
                         {"checkpoint_incremental", c.checkpoint_incremental},
                         {"checkpoint_full_every", c.checkpoint_full_every}, {"freeze", c.freeze}}
       .dump();
-}
-
-std::shared_ptr<const train_data> load_data(const train_config& c) {
-  auto d = std::make_shared<train_data>();
-  d->train = load_split(c, "train", c.limit);
-  d->test = load_split(c, "t10k", c.test_limit);
-  if (d->test.images.size(1) != d->train.images.size(1)) {
-    fail(errc::size_mismatch, c.data.string() + ": the test images have " + std::to_string(d->test.images.size(1)) +
-                                  " pixels, the training images " + std::to_string(d->train.images.size(1)));
-  }
-  return d;
 }
 
 train_result train(const train_config& c, collectives& comm, const train_data& data, clock_type::time_point started) {
