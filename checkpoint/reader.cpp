@@ -79,6 +79,20 @@ class copied_storage final : public storage_buffer {
   std::vector<std::byte> data_;
 };
 
+// A set's shards are opened (by open_set, open_hf_set) while its index is:
+// an index met then is a shard that is an index (one naming itself, or
+// two naming each other), refused so that opening never recurses.
+thread_local int opening_shards = 0;
+struct set_guard {
+  set_guard() noexcept { ++opening_shards; }
+  ~set_guard() { --opening_shards; }
+  set_guard(const set_guard&) = delete;
+  set_guard& operator=(const set_guard&) = delete;
+};
+error not_a_shard(const std::filesystem::path& path) {
+  return file_error(path, checkpoint_errc::bad_shard, 0, "a set's index, not a shard");
+}
+
 }  // namespace
 
 struct reader::state {
@@ -370,6 +384,8 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
   if (have > 0 && std::memcmp(head.data(), file_magic, prefix) == 0) {
     if (have < header_size) return file_error(path, errc::truncated);
     if (head[10] == std::byte{set_index_flag}) {  // a set's index (set.h)
+      if (opening_shards > 0) return not_a_shard(path);
+      const set_guard guard;
       FERRY_TRY_ASSIGN(auto container, detail::read_ferry_container(s->fd, s->size, path, head, lim));
       parsed_file index;
       FERRY_TRY_ASSIGN(s->set, detail::open_set(path, std::move(container), opt, index));
@@ -401,6 +417,8 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
                                                                       b != std::byte{'\r'} && b != std::byte{'\t'}; });
              first != head.begin() + static_cast<std::ptrdiff_t>(have) && *first == std::byte{'{'}) {
     // JSON: a Hugging Face sharded safetensors index.
+    if (opening_shards > 0) return not_a_shard(path);
+    const set_guard guard;
     if (s->size > lim.max_header_bytes) return file_error(path, errc::limit_exceeded, 0, "index");
     std::string json(static_cast<std::size_t>(s->size), '\0');
     if (auto r = detail::pread_exact(s->fd, 0, std::as_writable_bytes(std::span(json)), sys_errno); !r) {

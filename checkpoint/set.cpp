@@ -69,13 +69,13 @@ void remove_superseded_shards(const std::filesystem::path& index, const std::vec
   for (const auto& s : keep) named.insert(s.file);
   std::vector<std::filesystem::path> candidates, temporaries;
   bool unreadable_index = false;
-  std::error_code ec;
+  std::error_code ec, stat_ec;
   for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (is_shard_name(name, stem)) {
       candidates.push_back(it->path());
     } else if (name.ends_with(".ferry") && !name.starts_with(".") && name != index.filename().string() &&
-               it->is_regular_file(ec)) {
+               !it->is_directory(stat_ec)) {
       // Another index keeps what it names; other .ferry files name nothing.
       if (auto files = detail::set_files(it->path(), {})) {
         named.insert(files->begin(), files->end());
@@ -87,6 +87,8 @@ void remove_superseded_shards(const std::filesystem::path& index, const std::vec
       if (is_shard_name(target, stem)) temporaries.push_back(folder / target);
     }
   }
+  // A folder not read to its end may hold an index naming any candidate.
+  if (ec) return;
   for (const auto& p : candidates) {
     if (!unreadable_index && !named.contains(p.filename().string())) std::filesystem::remove(p, ec);
   }

@@ -99,6 +99,7 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
     if (__builtin_mul_overflow(numel, codec::size_of(*dtype), &bytes)) return tfail(checkpoint_errc::shape_overflow);
     if (t.pieces.empty()) return tfail(checkpoint_errc::bad_pieces, "no pieces");
     if (t.pieces.size() > m.shards.size()) return tfail(checkpoint_errc::bad_pieces, "more pieces than shards");
+    if (numel == 0 && t.pieces.size() != 1) return tfail(checkpoint_errc::bad_pieces, "an empty tensor in pieces");
     std::uint64_t next = 0;
     std::set<std::uint32_t> used;
     for (const auto& p : t.pieces) {
@@ -205,13 +206,14 @@ result<std::vector<std::string>, error> set_files(const std::filesystem::path& p
   if (::fstat(fd, &st) != 0) return file_error(path, errc::io_error, errno);
   std::array<std::byte, header_size> head{};
   int sys_errno = 0;
-  if (static_cast<std::uint64_t>(st.st_size) < header_size || !pread_exact(fd, 0, head, sys_errno)) {
-    return file_error(path, errc::truncated, sys_errno);
-  }
+  const auto not_index = [&] { return file_error(path, checkpoint_errc::bad_index, 0, "not a set's index"); };
+  if (static_cast<std::uint64_t>(st.st_size) < header_size) return not_index();
+  if (!pread_exact(fd, 0, head, sys_errno)) return file_error(path, errc::io_error, sys_errno);
   if (std::memcmp(head.data(), file_magic, sizeof file_magic) != 0 || head[10] != std::byte{set_index_flag}) {
-    return file_error(path, checkpoint_errc::bad_index, 0, "not a set's index");
+    return not_index();
   }
   FERRY_TRY_ASSIGN(auto container, read_ferry_container(fd, static_cast<std::uint64_t>(st.st_size), path, head, lim));
+  if (container.trailer.manifest_offset != header_size) return file_error(path, checkpoint_errc::bad_index, 0, "manifest offset");
   auto m = graph::read<set_manifest>(container.manifest, set_options(lim, container.trailer.header.order));
   if (!m) return error(m.error(), path.string() + ": index");
   std::vector<std::string> files;
@@ -222,6 +224,8 @@ result<std::vector<std::string>, error> set_files(const std::filesystem::path& p
 result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& path, ferry_container container,
                                                    const read_options& opt, parsed_file& out) {
   const std::string where = path.string();
+  // An index holds nothing but its manifest, right after the header.
+  if (container.trailer.manifest_offset != header_size) return error(checkpoint_errc::bad_index, where + ": manifest offset");
   auto m = graph::read<set_manifest>(container.manifest, set_options(opt.lim, container.trailer.header.order));
   if (!m) return error(m.error(), where + ": index");
   FERRY_TRY(check_set(*m, opt.lim, where));

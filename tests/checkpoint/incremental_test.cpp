@@ -5,6 +5,7 @@
 // so removing an older index never breaks a newer one.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "ferry/checkpoint/reader.h"
@@ -115,6 +116,49 @@ TEST_F(Incremental, UnchangedPiecesAreKeptNotWritten) {
   EXPECT_EQ(shard_count(), 2u);
 }
 
+// The trainer's paths: whole tensors by add() (a tied pair and a strided
+// view among them) and rows of a per-rank table by add_part(): unchanged
+// ones are kept, a changed row is written.
+TEST_F(Incremental, WholeTensorsAndRowsAreKeptToo) {
+  const auto index = dir_ / "ck.ferry";
+  const state s(1);
+  std::vector<float> rows = {1, 2, 3, 4, 5, 6};
+  const std::uint64_t table[] = {2, 3}, view_shape[] = {2, 3}, view_strides[] = {1, 2};
+  std::vector<shard_record> previous;
+  for (int save = 0; save < 2; ++save) {
+    if (save == 1) rows[4] = 50;  // rank 1's row changes
+    const auto id = new_save_id();
+    std::vector<shard_record> records;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      auto w = shard_writer::create(index, id, r, 2, fast()).value();
+      w.base_on(previous.empty() ? nullptr : &previous[r]);
+      if (r == 0) {
+        ASSERT_TRUE(w.add(s.refs[1]));  // frozen
+        ASSERT_TRUE(w.add(s.refs[2]));  // tied to it
+        ASSERT_TRUE(w.add({"view", codec::dtype::f32, view_shape, view_strides, 0, std::as_bytes(std::span(s.frozen))}));
+      }
+      ASSERT_TRUE(w.add_part("rows", codec::dtype::f32, table, r * 3,
+                             std::as_bytes(std::span(rows)).subspan(r * 12, 12)));
+      records.push_back(w.commit().value());
+    }
+    ASSERT_TRUE(commit_set(index, id, 2, records, {}, fast()));
+    if (save == 1) {
+      EXPECT_EQ(records[0].kept.size(), 4u);  // frozen, tied, view, row 0
+      EXPECT_EQ(records[1].kept.size(), 0u);  // its row changed
+    }
+    previous = std::move(records);
+  }
+  auto r = open(index);
+  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r->verify());
+  EXPECT_EQ(r->get("view")->contiguous_copy(), gather({"view", codec::dtype::f32, view_shape, view_strides, 0,
+                                                       std::as_bytes(std::span(s.frozen))}));
+  EXPECT_EQ(r->get("tied")->contiguous_copy(), r->get("frozen")->contiguous_copy());
+  const auto got = r->get("rows")->contiguous_copy();
+  EXPECT_EQ(got.size(), 24u);
+  EXPECT_EQ(std::memcmp(got.data(), rows.data(), 24), 0);
+}
+
 // A piece whose earlier copy no longer reads back the same (a flipped data
 // byte: its storage CRC fails) is written again, never referenced.
 TEST_F(Incremental, ADamagedEarlierShardIsNotTrusted) {
@@ -178,11 +222,14 @@ TEST_F(Incremental, CleanupKeepsWhatAnyIndexNames) {
   expect_state(index, state(2));
   fs::remove(dir_ / "ck-epoch1.ferry");
   expect_state(index, state(2));
-  // An unreadable index (truncated) might name anything: nothing goes.
+  // An unreadable index (its header says so, the rest is cut off) might
+  // name anything: nothing goes. A .ferry file that is no index (too short
+  // for a header) names nothing and stops nothing.
   {
     std::ofstream bad(dir_ / "broken.ferry", std::ios::binary);
     const auto head = read_text(index);
-    bad.write(head.data(), 40);
+    bad.write(head.data(), 80);
+    std::ofstream(dir_ / "notes.ferry") << "not a checkpoint";
   }
   save(state(3), records, true, index);
   EXPECT_EQ(shard_count(), 6u);

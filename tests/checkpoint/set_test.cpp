@@ -419,6 +419,7 @@ TEST(SetIndex, CheckSetRules) {
   expect([](M& m) { m.tensors[0].pieces[1].count = 7; }, checkpoint_errc::bad_pieces);
   expect([](M& m) { m.tensors[0].pieces[1].begin = 3; }, checkpoint_errc::bad_pieces);
   expect([](M& m) { m.tensors[0].pieces.clear(); }, checkpoint_errc::bad_pieces);
+  expect([](M& m) { m.tensors[1].pieces.push_back({0, 0, 0}); }, checkpoint_errc::bad_pieces);
   expect([](M& m) { m.tensors[0].shape = {UINT64_MAX, 3}; }, checkpoint_errc::shape_overflow);
   expect([](M& m) { m.tensors[0].dtype = 99; }, codec_errc::unknown_dtype);
   limits small;

@@ -75,24 +75,25 @@ class TrainerCheckpoint : public scratch_dir {
     return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
   }
   static std::string run() { return std::string("'") + FERRY_RUN + "'"; }
-  static std::string job(int limit, int epochs) {
-    return std::string("'") + FERRY_TRAIN + "' --limit " + std::to_string(limit) +
-           " --test-limit 500 --threads 1 --progress plain --epochs " + std::to_string(epochs);
+  static std::string job(int limit, int epochs, const std::string& binary = FERRY_TRAIN) {
+    return "'" + binary + "' --limit " + std::to_string(limit) + " --test-limit 500 --threads 1 --progress plain --epochs " +
+           std::to_string(epochs);
   }
 };
 
-// The snapshot is taken while training goes on: what lands on disk must be
+// The snapshot is taken while training goes on: every save must hold
 // what a synchronous save of the same moment writes, also with saves that
-// overlap (one every 5 steps), residuals and a resume from it.
+// overlap (one every 5 steps), residuals and a resume from it. The tests'
+// build keeps a copy of each published save (FERRY_TRAIN_KEEP_SAVES).
 TEST_F(TrainerCheckpoint, AsyncSavesWriteWhatSyncSavesWrite) {
   for (const std::string kind : {"", " --checkpoint-sharded"}) {
     SCOPED_TRACE(kind.empty() ? "one file" : "sharded");
-    const auto base = run() + " -n 2 " + job(1600, 2) + " --compress bf16 --checkpoint-steps 5" + kind;
+    const auto base = "FERRY_TRAIN_KEEP_SAVES=1 " + run() + " -n 2 " + job(1600, 2, FERRY_TRAIN_HOOKED) +
+                      " --compress bf16 --checkpoint-steps 5" + kind;
     ASSERT_EQ(shell(base + " --checkpoint sync.ferry").status, 0);
     const auto r = shell(base + " --checkpoint-async --checkpoint async.ferry --metrics m.jsonl");
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("asynchronous checkpoints: "), std::string::npos) << r.out;
-    expect_same_tensors(dir_ / "sync.ferry", dir_ / "async.ferry");
     // Every save reported once published, in order, the last at the end.
     const auto saves = records(dir_ / "m.jsonl", "checkpoint");
     ASSERT_EQ(saves.size(), 10u);  // 2 epochs x (4 within + 1 at the end)
@@ -102,6 +103,9 @@ TEST_F(TrainerCheckpoint, AsyncSavesWriteWhatSyncSavesWrite) {
       if (i > 0) {
         EXPECT_GT(saves[i]["global_step"].get<std::int64_t>(), saves[i - 1]["global_step"].get<std::int64_t>());
       }
+      const auto step = std::to_string(saves[i]["global_step"].get<std::int64_t>());
+      SCOPED_TRACE("step " + step);
+      expect_same_tensors(dir_ / ("sync.step" + step + ".ferry"), dir_ / ("async.step" + step + ".ferry"));
     }
     EXPECT_EQ(saves.back()["where"], "epoch 2");
     // Resumed, the async checkpoint goes on as the sync one does.
@@ -109,6 +113,7 @@ TEST_F(TrainerCheckpoint, AsyncSavesWriteWhatSyncSavesWrite) {
     ASSERT_EQ(shell(more + " --resume async.ferry --checkpoint a.ferry").status, 0);
     ASSERT_EQ(shell(more + " --resume sync.ferry --checkpoint b.ferry").status, 0);
     expect_same_tensors(dir_ / "a.ferry", dir_ / "b.ferry");
+    for (const auto& e : fs::directory_iterator(dir_)) fs::remove_all(e.path());
   }
 }
 

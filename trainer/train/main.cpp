@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   }
 #ifdef FERRY_TRAIN_TEST_HOOKS
   // Test hooks (train_config), in the tests' ferry-train-hooked only:
-  // FERRY_TRAIN_DIE and FERRY_TRAIN_FLIP=RANK:STEP.
+  // FERRY_TRAIN_DIE and FERRY_TRAIN_FLIP=RANK:STEP, FERRY_TRAIN_KEEP_SAVES.
   const auto hook = [](const char* name, std::int64_t& rank, std::int64_t& step) {
     if (const char* d = std::getenv(name); d != nullptr) {
       char* end = nullptr;
@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
   };
   hook("FERRY_TRAIN_DIE", c.die_rank, c.die_at_step);
   hook("FERRY_TRAIN_FLIP", c.flip_rank, c.flip_at_step);
+  c.keep_saves = std::getenv("FERRY_TRAIN_KEEP_SAVES") != nullptr;
 #endif
 
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));

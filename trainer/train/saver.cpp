@@ -205,7 +205,9 @@ void saver::finish() {
 void saver::exchange(bool wait) {
   if (wait && worker_.joinable()) worker_.join();
   const bool over = finished_.load(std::memory_order_acquire);
-  const std::int64_t mine[2] = {!over ? running : failure_ ? failed : written, static_cast<std::int64_t>(record_.size())};
+  // record_ is the background thread's until it is over.
+  const std::int64_t mine[2] = {!over ? running : failure_ ? failed : written,
+                                over ? static_cast<std::int64_t>(record_.size()) : 0};
   std::vector<std::int64_t> all(2 * world_);
   comm_.allgather(std::span<const std::int64_t>(mine), all);
   bool all_written = true;
@@ -252,6 +254,11 @@ void saver::done() {
     since_full_ = incremental_ ? since_full_ + 1 : 0;
   }
   written_.reset();
+  if (o_.keep_copies && rank_ == 0) {
+    auto copy = o_.path;
+    copy.replace_filename(o_.path.stem().string() + ".step" + std::to_string(global_step_) + ".ferry");
+    std::filesystem::copy_file(o_.path, copy, std::filesystem::copy_options::overwrite_existing);
+  }
   if (report_ == nullptr) return;
   std::error_code ec;
   if (!o_.sharded) bytes_ = std::filesystem::file_size(o_.path, ec);

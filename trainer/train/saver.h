@@ -78,6 +78,8 @@ struct saver_options {
   /// (shard_writer::base_on) except every full_every-th, and the first
   /// one; 1: every save whole.
   std::int64_t full_every = 1;
+  /// Test hook (train_config::keep_saves): rank 0 keeps a copy of each.
+  bool keep_copies = false;
 };
 
 class saver {
@@ -105,8 +107,6 @@ class saver {
   void poll();
   /// Waits until no save is pending.
   void finish();
-  /// Staging memory held (async), in bytes.
-  [[nodiscard]] std::size_t staging_bytes() const noexcept { return staging_bytes_; }
 
  private:
   enum class phase { none, writing, publishing };
@@ -135,7 +135,6 @@ class saver {
   std::vector<shard_entry> entries_;
   // The snapshot's copies by source, so that aliases stay aliased.
   std::map<std::tuple<const void*, std::vector<std::int64_t>, std::vector<std::int64_t>, int>, at::Tensor> copies_;
-  ferry::torch::tensor_map snapshot_;
   ferry::torch::metadata_map metadata_;
   std::vector<std::byte> record_;
   // Incremental sets: this rank's record of the last published save, the

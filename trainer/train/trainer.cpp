@@ -105,7 +105,8 @@ class job {
         saver_options{.path = c.checkpoint,
                       .sharded = c.checkpoint_sharded || c.checkpoint_incremental,
                       .async = c.checkpoint_async,
-                      .full_every = c.checkpoint_incremental ? c.checkpoint_full_every : 1},
+                      .full_every = c.checkpoint_incremental ? c.checkpoint_full_every : 1,
+                      .keep_copies = c.keep_saves},
         comm_, report_.get());
   }
 

@@ -77,6 +77,10 @@ struct train_config {
   /// global step; -1 for none.
   std::int64_t die_rank = -1, die_at_step = -1;
   std::int64_t flip_rank = -1, flip_at_step = -1;
+  /// Test hook (FERRY_TRAIN_KEEP_SAVES=1, ferry-train-hooked only): rank 0
+  /// copies each published checkpoint (a set: its index, which keeps its
+  /// shards) to <stem>.step<global step>.ferry, so saves can be compared.
+  bool keep_saves = false;
 };
 
 /// The configuration as JSON (stored in checkpoints as trainer.config).
