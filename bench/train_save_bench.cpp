@@ -12,7 +12,8 @@
 // epoch 1 to the end of epoch 3 (two epochs, with the saves after epochs 1
 // and 2 in between: their stalls, and their background writes competing
 // for the cores), and each save's stall (rank 0: the whole save when
-// synchronous; the snapshot and any wait for it when asynchronous).
+// synchronous; the snapshot, the optimizer step's wait for the copy and
+// the per-step exchanges while it was pending, when asynchronous).
 // Checkpoints go to build/bench/train-save-data (a disk), removed at the
 // end.
 #include <sys/wait.h>
@@ -61,9 +62,11 @@ job_figures run_job(const std::string& options) {
     if (j["kind"] == "epoch" && j["epoch"] == 1) first_end = j["wall_s"].get<double>();
     if (j["kind"] == "epoch" && j["epoch"] == epochs) last_end = j["wall_s"].get<double>();
     // The saves after epochs 1 and 2 (the one at the end is not training's).
+    // A save's stall counts the per-step exchanges while it was pending.
     if (j["kind"] == "checkpoint" && j["where"] != "epoch " + std::to_string(epochs)) {
-      f.max_stall_s = std::max(f.max_stall_s, j["stall_s"].get<double>());
-      f.mean_stall_s += j["stall_s"].get<double>();
+      const double stall = j["stall_s"].get<double>() + j["poll_s"].get<double>();
+      f.max_stall_s = std::max(f.max_stall_s, stall);
+      f.mean_stall_s += stall;
       f.save_bytes = j["bytes"].get<double>();
       ++saves;
     }
@@ -104,7 +107,7 @@ void print_table(const ferry::bench::results& r) {
   const double stall = async.counter("max_stall_s") / sync.counter("mean_stall_s");
   const double throughput = async.counter("images_per_s") / none.counter("images_per_s");
   std::printf("\n| goal | measured | target | met |\n|---|--:|--:|---|\n");
-  std::printf("| async stall / sync save | %.4f | <= 0.10 | %s |\n", stall, stall <= 0.10 ? "yes" : "no");
+  std::printf("| longest async stall / mean sync save | %.4f | <= 0.10 | %s |\n", stall, stall <= 0.10 ? "yes" : "no");
   std::printf("| throughput, async save every epoch / no saves | %.3f | >= 0.9 | %s |\n", throughput,
               throughput >= 0.9 ? "yes" : "no");
   std::printf("| (sync save every epoch / no saves) | %.3f | | |\n",

@@ -17,11 +17,6 @@ namespace ferry::checkpoint {
 namespace detail {
 namespace {
 
-bool valid_file_name(std::string_view f, std::size_t max_bytes) noexcept {
-  return valid_name(f, max_bytes) && f != "." && f != ".." && f.find('/') == std::string_view::npos &&
-         f.find('\0') == std::string_view::npos;
-}
-
 // The index's grammar: one object; "weight_map" an object of strings (tensor
 // name -> shard file); "metadata" an object whose scalar values are kept as
 // text (nested values are skipped); other members skipped.
@@ -44,7 +39,7 @@ class index_grammar final : public nlohmann::json_sax<nlohmann::json> {
     if (state_ == in::metadata) return scalar(v);
     if (state_ != in::weights) return fail(checkpoint_errc::bad_json);
     // A tensor and its shard.
-    if (!valid_file_name(v, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_index, "weight_map: '" + v + "' is not a file name");
+    if (!valid_shard_file(v, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_index, "weight_map: '" + v + "' is not a file name");
     const auto [it, fresh] = file_of_.emplace(v, static_cast<std::uint32_t>(out.files.size()));
     if (fresh) {
       if (out.files.size() >= lim_.max_shards) return fail(errc::limit_exceeded, "shards");
@@ -221,7 +216,7 @@ result<std::vector<std::filesystem::path>, error> save_safetensors_sharded(
     const std::map<std::string, std::string>& metadata, const safetensors_options& opt) {
   const auto plan = plan_safetensors_shards(tensors, max_shard_bytes);
   const std::string stem = hf_stem(index);
-  const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path folder = detail::folder_of(index);
   std::vector<base::atomic_file> staged;
   std::vector<std::filesystem::path> files;
   nlohmann::ordered_json weights = nlohmann::ordered_json::object();

@@ -25,6 +25,7 @@ namespace {
 using detail::piece_record;
 using detail::set_manifest;
 using detail::set_tensor_record;
+using detail::folder_of;
 using detail::shard_entry;
 
 std::uint64_t numel_of(std::span<const std::uint64_t> shape) noexcept {
@@ -37,10 +38,6 @@ std::string stem_of(const std::filesystem::path& index) {
   std::string name = index.filename().string();
   if (name.size() > 6 && name.ends_with(".ferry")) name.resize(name.size() - 6);
   return name;
-}
-
-std::filesystem::path folder_of(const std::filesystem::path& p) {
-  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
 }
 
 // Whether `name` is a shard file of `stem`: <stem>-<16 hex>-<digits>-of-<digits>.ferry.

@@ -5,7 +5,7 @@
 //   // each rank, in parallel (save_id chosen by rank 0 and broadcast):
 //   auto w = shard_writer::create("ckpt/model.ferry", save_id, rank, world).value();
 //   for (const auto& p : plan[rank]) w.add_piece(tensors[p.tensor], p.begin, p.count).value();
-//   w.add(residual_of_this_rank).value();                  // per-rank state, whole
+//   w.add_part("residual", dtype::f32, {world, n}, rank * n, my_row).value();  // per-rank rows
 //   std::vector<std::byte> mine = w.commit().value().encode();
 //   // rank 0, once it has every rank's record (gathered over the network):
 //   commit_set("ckpt/model.ferry", save_id, world, records, metadata).value();
@@ -20,7 +20,8 @@
 //
 // INDEX LAYOUT. An index is a .ferry file (format.h) whose header and
 // trailer `flags` byte is 1 (bit 0, "set index"), that holds no storages,
-// and whose manifest is a graph archive with root `ferry.checkpoint.set`:
+// whose manifest starts right after the header [bad_index] and is a graph
+// archive with root `ferry.checkpoint.set`:
 //
 //   ferry.checkpoint.set
 //     1 save_id   string  16 lowercase hex digits naming the save; every
@@ -38,8 +39,9 @@
 //     4 order     u8      its byte order, 0 little, 1 big [bad_shard]
 //     5 rank      u32     the rank that wrote it, < its save's world [bad_index]
 //     6 save_id   string  the save that wrote it: 16 lowercase hex digits,
-//                         or empty for the index's own [bad_index]; its
-//                         metadata `ferry.set.save_id` MUST equal it [bad_shard]
+//                         or empty for the index's own (ferry's writer
+//                         always fills it) [bad_index]; its metadata
+//                         `ferry.set.save_id` MUST equal it [bad_shard]
 //     7 world     u32     the world of that save, or 0 for the index's
 //   ferry.checkpoint.set_tensor
 //     1 name      string  as in a .ferry file; unique [bad_name, duplicate_key]
@@ -67,6 +69,9 @@
 // index names every shard file it needs; no index refers to another
 // index, so removing an index never breaks another one.
 //
+// A shard MUST NOT be an index (of a set, or Hugging Face's) [bad_shard]:
+// readers never open indexes recursively.
+//
 // SHARD FILES are named `<stem>-<save_id>-<rank>-of-<world>.ferry` (rank
 // and world in 5 digits; stem: the index's file name less `.ferry`), in the
 // index's folder, and carry metadata `ferry.set.save_id` and
@@ -79,9 +84,13 @@
 // files of the same stem that no index in the folder names (those of the
 // previous save that the new one does not keep, or of saves that never
 // committed) and their temporaries no live writer holds. To keep an older
-// checkpoint, keep (copy) its index in the folder: its shards stay until
-// no index names them. If an index in the folder cannot be read, nothing
-// is removed. One job saves to one index path at a time.
+// checkpoint, keep (copy) its index in the folder under a name ending in
+// `.ferry`, not starting with '.': its shards stay until no index names
+// them. If such a file says it is an index but cannot be read, or the
+// folder cannot be read to its end, nothing is removed. All shards of a
+// set live in its index's folder: ranks on several hosts need a folder
+// they all see (a shared filesystem). One job saves to one index path at
+// a time.
 #pragma once
 
 #include <cstdint>

@@ -36,12 +36,16 @@ std::string shard_context(const std::string& where, std::string_view file) {
   return where + ": shard '" + std::string(file) + "'";
 }
 
+}  // namespace
+
 bool valid_shard_file(std::string_view f, std::size_t max_bytes) noexcept {
   return valid_name(f, max_bytes) && f != "." && f != ".." && f.find('/') == std::string_view::npos &&
          f.find('\0') == std::string_view::npos;
 }
 
-}  // namespace
+std::filesystem::path folder_of(const std::filesystem::path& p) {
+  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+}
 
 graph::options set_options(const limits& lim, wire::byte_order order) noexcept {
   graph::options g = manifest_options(lim, order);
@@ -124,7 +128,7 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
                                                     const shard_check& check, parsed_file& out) {
   const std::string where = path.string();
   auto set = std::make_unique<shard_set>();
-  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path folder = folder_of(path);
   for (std::size_t k = 0; k < files.size(); ++k) {
     auto r = reader::open(folder / files[k], opt);
     if (!r) return r.error().wrap(where);

@@ -93,6 +93,13 @@ result<std::vector<std::string>, error> set_files(const std::filesystem::path& p
 /// The graph options an index (and a shard_record) is read and written with.
 graph::options set_options(const limits& lim, wire::byte_order order) noexcept;
 
+/// Whether `f` can name a shard: a file name in the index's folder (no
+/// '/', not "." or "..", valid UTF-8, at most max_bytes).
+[[nodiscard]] bool valid_shard_file(std::string_view f, std::size_t max_bytes) noexcept;
+
+/// The folder of `p` ("." for a bare file name): where its shards live.
+[[nodiscard]] std::filesystem::path folder_of(const std::filesystem::path& p);
+
 /// Whether `id` is 16 lowercase hex digits.
 [[nodiscard]] bool valid_save_id(std::string_view id) noexcept;
 

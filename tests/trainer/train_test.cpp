@@ -82,7 +82,8 @@ TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
                            "FERRY_SECRET=x " + run() + " --nnodes 2 true", train() + " --batch 0",
                            train() + " --compress f8", train() + " --hidden 32,x", train() + " --bogus",
                            train() + " --backend gloo --compress bf16", train() + " --freeze 2",
-                           train() + " --checkpoint-full-every 0"}) {
+                           train() + " --checkpoint-full-every 0",
+                           train() + " --checkpoint-full-every 4"}) {
     const auto r = shell(line);
     EXPECT_EQ(r.status, 2) << line;
     EXPECT_EQ(lines(r.err), 1u) << line << ": " << r.err;

@@ -91,16 +91,18 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", c.checkpoint, "checkpoint file rank 0 writes (atomically)");
   app.add_flag("--checkpoint-sharded", c.checkpoint_sharded,
                "every rank writes a shard of the checkpoint at once (the state split by bytes), rank 0 the index "
-               "at --checkpoint, last; --resume reads it with any number of ranks");
+               "at --checkpoint, last, in the same folder (shared by every host); --resume reads it with any number "
+               "of ranks");
   app.add_flag("--checkpoint-async", c.checkpoint_async,
                "training pauses only to copy the state into staging memory (allocated at the start, reused); a "
                "background thread writes, fsyncs and publishes it; a failure stops the job at the next step");
-  app.add_flag("--checkpoint-incremental", c.checkpoint_incremental,
+  auto* incremental = app.add_flag("--checkpoint-incremental", c.checkpoint_incremental,
                "write a checkpoint set (as --checkpoint-sharded) whose pieces equal to the last save's are kept in "
                "that save's shards, not written again");
   app.add_option("--checkpoint-full-every", c.checkpoint_full_every,
                  "with --checkpoint-incremental: every Kth save is whole, so no chain is longer than K saves")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(incremental);
   app.add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints; 0: at the end only")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-steps", c.checkpoint_steps, "also every N steps within an epoch (BatchNorm statistics are averaged there too); 0: never")

@@ -68,9 +68,9 @@ void saver::gather_rows(save_state& s) {
 
 // This rank's part of the checkpoint: a shard's entries, or (one file)
 // everything on rank 0 and nothing elsewhere.
-std::vector<shard_entry> saver::entries_of(const save_state& s) {
+std::vector<shard_item> saver::entries_of(const save_state& s) {
   if (o_.sharded) return shard_entries(o_.path, rank_, world_, s.replicated, s.own, s.alone);
-  std::vector<shard_entry> out;
+  std::vector<shard_item> out;
   if (rank_ != 0) return out;
   for (const auto* m : {&s.replicated, &s.alone}) {
     for (const auto& [name, t] : *m) out.push_back({name, t, true, {}, 0});
@@ -119,7 +119,7 @@ void saver::start(std::function<void()> work) {
   });
 }
 
-at::Tensor saver::snapshot(const shard_entry& e) {
+at::Tensor saver::snapshot(const shard_item& e) {
   const auto key = std::make_tuple(static_cast<const void*>(e.values.data_ptr()), e.values.sizes().vec(),
                                    e.values.strides().vec(), static_cast<int>(e.values.scalar_type()));
   auto [it, fresh] = copies_.emplace(key, at::Tensor());

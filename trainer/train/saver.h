@@ -111,8 +111,8 @@ class saver {
  private:
   enum class phase { none, writing, publishing };
   using clock_type = std::chrono::steady_clock;
-  std::vector<shard_entry> entries_of(const save_state& s);
-  at::Tensor snapshot(const shard_entry& e);
+  std::vector<shard_item> entries_of(const save_state& s);
+  at::Tensor snapshot(const shard_item& e);
   void gather_rows(save_state& s);
   void start(std::function<void()> work);
   void exchange(bool wait);
@@ -132,7 +132,7 @@ class saver {
   std::exception_ptr failure_;
   std::string save_id_, where_;
   std::int64_t global_step_ = 0;
-  std::vector<shard_entry> entries_;
+  std::vector<shard_item> entries_;
   // The snapshot's copies by source, so that aliases stay aliased.
   std::map<std::tuple<const void*, std::vector<std::int64_t>, std::vector<std::int64_t>, int>, at::Tensor> copies_;
   ferry::torch::metadata_map metadata_;

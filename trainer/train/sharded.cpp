@@ -32,12 +32,12 @@ std::vector<std::byte> from_words(std::span<const std::int64_t> words, std::size
 
 }  // namespace
 
-std::vector<shard_entry> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
+std::vector<shard_item> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
                                        const ferry::torch::tensor_map& replicated, std::span<const rank_row> own,
                                        const ferry::torch::tensor_map& alone) {
   const auto refs = ferry::torch::tensor_refs::make(replicated, index).value();
   const auto plan = ckpt::plan_shards(refs.refs(), world);
-  std::vector<shard_entry> out;
+  std::vector<shard_item> out;
   for (const auto& p : plan[rank]) {
     const auto& ref = refs.refs()[p.tensor];
     const auto& t = replicated.at(std::string(ref.name));
@@ -67,7 +67,7 @@ std::string agree_save_id(collectives& comm) {
 }
 
 ckpt::shard_record write_shard(const std::filesystem::path& index, const std::string& save_id, std::uint32_t rank,
-                               std::uint32_t world, std::span<const shard_entry> entries, bool track,
+                               std::uint32_t world, std::span<const shard_item> entries, bool track,
                                const ckpt::shard_record* previous) {
   auto w = ckpt::shard_writer::create(index, save_id, rank, world).value();
   if (track) w.base_on(previous);

@@ -38,7 +38,7 @@ struct rank_row {
 
 /// One tensor of a rank's shard: a tensor whole, or elements [begin, begin
 /// + values.numel()) of the tensor `name` of `shape` (a piece or a row).
-struct shard_entry {
+struct shard_item {
   std::string name;
   at::Tensor values;  ///< whole: the tensor; a part: its elements, 1-d
   bool whole = true;
@@ -50,7 +50,7 @@ struct shard_entry {
 /// (every rank passes the same tensors), its rows `own`, and `alone`
 /// (tensors only it writes, whole). The values alias the arguments'
 /// tensors. Throws ferry::exception naming `index` (an unsupported dtype).
-std::vector<shard_entry> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
+std::vector<shard_item> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
                                        const ferry::torch::tensor_map& replicated, std::span<const rank_row> own,
                                        const ferry::torch::tensor_map& alone);
 
@@ -64,7 +64,7 @@ std::string agree_save_id(collectives& comm);
 /// (shard_writer::base_on). Throws ferry::exception naming the shard.
 /// Touches no collective: safe on a background thread.
 checkpoint::shard_record write_shard(const std::filesystem::path& index, const std::string& save_id,
-                                     std::uint32_t rank, std::uint32_t world, std::span<const shard_entry> entries,
+                                     std::uint32_t rank, std::uint32_t world, std::span<const shard_item> entries,
                                      bool track = false, const checkpoint::shard_record* previous = nullptr);
 
 /// Every rank's encoded record to rank 0 (a collective; `sizes` holds every
