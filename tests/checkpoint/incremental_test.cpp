@@ -81,6 +81,16 @@ class Incremental : public scratch_dir {
       EXPECT_EQ(t->contiguous_copy(), gather(ref)) << ref.name;
     }
   }
+  static void flip_byte(const fs::path& p, std::uintmax_t at) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-1, std::ios::cur);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+    ASSERT_TRUE(f.good());
+  }
   std::size_t shard_count() const {
     std::size_t n = 0;
     for (const auto& e : fs::directory_iterator(dir_)) n += e.path().filename().string().find("-of-") != std::string::npos;
@@ -165,17 +175,8 @@ TEST_F(Incremental, ADamagedEarlierShardIsNotTrusted) {
   const auto index = dir_ / "ck.ferry";
   std::vector<shard_record> records;
   save(state(1), records, true, index);
-  {
-    // frozen's bytes in shard 0: flip one in the middle of the file.
-    const auto shard0 = dir_ / records[0].file;
-    std::fstream f(shard0, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(shard0) / 3));
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(-1, std::ios::cur);
-    c = static_cast<char>(c ^ 0x10);
-    f.write(&c, 1);
-  }
+  // frozen's bytes in shard 0 (a third into the file): one flipped.
+  flip_byte(dir_ / records[0].file, fs::file_size(dir_ / records[0].file) / 3);
   save(state(2), records, false, index);
   for (const auto& k : records[0].kept) ADD_FAILURE() << k.p.name << " kept from a damaged shard";
   expect_state(index, state(2));
@@ -190,16 +191,7 @@ TEST_F(Incremental, VerifyChecksEveryShardOfTheChain) {
   const auto earlier = records[0].file;
   save(state(2), records, false, index);
   ASSERT_EQ(records[0].kept.front().shard.file, earlier);
-  {
-    const auto path = dir_ / earlier;
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(-1, std::ios::cur);
-    c = static_cast<char>(c ^ 0x01);
-    f.write(&c, 1);
-  }
+  flip_byte(dir_ / earlier, fs::file_size(dir_ / earlier) / 2);
   auto r = open(index);
   ASSERT_TRUE(r) << r.error();
   const auto v = r->verify();

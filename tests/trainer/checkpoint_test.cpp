@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "../checkpoint/helpers.h"
+#include "job_helpers.h"
 #include "ferry/checkpoint/reader.h"
 
 extern char** environ;
@@ -32,23 +33,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using checkpoint::testing::read_text;
-using checkpoint::testing::scratch_dir;
-
-struct run_result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::vector<nlohmann::json> records(const fs::path& p, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j["kind"] == kind) out.push_back(j);
-  }
-  return out;
-}
+using testing::records;
+using testing::run_result;
 
 // Every tensor of `a` is in `b` with the same bits, and no other (the
 // metadata differs: the run's options).
@@ -65,15 +51,8 @@ void expect_same_tensors(const fs::path& a, const fs::path& b) {
   }
 }
 
-class TrainerCheckpoint : public scratch_dir {
+class TrainerCheckpoint : public testing::job_dir {
  protected:
-  run_result shell(const std::string& line) {
-    const auto out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "cd '" + dir_.string() + "' && { " + line + "; } >'" + out.string() + "' 2>'" +
-                            err.string() + "'";
-    const int rc = std::system(cmd.c_str());
-    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
-  }
   static std::string run() { return std::string("'") + FERRY_RUN + "'"; }
   static std::string job(int limit, int epochs, const std::string& binary = FERRY_TRAIN) {
     return "'" + binary + "' --limit " + std::to_string(limit) + " --test-limit 500 --threads 1 --progress plain --epochs " +

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "../checkpoint/helpers.h"
+#include "job_helpers.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/writer.h"
 
@@ -29,35 +30,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using checkpoint::testing::read_text;
-using checkpoint::testing::scratch_dir;
-
-struct run_result {
-  int status = -1;
-  std::string out, err;
-};
+using testing::records;
+using testing::run_result;
 
 std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
 
-std::vector<nlohmann::json> records(const fs::path& p, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j);
-  }
-  return out;
-}
-
-class Trainer : public scratch_dir {
+class Trainer : public testing::job_dir {
  protected:
-  // Runs a shell command line in the scratch folder, capturing its output.
-  run_result shell(const std::string& line) {
-    const auto out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "cd '" + dir_.string() + "' && { " + line + "; } >'" + out.string() + "' 2>'" +
-                            err.string() + "'";
-    const int rc = std::system(cmd.c_str());
-    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out), read_text(err)};
-  }
   static std::string run() { return std::string("'") + FERRY_RUN + "'"; }
   static std::string train() { return std::string("'") + FERRY_TRAIN + "'"; }
   static std::string cli() { return std::string("'") + FERRY_CLI + "'"; }
