@@ -1,6 +1,6 @@
 // Asynchronous checkpoints in a real training job: ferry-train (under
 // ferry-run, 2 ranks, one LibTorch thread each) on the large reference
-// model (--hidden 4096,4096,4096: 30.0M parameters, 442 MB with Adam's
+// model (--hidden 4096,4096,4096: 36.8M parameters, 442 MB with Adam's
 // state) over 2048 Fashion-MNIST samples per epoch, 3 epochs, a sharded
 // checkpoint after every epoch:
 //
