@@ -5,7 +5,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdint>
 #include <cstring>
@@ -90,5 +93,32 @@ inline void expect_sample(const reader& r) {
   EXPECT_EQ(a->storage_bytes().data(), b->storage_bytes().data());
   EXPECT_EQ(r.metadata(), sample::metadata());
 }
+
+// A size-limited tmpfs at `mnt` (created), for disk-full tests; unmounted
+// on destruction. why() says why it is not mounted (not root, mount failed):
+// the test skips with it.
+class small_tmpfs {
+ public:
+  small_tmpfs(const fs::path& mnt, const std::string& size) : mnt_(mnt) {
+    if (::geteuid() != 0) {
+      why_ = "mounting a size-limited tmpfs needs root";
+      return;
+    }
+    fs::create_directory(mnt_);
+    if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+      why_ = "cannot mount a tmpfs at " + mnt_.string() + ": " + std::strerror(errno);
+    }
+  }
+  ~small_tmpfs() {
+    if (why_.empty()) ::umount2(mnt_.c_str(), MNT_DETACH);
+  }
+  small_tmpfs(const small_tmpfs&) = delete;
+  small_tmpfs& operator=(const small_tmpfs&) = delete;
+  [[nodiscard]] const std::string& why() const noexcept { return why_; }
+
+ private:
+  fs::path mnt_;
+  std::string why_;
+};
 
 }  // namespace ferry::checkpoint::testing

@@ -129,16 +129,9 @@ TEST_F(TrainerCheckpoint, IncrementalSavesWriteWhatChanged) {
 // checkpoint of the default model, not two) stops every rank at the next
 // step with one line naming the file; the checkpoint before it loads.
 TEST_F(TrainerCheckpoint, FullDiskStopsTheJobAndKeepsThePreviousCheckpoint) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a size-limited tmpfs needs root";
   const auto mnt = dir_ / "small";
-  fs::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=600k") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs at " << mnt << ": " << std::strerror(errno);
-  }
-  struct unmount {
-    fs::path p;
-    ~unmount() { ::umount2(p.c_str(), MNT_DETACH); }
-  } guard{mnt};
+  const checkpoint::testing::small_tmpfs tmpfs(mnt, "600k");
+  if (!tmpfs.why().empty()) GTEST_SKIP() << tmpfs.why();
   for (const std::string mode : {" --checkpoint-async", " --checkpoint-async --checkpoint-sharded", ""}) {
     SCOPED_TRACE(mode);
     for (const auto& e : fs::directory_iterator(mnt)) fs::remove(e.path());
