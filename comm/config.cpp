@@ -56,13 +56,21 @@ result<std::string, error> read_secret_file(const char* path) {
 }  // namespace
 
 result<config, error> config::from_env() {
+  std::uint32_t world_size = 0;
+  std::uint32_t rank = 0;
+  FERRY_TRY_ASSIGN(const bool has_size, read_number<std::uint32_t>({"WORLD_SIZE", "SLURM_NTASKS"}, 1, UINT32_MAX, world_size));
+  if (!has_size) return bad("WORLD_SIZE (or SLURM_NTASKS) is not set");
+  FERRY_TRY_ASSIGN(const bool has_rank, read_number<std::uint32_t>({"RANK", "SLURM_PROCID"}, 0, UINT32_MAX, rank));
+  if (!has_rank) return bad("RANK (or SLURM_PROCID) is not set");
+  return from_env(rank, world_size);
+}
+
+result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_size) {
   config c;
+  c.rank = rank;
+  c.world_size = world_size;
   if (const char* a = env("MASTER_ADDR")) c.master_addr = a;
   FERRY_TRY(read_number<std::uint16_t>({"MASTER_PORT"}, 0, 65535, c.master_port));
-  FERRY_TRY_ASSIGN(const bool has_size, read_number<std::uint32_t>({"WORLD_SIZE", "SLURM_NTASKS"}, 1, UINT32_MAX, c.world_size));
-  if (!has_size) return bad("WORLD_SIZE (or SLURM_NTASKS) is not set");
-  FERRY_TRY_ASSIGN(const bool has_rank, read_number<std::uint32_t>({"RANK", "SLURM_PROCID"}, 0, UINT32_MAX, c.rank));
-  if (!has_rank) return bad("RANK (or SLURM_PROCID) is not set");
   if (const char* s = env("FERRY_SECRET")) {
     c.secret = s;
   } else if (const char* f = env("FERRY_SECRET_FILE")) {

@@ -79,6 +79,10 @@ struct config {
   /// malformed (io_error with the OS's reason for an unreadable
   /// FERRY_SECRET_FILE).
   static result<config, error> from_env();
+  /// The same for a launcher that knows the rank and world size otherwise
+  /// (torch.distributed's creator gets them from init_process_group):
+  /// RANK, WORLD_SIZE and their SLURM fallbacks are not read.
+  static result<config, error> from_env(std::uint32_t rank, std::uint32_t world_size);
   /// bad_config naming the field that is out of range.
   [[nodiscard]] result<void, error> validate() const;
 };

@@ -1,0 +1,69 @@
+// ferry._distributed: the pybind11 half of ferry.distributed
+// (python/ferry/distributed.py registers the backend and defines the DDP
+// hooks over it). Types come from torch's own bindings (ProcessGroup, Work,
+// Store), shared through pybind11's registry, so torch/python.h's casters
+// and intrusive_ptr holders apply.
+#include <torch/python.h>
+
+#include <pybind11/chrono.h>
+
+#include "process_group.h"
+
+namespace py = pybind11;
+using ferry::distributed::process_group;
+
+namespace {
+
+process_group& ferry_group(c10d::ProcessGroup& group) {
+  auto* ours = dynamic_cast<process_group*>(&group);
+  TORCH_CHECK(ours != nullptr, "ferry: the process group's backend is ", group.getBackendName(),
+              ", not ferry");
+  return *ours;
+}
+
+ferry::comm::compression compression_named(const std::string& name) {
+  if (name == "bf16") return ferry::comm::compression::bf16;
+  if (name == "f16") return ferry::comm::compression::f16;
+  if (name == "none") return ferry::comm::compression::none;
+  TORCH_CHECK(false, "ferry: compression '", name, "' is not one of bf16, f16, none");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_distributed, m) {
+  m.doc() = "The C++ half of ferry.distributed: the process group over ferry's ring.";
+  py::register_exception<ferry::comm::comm_error>(m, "CommError", PyExc_RuntimeError);
+
+  m.def(
+      "create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+        return process_group::create(store, rank, size, timeout);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>(),
+      "The creator torch.distributed calls for backend 'ferry': forms the ring (process_group.h).");
+
+  m.def(
+      "allreduce_compressed",
+      [](c10d::ProcessGroup& group, const at::Tensor& tensor, const std::string& compression, std::int64_t key) {
+        return ferry_group(group).allreduce_compressed(tensor, compression_named(compression), key);
+      },
+      py::arg("group"), py::arg("tensor"), py::arg("compression"), py::arg("key"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Averages an f32 tensor over the group, sent as bf16 or f16 with error feedback kept per key; "
+      "returns a Work.");
+
+  m.def(
+      "describe",
+      [](c10d::ProcessGroup& group) {
+        const ferry::comm::communicator& comm = ferry_group(group).communicator();
+        py::dict d;
+        d["rank"] = comm.rank();
+        d["world_size"] = comm.world_size();
+        d["timeout_s"] = std::chrono::duration<double>(comm.config().timeout).count();
+        d["auth"] = std::string(ferry::comm::name(comm.config().auth));
+        d["chunk_bytes"] = comm.config().chunk_bytes;
+        return d;
+      },
+      py::arg("group"), "The ring's configuration as this rank sees it.");
+}

@@ -1,0 +1,458 @@
+#include "process_group.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include <ATen/core/ivalue.h>
+
+#include "ferry/base/float16.h"
+
+namespace ferry::distributed {
+namespace {
+
+using c10d::OpType;
+using c10d::ReduceOp;
+
+/// A collective's handle: the future the worker completes with the output
+/// tensors, or fails with the collective's exception.
+class work final : public c10d::Work {
+ public:
+  work(int rank, OpType type, c10::intrusive_ptr<c10::ivalue::Future> future, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), future_(std::move(future)), outputs_(std::move(outputs)) {}
+
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override { return future_->exception_ptr(); }
+  std::vector<at::Tensor> result() override {
+    wait(kNoTimeout);
+    return outputs_;
+  }
+  void synchronize() override {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout != kNoTimeout) {
+      // c10's Future has no timed wait; a collective that outlives the
+      // caller's patience is rare enough for a 1 ms poll.
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (!future_->completed()) {
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "ferry: ", c10d::opTypeToString(retrieveOpType()),
+                    " did not finish within ", timeout.count(), " ms");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    future_->waitAndThrow();
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<at::Tensor> outputs_;
+};
+
+/// Calls f(T{}) with the C++ element type communicator.h moves for `type`.
+template <class F>
+decltype(auto) with_element(at::ScalarType type, F&& f) {
+  switch (type) {
+    case at::kFloat: return f(float{});
+    case at::kDouble: return f(double{});
+    case at::kHalf: return f(ferry::f16{});
+    case at::kBFloat16: return f(ferry::bf16{});
+    case at::kLong: return f(std::int64_t{});
+    case at::kInt: return f(std::int32_t{});
+    case at::kShort: return f(std::int16_t{});
+    case at::kChar: return f(std::int8_t{});
+    case at::kByte: return f(std::uint8_t{});
+    case at::kBool: return f(bool{});
+    default: TORCH_CHECK(false, "ferry: tensors of dtype ", type, " are not supported");
+  }
+}
+
+template <class T>
+std::span<T> elements(const at::Tensor& t) {
+  return {static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
+}
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "ferry: ", op, " was given an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "ferry: ", op, " takes CPU tensors, not ", t.device(), " ones");
+  TORCH_CHECK(t.layout() == at::kStrided, "ferry: ", op, " takes dense tensors, not ", t.layout(), " ones");
+  with_element(t.scalar_type(), [](auto) {});
+}
+
+const at::Tensor& one_tensor(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "ferry: ", op, " takes one tensor per rank, not ", tensors.size());
+  check_tensor(tensors[0], op);
+  return tensors[0];
+}
+
+void check_op(ReduceOp op, at::ScalarType type, const char* name) {
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::PRODUCT:
+    case ReduceOp::MIN:
+    case ReduceOp::MAX: return;
+    case ReduceOp::AVG:
+      TORCH_CHECK(at::isFloatingType(type), "ferry: ", name, " with AVG needs a floating-point tensor, not ", type);
+      return;
+    case ReduceOp::BAND:
+    case ReduceOp::BOR:
+    case ReduceOp::BXOR:
+      TORCH_CHECK(at::isIntegralType(type, /*includeBool=*/true), "ferry: ", name,
+                  " with a bitwise op needs an integer or bool tensor, not ", type);
+      return;
+    default: TORCH_CHECK(false, "ferry: ", name, " does not support reduce op ", static_cast<int>(op.op_));
+  }
+}
+
+/// Runs `body` on a contiguous tensor with t's values, then puts the
+/// result back into t if that was a copy.
+template <class F>
+void on_dense(at::Tensor& t, F&& body) {
+  at::Tensor dense = t.contiguous();
+  body(dense);
+  if (!dense.is_same(t)) t.copy_(dense);
+}
+
+/// The tensors' values, flattened and concatenated (one fresh tensor).
+at::Tensor concatenated(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+/// Copies consecutive pieces of the flat `from` into each of `to`.
+void split_into(const at::Tensor& from, std::vector<at::Tensor>& to) {
+  std::int64_t offset = 0;
+  for (at::Tensor& t : to) {
+    t.copy_(from.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+std::string port_of(const std::vector<std::uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                             int size, std::chrono::milliseconds timeout) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
+  comm::config c =
+      comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
+  if (std::getenv("FERRY_TIMEOUT") == nullptr && timeout.count() > 0) c.timeout = std::min(c.timeout, timeout);
+  static constexpr const char* port_key = "ferry/port";
+  if (size > 1 && rank == 0) {
+    c.master_port = 0;
+    comm::listener listener(c);
+    const std::string port = std::to_string(listener.port());
+    store->set(port_key, std::vector<std::uint8_t>(port.begin(), port.end()));
+    return c10::make_intrusive<process_group>(comm::communicator(c, std::move(listener)));
+  }
+  if (size > 1) {
+    const std::string text = port_of(store->get(port_key));
+    std::uint16_t port = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+    TORCH_CHECK(ec == std::errc{} && end == text.data() + text.size() && port != 0,
+                "ferry: the store's ", port_key, " is '", text, "', not a port");
+    c.master_port = port;
+  }
+  return c10::make_intrusive<process_group>(comm::communicator(c));
+}
+
+process_group::process_group(comm::communicator comm)
+    : c10d::ProcessGroup(static_cast<int>(comm.rank()), static_cast<int>(comm.world_size())),
+      comm_(std::move(comm)),
+      worker_([this] { run(); }) {}
+
+process_group::~process_group() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  worker_.join();
+}
+
+void process_group::run() {
+  for (;;) {
+    task next;
+    {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<at::Tensor> outputs,
+                                                      std::function<void()> body) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  auto handle = c10::make_intrusive<work>(getRank(), type, future, outputs);
+  {
+    std::lock_guard lock(mutex_);
+    queue_.emplace_back([future, outputs = std::move(outputs), body = std::move(body)] {
+      try {
+        body();
+      } catch (...) {
+        future->setError(std::current_exception());
+        return;
+      }
+      future->markCompleted(c10::IValue(outputs));
+    });
+  }
+  ready_.notify_one();
+  return handle;
+}
+
+void process_group::allgather_now(const at::Tensor& in, at::Tensor& out) {
+  with_element(in.scalar_type(), [&]<class T>(T) { comm_.allgather(elements<const T>(in), elements<T>(out)); });
+}
+
+void process_group::broadcast_now(at::Tensor& t, std::uint32_t root) {
+  with_element(t.scalar_type(), [&]<class T>(T) { comm_.broadcast(elements<T>(t), root); });
+}
+
+void process_group::allreduce_now(at::Tensor& t, ReduceOp op) {
+  const bool ring = op == ReduceOp::SUM || op == ReduceOp::AVG;
+  const comm::allreduce_options o{.op = op == ReduceOp::AVG ? comm::reduce_op::avg : comm::reduce_op::sum};
+  if (ring && t.scalar_type() == at::kFloat) {
+    comm_.allreduce(elements<float>(t), o);
+  } else if (ring && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)) {
+    at::Tensor wide = t.to(at::kFloat);
+    comm_.allreduce(elements<float>(wide), o);
+    t.copy_(wide);
+  } else {
+    allreduce_folded(t, op);
+  }
+}
+
+void process_group::allreduce_folded(at::Tensor& t, ReduceOp op) {
+  const std::int64_t n = getSize();
+  at::Tensor flat = t.view({-1});
+  at::Tensor all = at::empty({n, flat.numel()}, t.options());
+  allgather_now(flat, all);
+  at::Tensor acc = all[0].clone();
+  for (std::int64_t r = 1; r < n; ++r) {
+    const at::Tensor x = all[r];
+    switch (op) {
+      case ReduceOp::SUM:
+      case ReduceOp::AVG: acc.add_(x); break;
+      case ReduceOp::PRODUCT: acc.mul_(x); break;
+      case ReduceOp::MIN: acc = at::minimum(acc, x); break;
+      case ReduceOp::MAX: acc = at::maximum(acc, x); break;
+      case ReduceOp::BAND: acc.bitwise_and_(x); break;
+      case ReduceOp::BOR: acc.bitwise_or_(x); break;
+      case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
+      default: TORCH_CHECK(false, "ferry: reduce op ", static_cast<int>(op.op_));
+    }
+  }
+  if (op == ReduceOp::AVG) acc.div_(static_cast<double>(n));
+  flat.copy_(acc);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
+                                                        const c10d::BroadcastOptions& opts) {
+  at::Tensor t = one_tensor(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: broadcast from rank ", opts.rootRank,
+              " of a world of ", getSize());
+  const auto root = static_cast<std::uint32_t>(opts.rootRank);
+  return enqueue(OpType::BROADCAST, {t}, [this, t, root]() mutable {
+    on_dense(t, [&](at::Tensor& d) { broadcast_now(d, root); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::AllreduceOptions& opts) {
+  at::Tensor t = one_tensor(tensors, "allreduce");
+  check_op(opts.reduceOp, t.scalar_type(), "allreduce");
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::ALLREDUCE, {t}, [this, t, op]() mutable {
+    on_dense(t, [&](at::Tensor& d) { allreduce_now(d, op); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                  const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "ferry: allreduce_coalesced was given no tensors");
+  for (const at::Tensor& t : tensors) {
+    check_tensor(t, "allreduce_coalesced");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                "ferry: allreduce_coalesced takes tensors of one dtype, not ", tensors[0].scalar_type(), " and ",
+                t.scalar_type());
+  }
+  check_op(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, op]() mutable {
+    at::Tensor flat = concatenated(tensors);
+    allreduce_now(flat, op);
+    split_into(flat, tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::ReduceOptions& opts) {
+  at::Tensor t = one_tensor(tensors, "reduce");
+  check_op(opts.reduceOp, t.scalar_type(), "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: reduce to rank ", opts.rootRank,
+              " of a world of ", getSize());
+  // An allreduce: the root gets the result, and so does everyone else.
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::REDUCE, {t}, [this, t, op]() mutable {
+    on_dense(t, [&](at::Tensor& d) { allreduce_now(d, op); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::AllgatherOptions&) {
+  const at::Tensor& in = one_tensor(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
+              "ferry: allgather takes one list of ", getSize(), " output tensors");
+  for (const at::Tensor& o : outputs[0]) {
+    check_tensor(o, "allgather");
+    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                "ferry: allgather's outputs must have the input's size and dtype");
+  }
+  std::vector<at::Tensor> outs = outputs[0];
+  return enqueue(OpType::ALLGATHER, outs, [this, in, outs]() mutable {
+    at::Tensor mine = in.contiguous();
+    at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
+    allgather_now(mine, all);
+    split_into(all, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                              const c10d::AllgatherOptions&) {
+  check_tensor(input, "_allgather_base");
+  check_tensor(output, "_allgather_base");
+  TORCH_CHECK(output.numel() == getSize() * input.numel() && output.scalar_type() == input.scalar_type(),
+              "ferry: _allgather_base's output must hold world size times the input, of its dtype");
+  return enqueue(OpType::_ALLGATHER_BASE, {output}, [this, in = input, out = output]() mutable {
+    at::Tensor mine = in.contiguous();
+    on_dense(out, [&](at::Tensor& d) { allgather_now(mine, d); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::GatherOptions& opts) {
+  const at::Tensor& in = one_tensor(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: gather to rank ", opts.rootRank,
+              " of a world of ", getSize());
+  std::vector<at::Tensor> outs;
+  if (getRank() == opts.rootRank) {
+    TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
+                "ferry: gather's root takes one list of ", getSize(), " output tensors");
+    outs = outputs[0];
+    for (const at::Tensor& o : outs) {
+      check_tensor(o, "gather");
+      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                  "ferry: gather's outputs must have the input's size and dtype");
+    }
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "ferry: gather takes output tensors on the root only");
+  }
+  // An allgather whose result only the root keeps.
+  return enqueue(OpType::GATHER, outs, [this, in, outs]() mutable {
+    at::Tensor mine = in.contiguous();
+    at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
+    allgather_now(mine, all);
+    if (!outs.empty()) split_into(all, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
+                                                      std::vector<std::vector<at::Tensor>>& inputs,
+                                                      const c10d::ScatterOptions& opts) {
+  at::Tensor out = one_tensor(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: scatter from rank ", opts.rootRank,
+              " of a world of ", getSize());
+  std::vector<at::Tensor> ins;
+  if (getRank() == opts.rootRank) {
+    TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
+                "ferry: scatter's root takes one list of ", getSize(), " input tensors");
+    ins = inputs[0];
+    for (const at::Tensor& i : ins) {
+      check_tensor(i, "scatter");
+      TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
+                  "ferry: scatter's inputs must have the output's size and dtype");
+    }
+  }
+  // A broadcast of the root's concatenated inputs; each rank keeps its piece.
+  const auto root = static_cast<std::uint32_t>(opts.rootRank);
+  return enqueue(OpType::SCATTER, {out}, [this, out, ins, root]() mutable {
+    at::Tensor all = ins.empty() ? at::empty({getSize() * out.numel()}, out.options()) : concatenated(ins);
+    broadcast_now(all, root);
+    out.copy_(all.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                             std::vector<std::vector<at::Tensor>>& inputs,
+                                                             const c10d::ReduceScatterOptions& opts) {
+  at::Tensor out = one_tensor(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
+              "ferry: reduce_scatter takes one list of ", getSize(), " input tensors");
+  for (const at::Tensor& i : inputs[0]) {
+    check_tensor(i, "reduce_scatter");
+    TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
+                "ferry: reduce_scatter's inputs must have the output's size and dtype");
+  }
+  check_op(opts.reduceOp, out.scalar_type(), "reduce_scatter");
+  // An allreduce of the concatenated inputs; each rank keeps its piece.
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins = inputs[0], op]() mutable {
+    at::Tensor all = concatenated(ins);
+    allreduce_now(all, op);
+    out.copy_(all.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                   const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "_reduce_scatter_base");
+  check_tensor(output, "_reduce_scatter_base");
+  TORCH_CHECK(input.numel() == getSize() * output.numel() && output.scalar_type() == input.scalar_type(),
+              "ferry: _reduce_scatter_base's input must hold world size times the output, of its dtype");
+  check_op(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op]() mutable {
+    at::Tensor all = in.reshape({-1}).clone();
+    allreduce_now(all, op);
+    out.copy_(all.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {
+  return enqueue(OpType::BARRIER, {}, [this] { comm_.barrier(); });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allreduce_compressed(at::Tensor tensor, comm::compression comp,
+                                                                   std::int64_t key) {
+  check_tensor(tensor, "allreduce_compressed");
+  TORCH_CHECK(at::isFloatingType(tensor.scalar_type()), "ferry: a compressed allreduce needs a floating-point tensor");
+  return enqueue(OpType::ALLREDUCE, {tensor}, [this, t = tensor, comp, key]() mutable {
+    on_dense(t, [&](at::Tensor& d) {
+      if (d.scalar_type() != at::kFloat || comp == comm::compression::none) {
+        allreduce_now(d, ReduceOp::AVG);
+        return;
+      }
+      comm::error_feedback& feedback = feedback_[key];
+      if (feedback.residual().size() != static_cast<std::size_t>(d.numel())) {
+        feedback = comm::error_feedback(static_cast<std::size_t>(d.numel()));
+      }
+      comm_.allreduce(elements<float>(d), {.op = comm::reduce_op::avg, .comp = comp, .feedback = &feedback});
+    });
+  });
+}
+
+}  // namespace ferry::distributed

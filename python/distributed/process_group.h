@@ -1,0 +1,132 @@
+// ferry/python/distributed/process_group.h: the torch.distributed backend
+// "ferry", a c10d::ProcessGroup over ferry::comm::communicator.
+//
+//   import torch.distributed as dist
+//   import ferry.distributed            # registers "ferry"
+//   dist.init_process_group("ferry")    # torchrun's variables, or ferry-run's
+//
+// Rendezvous. torch.distributed hands the creator its store (env://:
+// a TCPStore on MASTER_ADDR:MASTER_PORT), the rank, the world size and the
+// timeout. Rank 0 binds ferry's listener on MASTER_ADDR at a port its
+// kernel picks and publishes the port in the store under "ferry/port"; the
+// others read it there and join the ring (comm/detail/rendezvous.h). So
+// MASTER_PORT stays the store's, and every group of dist.new_group() forms
+// its own ring under its own store prefix. The rest of the configuration
+// is ferry's (comm/config.h): FERRY_SECRET or FERRY_SECRET_FILE (required
+// above one rank), FERRY_AUTH, FERRY_TIMEOUT, FERRY_CHUNK_BYTES,
+// FERRY_RING_ORDER, FERRY_SEND_BUFFER. The timeout of every blocking step
+// is FERRY_TIMEOUT when set, else the smaller of init_process_group's
+// timeout and comm/'s default of 60 s.
+//
+// Collectives. Each runs on the group's one worker thread, in call order
+// (every rank must issue the same collectives in the same order, as with
+// any backend), and returns a Work whose wait() blocks and rethrows a
+// failure; its future (get_future()) holds the output tensors. CPU tensors
+// only; a non-contiguous tensor is copied in and out.
+//
+//   allreduce, reduce, reduce_scatter, allreduce_coalesced:
+//     f32 with SUM or AVG travels the ring (communicator.h): every rank ends
+//     with the same bits whatever its architecture. f16 and bf16 with SUM
+//     or AVG are widened to f32, reduced on the ring and rounded back
+//     (round to nearest even), so they agree bit for bit too. Every other
+//     dtype (f64, integers, bool) and op (PRODUCT, MIN, MAX, BAND, BOR,
+//     BXOR) is an allgather of every rank's tensor, folded on every rank in
+//     rank order: exact and identical everywhere, but n times the bytes of
+//     the ring, meant for the small tensors (metrics, counts) they carry.
+//     AVG of an integer tensor is refused, as PyTorch's other backends do.
+//   broadcast, allgather, _allgather_base, gather, scatter, barrier: every
+//     dtype above, converted to each receiver's byte order on the way.
+//   alltoall, send/recv, monitored_barrier: not supported; they raise
+//     "ProcessGroup ferry does not support <op>".
+//
+// Errors. A failed collective (a dead or silent rank, a forged frame, a
+// configuration that differs between ranks) fails its Work with the
+// comm_error that names the rank at fault (comm/error.h); the ring is then
+// broken and every later collective fails with the same text. Python sees
+// ferry.distributed.CommError, a RuntimeError.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "ferry/comm/communicator.h"
+
+namespace ferry::distributed {
+
+class process_group final : public c10d::ProcessGroup {
+ public:
+  /// Forms the ring for torch.distributed (the rendezvous above). Throws
+  /// ferry::exception (a bad environment) or comm::comm_error.
+  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                       int size, std::chrono::milliseconds timeout);
+
+  explicit process_group(comm::communicator comm);
+  /// Finishes the queued collectives, then closes the ring.
+  ~process_group() override;
+
+  const std::string getBackendName() const override { return "ferry"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  /// The average of an f32 `tensor` over the ranks, sent rounded to bf16 or
+  /// f16 with error feedback (communicator.h's compression): the residual
+  /// of each `key` (a DDP bucket's index) is kept between calls and reset
+  /// when the bucket's size changes. Other dtypes are averaged uncompressed.
+  /// What ferry.distributed.bf16_hook and fp16_hook call.
+  c10::intrusive_ptr<c10d::Work> allreduce_compressed(at::Tensor tensor, comm::compression comp, std::int64_t key);
+
+  [[nodiscard]] const comm::communicator& communicator() const noexcept { return comm_; }
+
+ private:
+  using task = std::function<void()>;
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void()> body);
+  void run();
+  void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
+  void allreduce_folded(at::Tensor& t, c10d::ReduceOp op);
+  void allgather_now(const at::Tensor& in, at::Tensor& out);
+  void broadcast_now(at::Tensor& t, std::uint32_t root);
+
+  comm::communicator comm_;
+  std::unordered_map<std::int64_t, comm::error_feedback> feedback_;  // worker thread only
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<task> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace ferry::distributed
