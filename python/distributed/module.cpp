@@ -7,6 +7,8 @@
 
 #include <pybind11/chrono.h>
 
+#include "ferry/codec/crc32c.h"
+#include "ferry/wire/bulk.h"
 #include "process_group.h"
 
 namespace py = pybind11;
@@ -52,6 +54,24 @@ PYBIND11_MODULE(_distributed, m) {
       py::call_guard<py::gil_scoped_release>(),
       "Averages an f32 tensor over the group, sent as bf16 or f16 with error feedback kept per key; "
       "returns a Work.");
+
+  m.def(
+      "crc32c",
+      [](const at::Tensor& tensor) {
+        TORCH_CHECK(tensor.device().is_cpu() && tensor.layout() == at::kStrided, "ferry: crc32c takes a dense CPU tensor");
+        const at::Tensor t = tensor.contiguous();
+        const std::span<const std::byte> bytes(static_cast<const std::byte*>(t.data_ptr()), t.nbytes());
+        const auto width = static_cast<std::size_t>(t.element_size());
+        if (ferry::wire::byte_order::native == ferry::wire::byte_order::little || width == 1) {
+          return ferry::codec::crc32c(bytes);
+        }
+        std::vector<std::byte> little(bytes.size());
+        ferry::wire::convert(bytes, ferry::wire::byte_order::native, little, ferry::wire::byte_order::little, width);
+        return ferry::codec::crc32c(little);
+      },
+      py::arg("tensor"), py::call_guard<py::gil_scoped_release>(),
+      "CRC32C of a tensor's values stored little-endian: the same number on every architecture for the same "
+      "values (what the tests compare across ranks).");
 
   m.def(
       "describe",

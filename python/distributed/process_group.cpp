@@ -1,5 +1,7 @@
 #include "process_group.h"
 
+#include <Python.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -174,7 +176,15 @@ process_group::~process_group() {
     stopping_ = true;
   }
   ready_.notify_one();
-  worker_.join();
+  // The last reference may go in Python (a DDP model collected with the
+  // GIL held), and the worker may need the GIL to finish: a tensor it
+  // releases can own a Python object, a future's callback can be Python.
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    Py_BEGIN_ALLOW_THREADS worker_.join();
+    Py_END_ALLOW_THREADS
+  } else {
+    worker_.join();
+  }
 }
 
 void process_group::run() {

@@ -20,7 +20,12 @@ ferry-run sets one on a single node), FERRY_AUTH (none, frames, encrypt),
 FERRY_TIMEOUT (seconds; default the smaller of init_process_group's timeout
 and 60), FERRY_CHUNK_BYTES, FERRY_RING_ORDER, FERRY_SEND_BUFFER. Rank 0
 binds the ring's port on MASTER_ADDR; the port travels through
-torch.distributed's store.
+torch.distributed's store. With env:// (the default), that store is
+ferry's own, served by rank 0 on MASTER_ADDR:MASTER_PORT: torch's TCPStore
+sends integers in the host's byte order, so a big-endian rank could not
+join a little-endian master's (ferry/_store.py has its protocol). For this,
+importing ferry.distributed wraps dist.init_process_group; other backends,
+an explicit store= or another init_method pass through untouched.
 
 Collectives (python/distributed/process_group.h has the details):
 all_reduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR), reduce,
@@ -38,15 +43,17 @@ Errors: a failed collective raises CommError (a RuntimeError) naming the
 rank at fault; inside DDP's backward it arrives as a RuntimeError with the
 same text.
 """
+import datetime
+import functools
 import os
 
 import torch
 import torch.distributed as dist
 
-from . import _distributed
-from ._distributed import CommError
+from . import _distributed, _store
+from ._distributed import CommError, crc32c
 
-__all__ = ["BACKEND", "CommError", "bf16_hook", "fp16_hook", "describe"]
+__all__ = ["BACKEND", "CommError", "bf16_hook", "fp16_hook", "describe", "crc32c"]
 
 BACKEND = "ferry"
 
@@ -58,10 +65,49 @@ def _slurm_rendezvous():
             os.environ[var] = os.environ[slurm]
 
 
+def _env_int(name):
+    value = os.environ.get(name)
+    if not value:
+        raise ValueError(f"ferry: {name} is not set (init_process_group's env:// rendezvous needs it)")
+    return int(value)
+
+
+def _with_ferry_store(init):
+    """init_process_group, but for backend "ferry" with the env:// rendezvous
+    (the default) the store is ferry's (_store.Store: one byte order, so a
+    big-endian rank can join), served by rank 0 on MASTER_ADDR:MASTER_PORT
+    in place of torch's TCPStore. Any other backend, an explicit store or
+    another init_method goes to torch's init_process_group unchanged."""
+
+    @functools.wraps(init)
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           *args, **kwargs):
+        if (backend is not None and str(backend).lower() == BACKEND and store is None
+                and init_method in (None, "env://")):
+            rank = rank if rank >= 0 else _env_int("RANK")
+            world_size = world_size if world_size > 0 else _env_int("WORLD_SIZE")
+            wait = timeout if timeout is not None else datetime.timedelta(minutes=30)
+            store = _store.Store(os.environ.get("MASTER_ADDR") or "127.0.0.1",
+                                 int(os.environ.get("MASTER_PORT") or 29500), rank == 0, wait)
+            init_method = None
+        return init(backend, init_method, timeout if timeout is not None else _default_timeout(), world_size, rank,
+                    store, *args, **kwargs)
+
+    init_process_group.__wrapped_by_ferry__ = True
+    return init_process_group
+
+
+def _default_timeout():
+    return dist.distributed_c10d.default_pg_timeout
+
+
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return  # imported twice (a reload): the first registration stands
     dist.Backend.register_backend(BACKEND, _distributed.create_process_group)
+    if not getattr(dist.init_process_group, "__wrapped_by_ferry__", False):
+        dist.init_process_group = dist.distributed_c10d.init_process_group = _with_ferry_store(
+            dist.distributed_c10d.init_process_group)
 
 
 _slurm_rendezvous()

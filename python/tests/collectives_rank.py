@@ -1,0 +1,144 @@
+"""One rank of the collectives test of ferry.distributed: every collective
+the backend offers, on every dtype, checked against the values each rank
+can compute alone. Started by test_distributed.py with torchrun's
+variables. Exits 0 when every check held; an AssertionError otherwise."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import ferry.distributed as fd
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+          torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+def value(r, n=6, dtype=torch.float32):
+    """Rank r's tensor: small integers, exact in every dtype."""
+    return ((torch.arange(n) * 3 + r * 5) % 7).to(dtype)
+
+
+def main():
+    dist.init_process_group("ferry")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "ferry"
+    assert fd.describe()["world_size"] == world
+    every = [value(r) for r in range(world)]
+
+    for dtype in DTYPES:
+        mine = [value(r, dtype=dtype) for r in range(world)]
+        ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+        if dtype.is_floating_point:
+            ops.append(dist.ReduceOp.AVG)
+        else:
+            ops += [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+        for op in ops:
+            t = mine[rank].clone()
+            dist.all_reduce(t, op=op)
+            want = mine[0].clone()
+            for x in mine[1:]:
+                if op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+                    want = want + x if dtype != torch.bool else want | x
+                elif op == dist.ReduceOp.PRODUCT:
+                    want = want * x if dtype != torch.bool else want & x
+                elif op == dist.ReduceOp.MIN:
+                    want = torch.minimum(want, x)
+                elif op == dist.ReduceOp.MAX:
+                    want = torch.maximum(want, x)
+                elif op == dist.ReduceOp.BAND:
+                    want = want & x
+                elif op == dist.ReduceOp.BOR:
+                    want = want | x
+                else:
+                    want = want ^ x
+            if op == dist.ReduceOp.AVG:
+                want = (want.double() / world).to(dtype)
+            assert t.dtype == dtype and torch.equal(t, want.to(dtype)), (dtype, op, t, want)
+
+        b = mine[rank].clone()
+        dist.broadcast(b, src=world - 1)
+        assert torch.equal(b, mine[world - 1]), (dtype, b)
+        out = [torch.zeros_like(mine[0]) for _ in range(world)]
+        dist.all_gather(out, mine[rank])
+        assert all(torch.equal(o, m) for o, m in zip(out, mine)), (dtype, out)
+
+    # AVG of integers is refused at the call, naming the op.
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG)
+        raise AssertionError("AVG of int64 was accepted")
+    except RuntimeError as e:
+        assert "AVG" in str(e), e
+
+    # A large f32 allreduce (many chunks) agrees bit for bit across ranks,
+    # and equals the sum in ring order to rounding.
+    g = torch.Generator().manual_seed(rank)
+    big = torch.randn(3_000_001, generator=g)
+    total = big.clone()
+    dist.all_reduce(total)
+    crcs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(crcs, torch.tensor([fd.crc32c(total)]))
+    assert len({int(c) for c in crcs}) == 1, crcs
+    ref = sum(torch.randn(3_000_001, generator=torch.Generator().manual_seed(r)) for r in range(world))
+    assert torch.allclose(total, ref, atol=1e-5), (total - ref).abs().max()
+
+    # Special values survive: NaN payloads, signed zeros, infinities (broadcast moves bits).
+    special = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 1e-45]).view(torch.int32)
+    special[0] = 0x7FC0_1234  # a NaN with a payload
+    s = special.view(torch.float32).clone() if rank == 0 else torch.zeros(5)
+    dist.broadcast(s, 0)
+    assert torch.equal(s.view(torch.int32), special), s.view(torch.int32)
+
+    # Non-contiguous tensors are reduced in place.
+    m = (torch.arange(12, dtype=torch.float32).reshape(3, 4) + rank).t()
+    dist.all_reduce(m)
+    want = sum(torch.arange(12, dtype=torch.float32).reshape(3, 4) + r for r in range(world)).t()
+    assert torch.equal(m, want), m
+
+    # reduce, gather, scatter, reduce_scatter, all_gather_into_tensor, barrier.
+    r_ = value(rank)
+    dist.reduce(r_, dst=0)
+    if rank == 0:
+        assert torch.equal(r_, sum(every)), r_
+    gl = [torch.zeros(6) for _ in range(world)] if rank == 1 else None
+    dist.gather(value(rank), gather_list=gl, dst=1)
+    if rank == 1:
+        assert all(torch.equal(a, b) for a, b in zip(gl, every)), gl
+    sc = torch.zeros(6)
+    dist.scatter(sc, scatter_list=[value(r) * 2 for r in range(world)] if rank == 0 else None, src=0)
+    assert torch.equal(sc, value(rank) * 2), sc
+    rs = torch.zeros(6)
+    dist.reduce_scatter(rs, [value(r + rank) for r in range(world)])
+    assert torch.equal(rs, sum(value(rank + r) for r in range(world))), rs
+    flat = torch.zeros(6 * world)
+    dist.all_gather_into_tensor(flat, value(rank))
+    assert torch.equal(flat, torch.cat(every)), flat
+    dist.barrier()
+
+    # Async: wait() and the future both hold the result.
+    t = torch.ones(4)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    assert torch.equal(work.get_future().value()[0], torch.full((4,), float(world)))
+
+    # A subgroup forms its own ring.
+    sub = dist.new_group([0, world - 1])
+    if rank in (0, world - 1):
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=sub)
+        assert torch.equal(t, torch.full((3,), float(world - 1))), t
+
+    # What the backend does not do, it says by name.
+    try:
+        dist.all_to_all([torch.zeros(1)] * world, [torch.zeros(1)] * world)
+        raise AssertionError("all_to_all was accepted")
+    except RuntimeError as e:
+        assert "ferry does not support alltoall" in str(e), e
+
+    dist.barrier()  # rank 0 holds the store: nobody leaves before everyone is done with it
+    dist.destroy_process_group()
+    print(f"rank {rank}: ok", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""One rank of a small DDP job, for the tests of ferry.distributed.
+
+The reference MLP (Linear 784->32, BatchNorm1d, ReLU, Linear 32->10, Adam
+lr 1e-3) on synthetic data (each rank its own batches, seeded by rank),
+wrapped in DistributedDataParallel on the backend named by --backend,
+under the variables torchrun (or ferry-run) sets. With --check, every
+gradient bucket's allreduced result is summed up as a CRC32C of its values
+stored little-endian (ferry.distributed.crc32c: the same on every
+architecture), and after each step every rank compares the list of CRCs
+with every other rank's: one difference fails the job. Prints "step K" as
+each step ends (the kill test waits for it), and rank 0 writes --out: the
+losses, the final parameters' CRC32C and the seconds the job took.
+
+Exits 1 with one line "rank R: error: ..." on stderr when a collective
+fails, 2 when the ranks' results differ.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="ferry", choices=["ferry", "gloo"])
+    ap.add_argument("--hook", default="none", choices=["none", "bf16", "fp16"])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--check", action="store_true", help="compare every bucket's result across ranks each step")
+    ap.add_argument("--timeout", type=float, default=60, help="init_process_group's timeout, seconds")
+    ap.add_argument("--out", help="rank 0 writes a JSON summary here")
+    args = ap.parse_args()
+
+    import ferry.distributed as fd  # registers "ferry"; also gives crc32c to the gloo run
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    t0 = time.perf_counter()
+    try:
+        dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+        world = dist.get_world_size()
+        torch.manual_seed(0)
+        model = DistributedDataParallel(
+            nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10)))
+        if args.hook == "none":
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
+        else:
+            inner = fd.bf16_hook if args.hook == "bf16" else fd.fp16_hook
+        crcs = []
+
+        def checked(state, bucket):
+            def record(fut):
+                result = fut.value()
+                crcs.append(fd.crc32c(result))
+                return result
+            return inner(state, bucket).then(record)
+
+        model.register_comm_hook(None, checked if args.check else inner)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        data = torch.Generator().manual_seed(1000 + rank)
+        losses = []
+        for step in range(args.steps):
+            x = torch.randn(args.batch, 784, generator=data)
+            y = torch.randint(0, 10, (args.batch,), generator=data)
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if args.check:
+                mine = torch.tensor(crcs, dtype=torch.int64)
+                every = [torch.zeros_like(mine) for _ in range(world)]
+                dist.all_gather(every, mine)
+                for r, theirs in enumerate(every):
+                    if not torch.equal(theirs, mine):
+                        print(f"rank {rank}: step {step}: bucket CRC32Cs {mine.tolist()} but rank {r} has "
+                              f"{theirs.tolist()}", file=sys.stderr, flush=True)
+                        sys.exit(2)
+                crcs.clear()
+            print(f"step {step + 1}", flush=True)
+        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        param_crc = fd.crc32c(params)
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(every, torch.tensor([param_crc], dtype=torch.int64))
+        if any(int(e) != param_crc for e in every):
+            print(f"rank {rank}: parameters differ across ranks: {[int(e) for e in every]}", file=sys.stderr)
+            sys.exit(2)
+        if rank == 0 and args.out:
+            with open(args.out, "w") as f:
+                json.dump({"backend": args.backend, "hook": args.hook, "world": world, "losses": losses,
+                           "param_crc32c": param_crc, "params": params.tolist(), "seconds": time.perf_counter() - t0,
+                           "machine": os.uname().machine}, f)
+        dist.destroy_process_group()
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"rank {rank}: error: {first}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

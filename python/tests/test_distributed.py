@@ -1,0 +1,157 @@
+"""ferry.distributed, the torch.distributed backend "ferry": collectives,
+DDP against gloo, the compression hooks, and failures (a killed rank, a
+configuration that differs, a missing secret), each rank a separate
+/usr/bin/python3 started with torchrun's variables set by hand, or by
+ferry-run."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import program
+
+pytestmark = pytest.mark.distributed
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(script, world, args=(), env_of=lambda rank: {}):
+    """Starts `world` ranks of `script` with torchrun's variables set by hand."""
+    port = str(free_port())
+    ranks = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(rank), FERRY_SECRET="test secret", OMP_NUM_THREADS="1")
+        env.update(env_of(rank))
+        ranks.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return ranks
+
+
+def finish(ranks, timeout=120):
+    """Each rank's (exit code, stdout, stderr)."""
+    results = []
+    for p in ranks:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in ranks:
+                q.kill()
+            raise
+        results.append((p.returncode, out, err))
+    return results
+
+
+def run_ok(script, world, args=(), env_of=lambda rank: {}):
+    results = finish(start(script, world, args, env_of))
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, f"rank {rank} exited {code}:\n{err[-3000:]}"
+    return results
+
+
+def test_every_collective_and_dtype_on_three_ranks():
+    for code, out, err in run_ok("collectives_rank.py", 3):
+        assert out.strip().endswith("ok")
+
+
+def ddp(tmp_path, world, *args, name="run"):
+    out = tmp_path / f"{name}.json"
+    run_ok("ddp_rank.py", world, ["--out", str(out), *args])
+    return json.loads(out.read_text())
+
+
+def test_ddp_on_ferry_agrees_bit_for_bit_across_ranks_and_with_gloo(tmp_path):
+    # --check: every bucket's allreduced gradients have one CRC32C on every
+    # rank, every step (the rank exits 2 otherwise), and so do the final
+    # parameters.
+    ferry = ddp(tmp_path, 3, "--backend", "ferry", "--steps", "50", "--check", name="ferry")
+    gloo = ddp(tmp_path, 3, "--backend", "gloo", "--steps", "50", name="gloo")
+    assert len(ferry["losses"]) == 50
+    # The same job: only the order of the sums' additions differs. Adam's
+    # normalised steps carry that into the last digits, and a little further
+    # for a parameter whose gradient is near zero (its step's sign may flip).
+    diff = (torch.tensor(ferry["params"]) - torch.tensor(gloo["params"])).abs()
+    assert diff.mean() < 1e-5 and (diff > 1e-4).float().mean() < 0.01, (diff.mean(), diff.max())
+    assert ferry["losses"][-1] == pytest.approx(gloo["losses"][-1], rel=1e-3)
+
+
+@pytest.mark.parametrize("hook", ["bf16", "fp16"])
+def test_compression_hooks_agree_across_ranks_and_track_f32(tmp_path, hook):
+    plain = ddp(tmp_path, 2, "--steps", "50", name="plain")
+    packed = ddp(tmp_path, 2, "--steps", "50", "--hook", hook, "--check", name=hook)
+    assert packed["hook"] == hook
+    # Error feedback keeps the compressed run close to the f32 one.
+    assert packed["losses"][-1] == pytest.approx(plain["losses"][-1], abs=0.02)
+    assert torch.allclose(torch.tensor(packed["params"]), torch.tensor(plain["params"]), atol=0.01)
+    assert packed["param_crc32c"] != plain["param_crc32c"]  # the hook did change what was sent
+
+
+@pytest.mark.trainer
+def test_ddp_under_ferry_run(tmp_path):
+    out = tmp_path / "run.json"
+    env = dict(os.environ)
+    env.pop("FERRY_SECRET", None)  # ferry-run makes one up on a single node
+    r = subprocess.run([program("FERRY_RUN"), "-n", "2", sys.executable, os.path.join(HERE, "ddp_rank.py"),
+                        "--steps", "20", "--check", "--out", str(out)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(json.loads(out.read_text())["losses"]) == 20
+
+
+def test_a_killed_rank_is_named_by_every_other_within_5_s():
+    ranks = start("ddp_rank.py", 3, ["--steps", "1000000"])
+    try:
+        for line in ranks[1].stdout:
+            if line.strip() == "step 30":
+                break
+        ranks[1].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        for rank in (0, 2):
+            _, err = ranks[rank].communicate(timeout=30)
+            took = time.monotonic() - killed
+            assert ranks[rank].returncode == 1, err[-2000:]
+            line = err.strip().splitlines()[-1]
+            assert line.startswith(f"rank {rank}: error: ") and "rank 1" in line, line
+            assert took < 5, f"rank {rank} took {took:.1f} s to fail: {line}"
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+
+
+def failure_lines(results):
+    return [err.strip().splitlines()[-1] if err.strip() else "" for _, _, err in results]
+
+
+def test_a_configuration_that_differs_is_named():
+    results = finish(start("ddp_rank.py", 2, ["--steps", "5"],
+                           env_of=lambda rank: {"FERRY_AUTH": "frames"} if rank == 1 else {}))
+    lines = failure_lines(results)
+    assert all(code != 0 for code, _, _ in results), lines
+    assert any("rank 1" in l and "auth" in l.lower() for l in lines), lines
+
+
+def test_a_rank_without_the_secret_is_refused():
+    results = finish(start("ddp_rank.py", 2, ["--steps", "5"],
+                           env_of=lambda rank: {"FERRY_SECRET": "another secret"} if rank == 1 else {}))
+    lines = failure_lines(results)
+    assert all(code != 0 for code, _, _ in results), lines
+    assert any("secret" in l for l in lines), lines
+
+
+def test_no_secret_is_one_clear_error():
+    env = {"FERRY_SECRET": ""}
+    results = finish(start("ddp_rank.py", 2, ["--steps", "5", "--timeout", "10"], env_of=lambda rank: env))
+    lines = failure_lines(results)
+    assert all("FERRY_SECRET" in l for l in lines), lines
