@@ -155,3 +155,50 @@ def test_no_secret_is_one_clear_error():
     results = finish(start("ddp_rank.py", 2, ["--steps", "5", "--timeout", "10"], env_of=lambda rank: env))
     lines = failure_lines(results)
     assert all("FERRY_SECRET" in l for l in lines), lines
+
+
+# The mixed ring: an x86-64 rank (this interpreter's), an aarch64 and an
+# s390x one (the cross trees' Python under qemu-user, scripts/qemu-python).
+# CTest's python_mixed_test runs these (label cross); python_test leaves them out.
+MIXED = ["native", "aarch64", "s390x"]
+
+
+def start_mixed(args, world=3):
+    qemu_python = program("FERRY_QEMU_PYTHON")
+    cross_root = program("FERRY_CROSS_ROOT")
+    port = str(free_port())
+    ranks = []
+    for rank, arch in enumerate(MIXED[:world]):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
+                   FERRY_SECRET="test secret", OMP_NUM_THREADS="1")
+        if arch == "native":
+            command = [sys.executable]
+        else:
+            command = [qemu_python, arch]
+            env["FERRY_CROSS_BUILD_DIR"] = os.path.join(cross_root, arch)
+        ranks.append(subprocess.Popen([*command, os.path.join(HERE, "ddp_rank.py"), *args], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return ranks
+
+
+@pytest.mark.mixed
+@pytest.mark.parametrize("hook", ["none", "bf16"])
+def test_mixed_architectures_train_with_bit_identical_buckets(tmp_path, hook):
+    out = tmp_path / "mixed.json"
+    results = finish(start_mixed(["--steps", "50", "--check", "--hook", hook, "--out", str(out)]), timeout=240)
+    for arch, (code, _, err) in zip(MIXED, results):
+        assert code == 0, f"the {arch} rank exited {code}:\n{err[-3000:]}"
+    summary = json.loads(out.read_text())
+    assert summary["world"] == 3 and len(summary["losses"]) == 50
+    print(f"mixed ring x86-64 + aarch64 + s390x, hook {hook}: 50 steps in {summary['seconds']:.1f} s, "
+          f"every bucket bit-identical")
+
+
+@pytest.mark.mixed
+def test_gloo_cannot_form_the_mixed_ring():
+    results = finish(start_mixed(["--backend", "gloo", "--timeout", "15", "--steps", "5"]), timeout=240)
+    lines = failure_lines(results)
+    for arch, (code, _, _), line in zip(MIXED, results, lines):
+        print(f"gloo, {arch} rank: exit {code}: {line}")
+    assert all(code != 0 for code, _, _ in results), lines
+    assert all(line.startswith(f"rank {r}: error: ") for r, line in enumerate(lines)), lines
