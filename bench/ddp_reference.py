@@ -4,6 +4,8 @@
 Fashion-MNIST, MLP Linear(784, 32) -> BatchNorm1d(32) -> ReLU -> Linear(32, 10),
 Adam (lr 1e-3), cross-entropy, batch 32 per rank, DistributedSampler
 (shuffle=True, seed=0, set_epoch every epoch), gloo, DistributedDataParallel.
+--backend ferry runs the same script on ferry's torch.distributed backend
+(import ferry.distributed), and --hook bf16/fp16 adds its compression hook.
 Inputs are the uint8 pixels / 255 as float32, flattened to 784; nothing else.
 
 Ranks are started with the variables torchrun would set (MASTER_ADDR,
@@ -96,8 +98,16 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="train on the first N samples only (0: all)")
     ap.add_argument("--summary", help="rank 0 writes a JSON summary here")
     ap.add_argument("--checkpoint", help="rank 0 saves the state_dict here (default: a temp file, removed)")
-    ap.add_argument("--timeout", type=float, default=300, help="gloo timeout, seconds")
+    ap.add_argument("--timeout", type=float, default=300, help="the process group's timeout, seconds")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "ferry"],
+                    help="torch.distributed backend; ferry needs ferry.distributed on PYTHONPATH")
+    ap.add_argument("--hook", default="none", choices=["none", "bf16", "fp16"],
+                    help="DDP communication hook: ferry.distributed.bf16_hook or fp16_hook (backend ferry)")
     args = ap.parse_args()
+    if args.hook != "none" and args.backend != "ferry":
+        ap.error("--hook needs --backend ferry")
+    if args.backend == "ferry":
+        import ferry.distributed  # registers the backend
 
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
@@ -121,9 +131,11 @@ def main():
     # interpreter start, imports, data loading, or the final barrier and
     # checkpoint save (total_s adds those two).
     t0 = time.perf_counter()
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+    dist.init_process_group(args.backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout))
     model = DistributedDataParallel(make_model())
+    if args.hook != "none":
+        model.register_comm_hook(None, getattr(ferry.distributed, f"{args.hook}_hook"))
     init_s = time.perf_counter() - t0  # includes waiting for the slowest rank to start
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -186,7 +198,7 @@ def main():
 
     if rank == 0 and args.summary:
         last = history[-1] if history else {}
-        summary = {"trainer": "ddp", "world": world, "nodes": nodes, "wall_s": wall,
+        summary = {"trainer": "ddp", "backend": args.backend, "hook": args.hook, "world": world, "nodes": nodes, "wall_s": wall,
                    "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
                    "test_acc": last.get("test_acc"), "epochs": args.epochs,
                    "total_s": total, "init_s": init_s, "batch": args.batch, "lr": args.lr, "seed": args.seed,

@@ -202,3 +202,34 @@ def test_gloo_cannot_form_the_mixed_ring():
         print(f"gloo, {arch} rank: exit {code}: {line}")
     assert all(code != 0 for code, _, _ in results), lines
     assert all(line.startswith(f"rank {r}: error: ") for r, line in enumerate(lines)), lines
+
+
+def test_the_rendezvous_store_serves_every_op_and_survives_hostile_clients():
+    from datetime import timedelta
+    import struct
+    from ferry import _store
+
+    port = free_port()
+    master = _store.Store("127.0.0.1", port, True, timedelta(seconds=5))
+    other = _store.Store("127.0.0.1", port, False, timedelta(seconds=5))
+    master.set("a", b"\x00\xff")
+    assert other.get("a") == b"\x00\xff"
+    assert other.add("n", 5) == 5 and master.add("n", -2) == 3
+    assert master.check(["a", "n"]) and not master.check(["a", "missing"])
+    assert other.compare_set("c", b"", b"first") == b"first"
+    assert other.compare_set("c", b"wrong", b"second") == b"first"
+    assert master.num_keys() == 3
+    assert master.delete_key("c") and not master.delete_key("c")
+    with pytest.raises(RuntimeError, match="did not get late within"):
+        other.wait(["late"], timedelta(milliseconds=200))
+    # Garbage, a count over the limit, a field over the limit, a short
+    # message: each closes that connection only.
+    for junk in [b"\x09" + struct.pack(">I", 0), b"\x01" + struct.pack(">I", 5000),
+                 b"\x01" + struct.pack(">II", 1, (64 << 20) + 1), b"\x01\x00"]:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(5)
+            reply = s.recv(100)
+            assert reply in (b"", bytes([_store.ERROR]) + struct.pack(">I", 11) + b"bad request"), reply
+    assert other.get("a") == b"\x00\xff"
