@@ -33,7 +33,11 @@ def start(script, world, args=(), env_of=lambda rank: {}):
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
                    LOCAL_RANK=str(rank), FERRY_SECRET="test secret", OMP_NUM_THREADS="1")
-        env.update(env_of(rank))
+        for name, value in env_of(rank).items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         ranks.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return ranks
@@ -107,6 +111,13 @@ def test_ddp_under_ferry_run(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(json.loads(out.read_text())["losses"]) == 20
+
+
+def test_slurm_variables_stand_in_for_rank_and_world_size(tmp_path):
+    out = tmp_path / "slurm.json"
+    run_ok("ddp_rank.py", 2, ["--steps", "3", "--out", str(out)],
+           env_of=lambda rank: {"RANK": None, "WORLD_SIZE": None, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2"})
+    assert json.loads(out.read_text())["world"] == 2
 
 
 def test_a_killed_rank_is_named_by_every_other_within_5_s():
