@@ -55,6 +55,9 @@ PYBIND11_MODULE(_distributed, m) {
       "Averages an f32 tensor over the group, sent as bf16 or f16 with error feedback kept per key; "
       "returns a Work.");
 
+  m.def("drain", &process_group::drain_all, py::call_guard<py::gil_scoped_release>(),
+        "Waits until every ferry group's queued collectives have run (ferry.distributed calls it at exit).");
+
   m.def(
       "crc32c",
       [](const at::Tensor& tensor) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <span>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include <ATen/core/ivalue.h>
@@ -138,6 +139,10 @@ void split_into(const at::Tensor& from, std::vector<at::Tensor>& to) {
 
 std::string port_of(const std::vector<std::uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
+// The live groups, for drain_all().
+std::mutex live_mutex;
+std::unordered_set<process_group*> live;
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -168,9 +173,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusiv
 process_group::process_group(comm::communicator comm)
     : c10d::ProcessGroup(static_cast<int>(comm.rank()), static_cast<int>(comm.world_size())),
       comm_(std::move(comm)),
-      worker_([this] { run(); }) {}
+      worker_([this] { run(); }) {
+  std::lock_guard lock(live_mutex);
+  live.insert(this);
+}
 
 process_group::~process_group() {
+  {
+    std::lock_guard lock(live_mutex);
+    live.erase(this);
+  }
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -196,8 +208,23 @@ void process_group::run() {
       if (queue_.empty()) return;
       next = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
     next();
+    next = nullptr;  // its tensors go before the group counts as idle
+    {
+      std::lock_guard lock(mutex_);
+      running_ = false;
+    }
+    idle_.notify_all();
+  }
+}
+
+void process_group::drain_all() {
+  std::lock_guard hold(live_mutex);
+  for (process_group* group : live) {
+    std::unique_lock lock(group->mutex_);
+    group->idle_.wait(lock, [&] { return group->queue_.empty() && !group->running_; });
   }
 }
 

@@ -110,6 +110,13 @@ class process_group final : public c10d::ProcessGroup {
 
   [[nodiscard]] const comm::communicator& communicator() const noexcept { return comm_; }
 
+  /// Waits until every live group's queued collectives have run and their
+  /// outputs are released. ferry.distributed calls it at interpreter exit
+  /// (atexit), while the worker threads may still take the GIL: a task
+  /// that completes a future with Python callbacks, or releases a tensor
+  /// Python still knows, must not run once the interpreter is finalising.
+  static void drain_all();
+
  private:
   using task = std::function<void()>;
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -124,7 +131,9 @@ class process_group final : public c10d::ProcessGroup {
   std::unordered_map<std::int64_t, comm::error_feedback> feedback_;  // worker thread only
   std::mutex mutex_;
   std::condition_variable ready_;
+  std::condition_variable idle_;
   std::deque<task> queue_;
+  bool running_ = false;  // the worker is running a task
   bool stopping_ = false;
   std::thread worker_;
 };

@@ -43,6 +43,7 @@ Errors: a failed collective raises CommError (a RuntimeError) naming the
 rank at fault; inside DDP's backward it arrives as a RuntimeError with the
 same text.
 """
+import atexit
 import datetime
 import functools
 import os
@@ -112,6 +113,9 @@ def _register():
 
 _slurm_rendezvous()
 _register()
+# Before the interpreter finalises: a group's worker thread may still need
+# the GIL for a queued collective (process_group.h, drain_all).
+atexit.register(_distributed.drain)
 
 
 def _group(state):

@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare every bucket's result across ranks each step")
     ap.add_argument("--timeout", type=float, default=60, help="init_process_group's timeout, seconds")
     ap.add_argument("--out", help="rank 0 writes a JSON summary here")
+    ap.add_argument("--leave", action="store_true",
+                    help="exit with an all_reduce in flight and without destroy_process_group")
     args = ap.parse_args()
 
     import ferry.distributed as fd  # registers "ferry"; also gives crc32c to the gloo run
@@ -97,6 +99,9 @@ def main():
                 json.dump({"backend": args.backend, "hook": args.hook, "world": world, "losses": losses,
                            "param_crc32c": param_crc, "params": params.tolist(), "seconds": time.perf_counter() - t0,
                            "machine": os.uname().machine}, f)
+        if args.leave:
+            dist.all_reduce(torch.ones(1 << 20), async_op=True)
+            return
         dist.destroy_process_group()
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -120,6 +120,13 @@ def test_slurm_variables_stand_in_for_rank_and_world_size(tmp_path):
     assert json.loads(out.read_text())["world"] == 2
 
 
+def test_leaving_with_collectives_in_flight_exits_cleanly():
+    # The interpreter must not finalise under a worker that still needs the
+    # GIL (it used to abort: "terminate called without an active exception").
+    for _ in range(4):
+        run_ok("ddp_rank.py", 2, ["--steps", "3", "--hook", "bf16", "--leave"])
+
+
 def test_a_killed_rank_is_named_by_every_other_within_5_s():
     ranks = start("ddp_rank.py", 3, ["--steps", "1000000"])
     try:
