@@ -46,6 +46,16 @@ PYBIND11_MODULE(_distributed, m) {
       "The creator torch.distributed calls for backend 'ferry': forms the ring (process_group.h).");
 
   m.def(
+      "check_environment",
+      [](int rank, int size) {
+        TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
+        (void)ferry::comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size))
+            .value();
+      },
+      py::arg("rank"), py::arg("world_size"),
+      "Raises the error of ferry's variables (FERRY_SECRET, FERRY_AUTH, ...) before any rendezvous.");
+
+  m.def(
       "allreduce_compressed",
       [](c10d::ProcessGroup& group, const at::Tensor& tensor, const std::string& compression, std::int64_t key) {
         return ferry_group(group).allreduce_compressed(tensor, compression_named(compression), key);

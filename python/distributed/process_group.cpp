@@ -1,6 +1,11 @@
 #include "process_group.h"
 
 #include <Python.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -137,7 +142,33 @@ void split_into(const at::Tensor& from, std::vector<at::Tensor>& to) {
   }
 }
 
-std::string port_of(const std::vector<std::uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+// The address of this host's interface that routes toward `host`, as text
+// (a UDP socket connected there sends nothing); `host` itself if the
+// system cannot say. What a group's rank 0 binds and publishes: for the
+// world group it is MASTER_ADDR itself, for a group whose rank 0 is on
+// another node that node's address.
+std::string local_address_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) return host;
+  std::string address = host;
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage me{};
+    socklen_t size = sizeof me;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &size) == 0) {
+      const void* bytes = me.ss_family == AF_INET6
+                              ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&me)->sin6_addr)
+                              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&me)->sin_addr);
+      if (::inet_ntop(me.ss_family, bytes, text, sizeof text) != nullptr) address = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return address;
+}
 
 // The live groups, for drain_all().
 std::mutex live_mutex;
@@ -150,22 +181,32 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusiv
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
   comm::config c =
       comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
-  if (std::getenv("FERRY_TIMEOUT") == nullptr && timeout.count() > 0) c.timeout = std::min(c.timeout, timeout);
-  static constexpr const char* port_key = "ferry/port";
+  // torch's default timeout (30 min) means none was chosen: comm/'s applies.
+  if (std::getenv("FERRY_TIMEOUT") == nullptr && timeout.count() > 0 && timeout != kProcessGroupDefaultTimeout) {
+    c.timeout = timeout;
+  }
+  // "<port> <address>" of the group's rank 0's listener.
+  static constexpr const char* listener_key = "ferry/listener";
   if (size > 1 && rank == 0) {
+    c.master_addr = local_address_toward(c.master_addr);
     c.master_port = 0;
     comm::listener listener(c);
-    const std::string port = std::to_string(listener.port());
-    store->set(port_key, std::vector<std::uint8_t>(port.begin(), port.end()));
+    const std::string where = std::to_string(listener.port()) + " " + c.master_addr;
+    store->set(listener_key, std::vector<std::uint8_t>(where.begin(), where.end()));
     return c10::make_intrusive<process_group>(comm::communicator(c, std::move(listener)));
   }
   if (size > 1) {
-    const std::string text = port_of(store->get(port_key));
+    const std::vector<std::uint8_t> bytes = store->get(listener_key);
+    const std::string text(bytes.begin(), bytes.end());
+    const std::size_t space = text.find(' ');
     std::uint16_t port = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-    TORCH_CHECK(ec == std::errc{} && end == text.data() + text.size() && port != 0,
-                "ferry: the store's ", port_key, " is '", text, "', not a port");
+    const char* end = text.data() + (space == std::string::npos ? text.size() : space);
+    const auto [stop, ec] = std::from_chars(text.data(), end, port);
+    TORCH_CHECK(space != std::string::npos && space + 1 < text.size() && ec == std::errc{} && stop == end &&
+                    port != 0,
+                "ferry: the store's ", listener_key, " is '", text, "', not '<port> <address>'");
     c.master_port = port;
+    c.master_addr = text.substr(space + 1);
   }
   return c10::make_intrusive<process_group>(comm::communicator(c));
 }
@@ -179,6 +220,20 @@ process_group::process_group(comm::communicator comm)
 }
 
 process_group::~process_group() {
+  // The last reference may go in Python (a DDP model collected with the
+  // GIL held), and the worker may need the GIL to finish: a tensor it
+  // releases can own a Python object, a future's callback can be Python.
+  // So the GIL is let go before anything here waits (drain_all may hold
+  // live_mutex while it waits for a worker).
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    Py_BEGIN_ALLOW_THREADS stop();
+    Py_END_ALLOW_THREADS
+  } else {
+    stop();
+  }
+}
+
+void process_group::stop() {
   {
     std::lock_guard lock(live_mutex);
     live.erase(this);
@@ -188,18 +243,13 @@ process_group::~process_group() {
     stopping_ = true;
   }
   ready_.notify_one();
-  // The last reference may go in Python (a DDP model collected with the
-  // GIL held), and the worker may need the GIL to finish: a tensor it
-  // releases can own a Python object, a future's callback can be Python.
-  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
-    Py_BEGIN_ALLOW_THREADS worker_.join();
-    Py_END_ALLOW_THREADS
-  } else {
-    worker_.join();
-  }
+  worker_.join();
 }
 
 void process_group::run() {
+  // Outputs are written in place, as by any backend: not an autograd op,
+  // even on a leaf that requires grad.
+  const at::NoGradGuard no_grad;
   for (;;) {
     task next;
     {

@@ -5,18 +5,20 @@
 //   import ferry.distributed            # registers "ferry"
 //   dist.init_process_group("ferry")    # torchrun's variables, or ferry-run's
 //
-// Rendezvous. torch.distributed hands the creator its store (env://:
-// a TCPStore on MASTER_ADDR:MASTER_PORT), the rank, the world size and the
-// timeout. Rank 0 binds ferry's listener on MASTER_ADDR at a port its
-// kernel picks and publishes the port in the store under "ferry/port"; the
-// others read it there and join the ring (comm/detail/rendezvous.h). So
-// MASTER_PORT stays the store's, and every group of dist.new_group() forms
-// its own ring under its own store prefix. The rest of the configuration
-// is ferry's (comm/config.h): FERRY_SECRET or FERRY_SECRET_FILE (required
-// above one rank), FERRY_AUTH, FERRY_TIMEOUT, FERRY_CHUNK_BYTES,
-// FERRY_RING_ORDER, FERRY_SEND_BUFFER. The timeout of every blocking step
-// is FERRY_TIMEOUT when set, else the smaller of init_process_group's
-// timeout and comm/'s default of 60 s.
+// Rendezvous. torch.distributed hands the creator its store (with env://,
+// ferry.distributed's; python/ferry/_store.py), the rank, the world size
+// and the timeout. The group's rank 0 binds ferry's listener on its
+// address toward MASTER_ADDR (MASTER_ADDR itself for the world group) at a
+// port its kernel picks, and publishes "<port> <address>" in the store
+// under "ferry/listener"; the others read it there and join the ring
+// (comm/detail/rendezvous.h). So MASTER_PORT stays the store's, and every
+// group of dist.new_group() forms its own ring under its own store prefix.
+// The rest of the configuration is ferry's (comm/config.h): FERRY_SECRET
+// or FERRY_SECRET_FILE (required above one rank), FERRY_AUTH,
+// FERRY_TIMEOUT, FERRY_CHUNK_BYTES, FERRY_RING_ORDER, FERRY_SEND_BUFFER.
+// The timeout of every blocking step is FERRY_TIMEOUT when set, else
+// init_process_group's timeout when one was given, else comm/'s 60 s
+// (torch's default of 30 min counts as none given).
 //
 // Collectives. Each runs on the group's one worker thread, in call order
 // (every rank must issue the same collectives in the same order, as with
@@ -122,6 +124,7 @@ class process_group final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> body);
   void run();
+  void stop();
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
   void allreduce_folded(at::Tensor& t, c10d::ReduceOp op);
   void allgather_now(const at::Tensor& in, at::Tensor& out);

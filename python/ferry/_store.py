@@ -19,12 +19,15 @@ Integers are big-endian. Ops and their fields:
   5 DELETE key              -> b"1" if the key was there, else b"0"
   6 NUM_KEYS                -> the count in decimal
   7 COMPARE_SET key expected desired -> the value now stored
-Limits (a request over them closes the connection): 1,024 fields, 64 MiB a
-field.
+Limits: 1,024 fields and 64 MiB in one request, 1,024 open connections
+(torch's keys and values are a few bytes; the limits bound what one client
+can make the server hold or start). A request over them closes its
+connection; a connection over them is closed at once.
 """
 import socket
 import socketserver
 import struct
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -34,7 +37,8 @@ import torch.distributed as dist
 SET, GET, ADD, CHECK, DELETE, NUM_KEYS, COMPARE_SET = range(1, 8)
 OK, MISSING, ERROR = range(3)
 MAX_FIELDS = 1024
-MAX_FIELD = 64 << 20
+MAX_REQUEST = 64 << 20
+MAX_CONNECTIONS = 1024
 
 
 def _read_exact(sock, n):
@@ -53,7 +57,18 @@ def _fields(payload):
 
 
 class _Handler(socketserver.BaseRequestHandler):
+    def setup(self):
+        with self.server.lock:
+            self.server.connections += 1
+            self.admitted = self.server.connections <= MAX_CONNECTIONS
+
+    def finish(self):
+        with self.server.lock:
+            self.server.connections -= 1
+
     def handle(self):
+        if not self.admitted:
+            return
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         data, lock = self.server.data, self.server.lock
@@ -63,10 +78,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 (count,) = struct.unpack(">I", _read_exact(sock, 4))
                 if count > MAX_FIELDS:
                     return
-                fields = []
+                fields, size = [], 0
                 for _ in range(count):
                     (length,) = struct.unpack(">I", _read_exact(sock, 4))
-                    if length > MAX_FIELD:
+                    size += length
+                    if size > MAX_REQUEST:
                         return
                     fields.append(_read_exact(sock, length))
                 status, reply = OK, b""
@@ -107,10 +123,12 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address):
-        self.address_family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM)[0][0]
-        self.data, self.lock = {}, threading.Lock()
-        super().__init__(address, _Handler)
+    def __init__(self, host, port):
+        # Every interface, as TCPStore listens: MASTER_ADDR may name this
+        # host by an address other ranks reach but it does not bind.
+        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        self.data, self.lock, self.connections = {}, threading.Lock(), 0
+        super().__init__(("::" if self.address_family == socket.AF_INET6 else "", port), _Handler)
 
 
 class Store(dist.Store):
@@ -122,10 +140,10 @@ class Store(dist.Store):
         super().__init__()
         self._timeout = timeout.total_seconds()
         self._lock = threading.Lock()
-        self._server = None
+        self._server, self._sock = None, None
         if is_master:
-            self._server = _Server((host, port))
-            threading.Thread(target=self._server.serve_forever, name="ferry-store", daemon=True).start()
+            self._server = _Server(host, port)
+            threading.Thread(target=self._server.serve_forever, args=(0.1,), name="ferry-store", daemon=True).start()
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -140,9 +158,17 @@ class Store(dist.Store):
     def _call(self, op, *fields):
         fields = [f.encode() if isinstance(f, str) else bytes(f) for f in fields]
         with self._lock:
-            self._sock.sendall(bytes([op]) + _fields(fields))
-            status, length = struct.unpack(">BI", _read_exact(self._sock, 5))
-            reply = _read_exact(self._sock, length)
+            if self._sock is None:
+                raise RuntimeError("ferry: the rendezvous store's connection failed earlier")
+            try:
+                self._sock.sendall(bytes([op]) + _fields(fields))
+                status, length = struct.unpack(">BI", _read_exact(self._sock, 5))
+                reply = _read_exact(self._sock, length)
+            except OSError as e:
+                # A reply cut short leaves the stream out of step: no later call may use it.
+                self._sock.close()
+                self._sock = None
+                raise RuntimeError(f"ferry: the rendezvous store's connection failed: {e}") from e
         if status == ERROR:
             raise RuntimeError(f"ferry: the rendezvous store refused a request: {reply.decode(errors='replace')}")
         return status, reply
@@ -189,3 +215,21 @@ class Store(dist.Store):
 
     def set_timeout(self, timeout):
         self._timeout = timeout.total_seconds()
+
+    def close(self):
+        """Closes the connection, and on rank 0 stops serving and frees the port."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+        if self._server is not None:
+            if not sys.is_finalizing():  # then the serving thread is gone: shutdown() would wait for it forever
+                self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # the interpreter may be finalising
+            pass

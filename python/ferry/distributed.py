@@ -3,45 +3,24 @@
     import torch.distributed as dist
     import ferry.distributed
     dist.init_process_group("ferry")
-
-Importing this module registers the backend. Its ranks may be any mix of
-x86-64, ARM (64- and 32-bit) and big-endian machines: values cross the
-ring in a recorded byte order, and an f32 allreduce (what DDP does) gives
-every rank the same bits. A dead, silent or misbehaving rank fails every
-rank's collective with an error naming it, within FERRY_TIMEOUT at most
-(at once when its connection closes).
-
-Rendezvous: what init_process_group reads (env://: MASTER_ADDR,
-MASTER_PORT, RANK, WORLD_SIZE, as torchrun and ferry-run set them; under
-SLURM without RANK and WORLD_SIZE, importing this module sets them from
-SLURM_PROCID and SLURM_NTASKS, as ferry-train reads them), plus ferry's own
-variables: FERRY_SECRET or FERRY_SECRET_FILE (the same on every rank;
-ferry-run sets one on a single node), FERRY_AUTH (none, frames, encrypt),
-FERRY_TIMEOUT (seconds; default the smaller of init_process_group's timeout
-and 60), FERRY_CHUNK_BYTES, FERRY_RING_ORDER, FERRY_SEND_BUFFER. Rank 0
-binds the ring's port on MASTER_ADDR; the port travels through
-torch.distributed's store. With env:// (the default), that store is
-ferry's own, served by rank 0 on MASTER_ADDR:MASTER_PORT: torch's TCPStore
-sends integers in the host's byte order, so a big-endian rank could not
-join a little-endian master's (ferry/_store.py has its protocol). For this,
-importing ferry.distributed wraps dist.init_process_group; other backends,
-an explicit store= or another init_method pass through untouched.
-
-Collectives (python/distributed/process_group.h has the details):
-all_reduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR), reduce,
-broadcast, all_gather, gather, scatter, reduce_scatter, barrier, on CPU
-tensors of f32, f64, f16, bf16, integer and bool dtypes. all_to_all and
-send/recv raise "ProcessGroup ferry does not support ...".
-
-DDP communication hooks, sending gradient buckets rounded to 16 bits with
-error feedback (what ferry-train --compress does):
-
     model = DistributedDataParallel(model)
-    model.register_comm_hook(None, ferry.distributed.bf16_hook)
+    model.register_comm_hook(None, ferry.distributed.bf16_hook)   # optional
 
-Errors: a failed collective raises CommError (a RuntimeError) naming the
-rank at fault; inside DDP's backward it arrives as a RuntimeError with the
-same text.
+Importing this module registers the backend, a process group over ferry's
+ring (python/distributed/process_group.h). Its ranks may be any mix of
+x86-64, aarch64 and s390x machines; an f32 allreduce (what DDP does) gives
+every rank the same bits. A failed collective raises CommError (a
+RuntimeError) naming the rank at fault; inside DDP's backward, a
+RuntimeError with the same text.
+
+Rendezvous, configuration (FERRY_SECRET, FERRY_AUTH, FERRY_TIMEOUT, ...),
+the collectives and the store: docs/torch-distributed.md. Two things happen
+at import: under SLURM, RANK, WORLD_SIZE and LOCAL_RANK are set from
+SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID when unset (as ferry-train
+reads them); and dist.init_process_group is wrapped so that backend "ferry"
+with env:// rendezvouses through ferry's store of one byte order (_store.py)
+in place of torch's TCPStore, which a big-endian rank cannot share with
+little-endian ones.
 """
 import atexit
 import datetime
@@ -52,9 +31,9 @@ import torch
 import torch.distributed as dist
 
 from . import _distributed, _store
-from ._distributed import CommError, crc32c
+from ._distributed import CommError
 
-__all__ = ["BACKEND", "CommError", "bf16_hook", "fp16_hook", "describe", "crc32c"]
+__all__ = ["BACKEND", "CommError", "bf16_hook", "fp16_hook", "describe"]
 
 BACKEND = "ferry"
 
@@ -83,10 +62,14 @@ def _with_ferry_store(init):
     @functools.wraps(init)
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                            *args, **kwargs):
+        # torchrun's agent may hold a TCPStore on MASTER_PORT for its ranks:
+        # they use that one (torch's env:// handler connects to it).
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
         if (backend is not None and str(backend).lower() == BACKEND and store is None
-                and init_method in (None, "env://")):
+                and init_method in (None, "env://") and not agent_store):
             rank = rank if rank >= 0 else _env_int("RANK")
             world_size = world_size if world_size > 0 else _env_int("WORLD_SIZE")
+            _distributed.check_environment(rank, world_size)  # a bad variable is this rank's error, not a hang
             wait = timeout if timeout is not None else datetime.timedelta(minutes=30)
             store = _store.Store(os.environ.get("MASTER_ADDR") or "127.0.0.1",
                                  int(os.environ.get("MASTER_PORT") or 29500), rank == 0, wait)
@@ -123,12 +106,15 @@ def _group(state):
     return state if state is not None else dist.distributed_c10d._get_default_group()
 
 
-def _compressed_hook(compression):
+def _compressed_hook(name, compression):
     def hook(state, bucket):
-        work = _distributed.allreduce_compressed(_group(state), bucket.buffer(), compression, bucket.index())
+        # The residual's key: the bucket's index and its first parameter's
+        # address, so that two models on one group keep theirs apart.
+        key = hash((bucket.index(), bucket.parameters()[0].data_ptr()))
+        work = _distributed.allreduce_compressed(_group(state), bucket.buffer(), compression, key)
         return work.get_future().then(lambda fut: fut.value()[0])
 
-    hook.__name__ = f"{compression}_hook"
+    hook.__name__ = name
     hook.__qualname__ = hook.__name__
     hook.__doc__ = (
         f"DDP communication hook: each gradient bucket is averaged over the group with its values sent as "
@@ -139,8 +125,8 @@ def _compressed_hook(compression):
     return hook
 
 
-bf16_hook = _compressed_hook("bf16")
-fp16_hook = _compressed_hook("f16")
+bf16_hook = _compressed_hook("bf16_hook", "bf16")
+fp16_hook = _compressed_hook("fp16_hook", "f16")
 
 
 def describe(group=None):

@@ -77,7 +77,7 @@ def main():
     total = big.clone()
     dist.all_reduce(total)
     crcs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(crcs, torch.tensor([fd.crc32c(total)]))
+    dist.all_gather(crcs, torch.tensor([fd._distributed.crc32c(total)]))
     assert len({int(c) for c in crcs}) == 1, crcs
     ref = sum(torch.randn(3_000_001, generator=torch.Generator().manual_seed(r)) for r in range(world))
     assert torch.allclose(total, ref, atol=1e-5), (total - ref).abs().max()
@@ -94,6 +94,13 @@ def main():
     dist.all_reduce(m)
     want = sum(torch.arange(12, dtype=torch.float32).reshape(3, 4) + r for r in range(world)).t()
     assert torch.equal(m, want), m
+
+    # Parameters (leaves that require grad) are reduced in place, as by any
+    # backend, on every path: the ring, f16/bf16 through f32, and folded.
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        p = torch.nn.Parameter(torch.full((3,), float(rank + 1), dtype=dtype))
+        dist.all_reduce(p.data if dtype == torch.float32 else p)
+        assert torch.equal(p.detach(), torch.full((3,), float(world * (world + 1) // 2), dtype=dtype)), p
 
     # reduce, gather, scatter, reduce_scatter, all_gather_into_tensor, barrier.
     r_ = value(rank)

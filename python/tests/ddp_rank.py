@@ -5,7 +5,7 @@ lr 1e-3) on synthetic data (each rank its own batches, seeded by rank),
 wrapped in DistributedDataParallel on the backend named by --backend,
 under the variables torchrun (or ferry-run) sets. With --check, every
 gradient bucket's allreduced result is summed up as a CRC32C of its values
-stored little-endian (ferry.distributed.crc32c: the same on every
+stored little-endian (ferry._distributed.crc32c: the same on every
 architecture), and after each step every rank compares the list of CRCs
 with every other rank's: one difference fails the job. Prints "step K" as
 each step ends (the kill test waits for it), and rank 0 writes --out: the
@@ -30,7 +30,11 @@ from torch.nn.parallel import DistributedDataParallel
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="ferry", choices=["ferry", "gloo"])
-    ap.add_argument("--hook", default="none", choices=["none", "bf16", "fp16"])
+    ap.add_argument("--hook", default="none", choices=["none", "f32", "bf16", "fp16"],
+                    help="none: torch's allreduce_hook; f32: ferry's hook path uncompressed (the baseline of "
+                         "bf16 and fp16)")
+    ap.add_argument("--plain", action="store_true",
+                    help="no DDP: average the gradients with one dist.all_reduce each")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--check", action="store_true", help="compare every bucket's result across ranks each step")
@@ -49,10 +53,15 @@ def main():
         dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
         world = dist.get_world_size()
         torch.manual_seed(0)
-        model = DistributedDataParallel(
-            nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10)))
+        model = nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+        if not args.plain:
+            model = DistributedDataParallel(model)
         if args.hook == "none":
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
+        elif args.hook == "f32":
+            def inner(state, bucket):
+                work = fd._distributed.allreduce_compressed(dist.group.WORLD, bucket.buffer(), "none", bucket.index())
+                return work.get_future().then(lambda fut: fut.value()[0])
         else:
             inner = fd.bf16_hook if args.hook == "bf16" else fd.fp16_hook
         crcs = []
@@ -60,11 +69,12 @@ def main():
         def checked(state, bucket):
             def record(fut):
                 result = fut.value()
-                crcs.append(fd.crc32c(result))
+                crcs.append(fd._distributed.crc32c(result))
                 return result
             return inner(state, bucket).then(record)
 
-        model.register_comm_hook(None, checked if args.check else inner)
+        if not args.plain:
+            model.register_comm_hook(None, checked if args.check else inner)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         data = torch.Generator().manual_seed(1000 + rank)
         losses = []
@@ -74,6 +84,9 @@ def main():
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
+            if args.plain:
+                for p in model.parameters():
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
             optimizer.step()
             losses.append(loss.item())
             if args.check:
@@ -88,7 +101,7 @@ def main():
                 crcs.clear()
             print(f"step {step + 1}", flush=True)
         params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        param_crc = fd.crc32c(params)
+        param_crc = fd._distributed.crc32c(params)
         every = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
         dist.all_gather(every, torch.tensor([param_crc], dtype=torch.int64))
         if any(int(e) != param_crc for e in every):
@@ -105,7 +118,7 @@ def main():
         dist.destroy_process_group()
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"rank {rank}: error: {first}", file=sys.stderr, flush=True)
+        print(f"rank {rank}: error: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 

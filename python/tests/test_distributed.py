@@ -92,7 +92,8 @@ def test_ddp_on_ferry_agrees_bit_for_bit_across_ranks_and_with_gloo(tmp_path):
 
 @pytest.mark.parametrize("hook", ["bf16", "fp16"])
 def test_compression_hooks_agree_across_ranks_and_track_f32(tmp_path, hook):
-    plain = ddp(tmp_path, 2, "--steps", "50", name="plain")
+    # The baseline takes the hooks' own path uncompressed: only the rounding differs.
+    plain = ddp(tmp_path, 2, "--steps", "50", "--hook", "f32", name="plain")
     packed = ddp(tmp_path, 2, "--steps", "50", "--hook", hook, "--check", name=hook)
     assert packed["hook"] == hook
     # Error feedback keeps the compressed run close to the f32 one.
@@ -127,8 +128,13 @@ def test_leaving_with_collectives_in_flight_exits_cleanly():
         run_ok("ddp_rank.py", 2, ["--steps", "3", "--hook", "bf16", "--leave"])
 
 
-def test_a_killed_rank_is_named_by_every_other_within_5_s():
-    ranks = start("ddp_rank.py", 3, ["--steps", "1000000"])
+@pytest.mark.parametrize("mode", ["ddp", "plain"])
+def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
+    # A collective's Work raises ferry.distributed.CommError (DDP's forward
+    # broadcasts buffers through one); DDP's backward raises RuntimeError
+    # with the collective's text.
+    errors = ("RuntimeError", "CommError") if mode == "ddp" else ("CommError",)
+    ranks = start("ddp_rank.py", 3, ["--steps", "1000000"] + (["--plain"] if mode == "plain" else []))
     try:
         for line in ranks[1].stdout:
             if line.strip() == "step 30":
@@ -140,8 +146,32 @@ def test_a_killed_rank_is_named_by_every_other_within_5_s():
             took = time.monotonic() - killed
             assert ranks[rank].returncode == 1, err[-2000:]
             line = err.strip().splitlines()[-1]
-            assert line.startswith(f"rank {rank}: error: ") and "rank 1" in line, line
+            assert any(line.startswith(f"rank {rank}: error: {e}: ") for e in errors) and "rank 1" in line, line
             assert took < 5, f"rank {rank} took {took:.1f} s to fail: {line}"
+            print(f"{mode}: rank {rank} failed {took:.2f} s after rank 1 was killed: {line}")
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+
+
+def test_a_silent_rank_is_named_after_ferry_timeout():
+    ranks = start("ddp_rank.py", 3, ["--steps", "1000000", "--plain"], env_of=lambda rank: {"FERRY_TIMEOUT": "2"})
+    try:
+        for line in ranks[1].stdout:
+            if line.strip() == "step 20":
+                break
+        ranks[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        lines = []
+        for rank in (0, 2):
+            _, err = ranks[rank].communicate(timeout=60)
+            took = time.monotonic() - stopped
+            lines.append(err.strip().splitlines()[-1])
+            assert ranks[rank].returncode == 1 and "no progress" in lines[-1], lines[-1]
+            assert took < 2 + 5, f"rank {rank} took {took:.1f} s to fail: {lines[-1]}"
+        # Rank 1's successor names it; rank 0 may name the neighbour it waited on.
+        assert "waiting for rank 1" in lines[1], lines
     finally:
         for p in ranks:
             p.kill()
