@@ -47,11 +47,7 @@ PYBIND11_MODULE(_distributed, m) {
 
   m.def(
       "check_environment",
-      [](int rank, int size) {
-        TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
-        (void)ferry::comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size))
-            .value();
-      },
+      [](int rank, int size) { (void)process_group::config_for(rank, size); },
       py::arg("rank"), py::arg("world_size"),
       "Raises the error of ferry's variables (FERRY_SECRET, FERRY_AUTH, ...) before any rendezvous.");
 

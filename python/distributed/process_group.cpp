@@ -97,6 +97,17 @@ const at::Tensor& one_tensor(const std::vector<at::Tensor>& tensors, const char*
   return tensors[0];
 }
 
+/// Each of `list` is a tensor with like's size and dtype: "ferry: OP's
+/// WHAT must have the REF's size and dtype".
+void check_like(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* op, const char* what,
+                const char* ref) {
+  for (const at::Tensor& t : list) {
+    check_tensor(t, op);
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "ferry: ", op, "'s ", what,
+                " must have the ", ref, "'s size and dtype");
+  }
+}
+
 void check_op(ReduceOp op, at::ScalarType type, const char* name) {
   switch (op) {
     case ReduceOp::SUM:
@@ -176,11 +187,14 @@ std::unordered_set<process_group*> live;
 
 }  // namespace
 
+comm::config process_group::config_for(int rank, int size) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
+  return comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                              int size, std::chrono::milliseconds timeout) {
-  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
-  comm::config c =
-      comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
+  comm::config c = config_for(rank, size);
   // torch's default timeout (30 min) means none was chosen: comm/'s applies.
   if (std::getenv("FERRY_TIMEOUT") == nullptr && timeout.count() > 0 && timeout != kProcessGroupDefaultTimeout) {
     c.timeout = timeout;
@@ -344,11 +358,14 @@ void process_group::allreduce_folded(at::Tensor& t, ReduceOp op) {
   flat.copy_(acc);
 }
 
+void process_group::check_root(std::int64_t root, const char* what) const {
+  TORCH_CHECK(root >= 0 && root < getSize(), "ferry: ", what, " rank ", root, " of a world of ", getSize());
+}
+
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
   at::Tensor t = one_tensor(tensors, "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: broadcast from rank ", opts.rootRank,
-              " of a world of ", getSize());
+  check_root(opts.rootRank, "broadcast from");
   const auto root = static_cast<std::uint32_t>(opts.rootRank);
   return enqueue(OpType::BROADCAST, {t}, [this, t, root]() mutable {
     on_dense(t, [&](at::Tensor& d) { broadcast_now(d, root); });
@@ -387,8 +404,7 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
                                                      const c10d::ReduceOptions& opts) {
   at::Tensor t = one_tensor(tensors, "reduce");
   check_op(opts.reduceOp, t.scalar_type(), "reduce");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: reduce to rank ", opts.rootRank,
-              " of a world of ", getSize());
+  check_root(opts.rootRank, "reduce to");
   // An allreduce: the root gets the result, and so does everyone else.
   const ReduceOp op = opts.reduceOp;
   return enqueue(OpType::REDUCE, {t}, [this, t, op]() mutable {
@@ -402,11 +418,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<
   const at::Tensor& in = one_tensor(inputs, "allgather");
   TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
               "ferry: allgather takes one list of ", getSize(), " output tensors");
-  for (const at::Tensor& o : outputs[0]) {
-    check_tensor(o, "allgather");
-    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                "ferry: allgather's outputs must have the input's size and dtype");
-  }
+  check_like(outputs[0], in, "allgather", "outputs", "input");
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(OpType::ALLGATHER, outs, [this, in, outs]() mutable {
     at::Tensor mine = in.contiguous();
@@ -432,18 +444,13 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::GatherOptions& opts) {
   const at::Tensor& in = one_tensor(inputs, "gather");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: gather to rank ", opts.rootRank,
-              " of a world of ", getSize());
+  check_root(opts.rootRank, "gather to");
   std::vector<at::Tensor> outs;
   if (getRank() == opts.rootRank) {
     TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
                 "ferry: gather's root takes one list of ", getSize(), " output tensors");
     outs = outputs[0];
-    for (const at::Tensor& o : outs) {
-      check_tensor(o, "gather");
-      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                  "ferry: gather's outputs must have the input's size and dtype");
-    }
+    check_like(outs, in, "gather", "outputs", "input");
   } else {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "ferry: gather takes output tensors on the root only");
@@ -461,18 +468,13 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
                                                       std::vector<std::vector<at::Tensor>>& inputs,
                                                       const c10d::ScatterOptions& opts) {
   at::Tensor out = one_tensor(outputs, "scatter");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ferry: scatter from rank ", opts.rootRank,
-              " of a world of ", getSize());
+  check_root(opts.rootRank, "scatter from");
   std::vector<at::Tensor> ins;
   if (getRank() == opts.rootRank) {
     TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
                 "ferry: scatter's root takes one list of ", getSize(), " input tensors");
     ins = inputs[0];
-    for (const at::Tensor& i : ins) {
-      check_tensor(i, "scatter");
-      TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
-                  "ferry: scatter's inputs must have the output's size and dtype");
-    }
+    check_like(ins, out, "scatter", "inputs", "output");
   }
   // A broadcast of the root's concatenated inputs; each rank keeps its piece.
   const auto root = static_cast<std::uint32_t>(opts.rootRank);
@@ -489,11 +491,7 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Ten
   at::Tensor out = one_tensor(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
               "ferry: reduce_scatter takes one list of ", getSize(), " input tensors");
-  for (const at::Tensor& i : inputs[0]) {
-    check_tensor(i, "reduce_scatter");
-    TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
-                "ferry: reduce_scatter's inputs must have the output's size and dtype");
-  }
+  check_like(inputs[0], out, "reduce_scatter", "inputs", "output");
   check_op(opts.reduceOp, out.scalar_type(), "reduce_scatter");
   // An allreduce of the concatenated inputs; each rank keeps its piece.
   const ReduceOp op = opts.reduceOp;

@@ -73,6 +73,11 @@ class process_group final : public c10d::ProcessGroup {
   static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size, std::chrono::milliseconds timeout);
 
+  /// comm/'s configuration from the environment (comm::config::from_env)
+  /// for this rank and world size; throws ferry::exception (a bad
+  /// variable) or c10::Error (a rank outside the world).
+  static comm::config config_for(int rank, int size);
+
   explicit process_group(comm::communicator comm);
   /// Finishes the queued collectives, then closes the ring.
   ~process_group() override;
@@ -125,6 +130,7 @@ class process_group final : public c10d::ProcessGroup {
                                          std::function<void()> body);
   void run();
   void stop();
+  void check_root(std::int64_t root, const char* what) const;
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
   void allreduce_folded(at::Tensor& t, c10d::ReduceOp op);
   void allgather_now(const at::Tensor& in, at::Tensor& out);

@@ -59,9 +59,7 @@ def main():
         if args.hook == "none":
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
         elif args.hook == "f32":
-            def inner(state, bucket):
-                work = fd._distributed.allreduce_compressed(dist.group.WORLD, bucket.buffer(), "none", bucket.index())
-                return work.get_future().then(lambda fut: fut.value()[0])
+            inner = fd._compressed_hook("f32_hook", "none")
         else:
             inner = fd.bf16_hook if args.hook == "bf16" else fd.fp16_hook
         crcs = []

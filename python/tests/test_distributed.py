@@ -128,19 +128,25 @@ def test_leaving_with_collectives_in_flight_exits_cleanly():
         run_ok("ddp_rank.py", 2, ["--steps", "3", "--hook", "bf16", "--leave"])
 
 
+def start_and_signal(sig, args, step, env_of=lambda rank: {}):
+    """Three ranks of ddp_rank.py; once rank 1 printed "step STEP", it gets
+    `sig`. Returns the ranks and the monotonic time of the signal."""
+    ranks = start("ddp_rank.py", 3, ["--steps", "1000000", *args], env_of)
+    for line in ranks[1].stdout:
+        if line.strip() == f"step {step}":
+            break
+    ranks[1].send_signal(sig)
+    return ranks, time.monotonic()
+
+
 @pytest.mark.parametrize("mode", ["ddp", "plain"])
 def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
     # A collective's Work raises ferry.distributed.CommError (DDP's forward
     # broadcasts buffers through one); DDP's backward raises RuntimeError
     # with the collective's text.
     errors = ("RuntimeError", "CommError") if mode == "ddp" else ("CommError",)
-    ranks = start("ddp_rank.py", 3, ["--steps", "1000000"] + (["--plain"] if mode == "plain" else []))
+    ranks, killed = start_and_signal(signal.SIGKILL, ["--plain"] if mode == "plain" else [], 30)
     try:
-        for line in ranks[1].stdout:
-            if line.strip() == "step 30":
-                break
-        ranks[1].send_signal(signal.SIGKILL)
-        killed = time.monotonic()
         for rank in (0, 2):
             _, err = ranks[rank].communicate(timeout=30)
             took = time.monotonic() - killed
@@ -156,13 +162,8 @@ def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
 
 
 def test_a_silent_rank_is_named_after_ferry_timeout():
-    ranks = start("ddp_rank.py", 3, ["--steps", "1000000", "--plain"], env_of=lambda rank: {"FERRY_TIMEOUT": "2"})
+    ranks, stopped = start_and_signal(signal.SIGSTOP, ["--plain"], 20, env_of=lambda rank: {"FERRY_TIMEOUT": "2"})
     try:
-        for line in ranks[1].stdout:
-            if line.strip() == "step 20":
-                break
-        ranks[1].send_signal(signal.SIGSTOP)
-        stopped = time.monotonic()
         lines = []
         for rank in (0, 2):
             _, err = ranks[rank].communicate(timeout=60)
