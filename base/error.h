@@ -145,14 +145,33 @@ std::string_view name(error_code e) noexcept;
 /// Prints the name, so test failures say which code they saw.
 std::ostream& operator<<(std::ostream& os, error_code e);
 
+/// `text`, taken from input (a tensor name, a record name, a global), as
+/// it goes into an error's context: in single quotes, one printable line.
+/// Control characters (C0, DEL and Unicode's C1), bytes that are not
+/// UTF-8 and Unicode's direction overrides are escaped (\n, \r, \t, \0,
+/// \x1b, \u202e...); a text longer than `max_bytes` keeps its first
+/// `max_bytes` bytes, then "...' (N bytes)". Every decoder puts names
+/// from its input into contexts through quote(), so a hostile name can
+/// neither forge a second line nor drive the terminal.
+[[nodiscard]] std::string quote(std::string_view text, std::size_t max_bytes = 200);
+
+/// `text` with the characters quote() escapes escaped, unquoted and uncut;
+/// text that needs no escape comes back as it is.
+[[nodiscard]] std::string printable(std::string text);
+
 /// An error code with the context a person needs: what failed and where
 /// (a file name, a tensor, a field, a rank), and the operating system's
-/// errno when the OS said why.
+/// errno when the OS said why. The context is one printable line
+/// (printable() on the way in, and at most max_context_bytes bytes), so
+/// what() is one line whatever the input held.
 class error {
  public:
+  /// Bytes of context kept: more is cut, ending "...".
+  static constexpr std::size_t max_context_bytes = 4096;
+
   error() = default;
   error(error_code code, std::string context = {}, int sys_errno = 0)  // NOLINT: implicit by design
-      : code_(code), sys_errno_(sys_errno), context_(std::move(context)) {}
+      : code_(code), sys_errno_(sys_errno), context_(clean(std::move(context))) {}
   template <error_enum E>
   error(E code, std::string context = {}, int sys_errno = 0)  // NOLINT: implicit by design
       : error(error_code(code), std::move(context), sys_errno) {}
@@ -175,6 +194,8 @@ class error {
   friend bool operator==(const error& a, error_code b) noexcept { return a.code_ == b; }
 
  private:
+  static std::string clean(std::string context);
+
   error_code code_;
   int sys_errno_ = 0;
   std::string context_;

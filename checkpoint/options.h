@@ -44,6 +44,13 @@ struct limits {
   /// Memo slots a pickle may fill (BINPUT, MEMOIZE). The memo is sparse,
   /// so a large slot number costs no more than a small one.
   std::size_t max_pickle_memo = std::size_t{1} << 20;
+  /// Bytes the pickle's values may take in memory (detail/pickle.h counts
+  /// them: 128 per value, 8 per item of a container, each stack and memo
+  /// slot). A one-byte opcode can make a value, so without this bound a
+  /// pickle within max_pickle_bytes could need 100 times its size. A
+  /// state dict takes about 1.5 KiB per tensor here: the default holds
+  /// about 350,000 tensors; raise it (with max_tensors) for more.
+  std::uint64_t max_pickle_memory = std::uint64_t{512} << 20;
   /// Records in a .pt file's zip (one per storage, and a few more).
   std::size_t max_zip_entries = std::size_t{1} << 20;
   /// Bytes of metadata made from a .pt file's non-tensor values (JSON
@@ -55,6 +62,21 @@ struct limits {
   /// Shards of a checkpoint set (set.h), and pieces of one tensor. Each
   /// shard opened costs a file descriptor: the process's limit may be lower.
   std::size_t max_shards = std::size_t{1} << 16;
+};
+
+/// Which checksums reader::get() checks the first time it fetches a
+/// storage (verify() always checks every one).
+enum class fetch_checks : std::uint8_t {
+  /// The format's own rule: a .ferry storage's CRC32C; a .pt record's zip
+  /// CRC-32 is not checked, as torch.load checks none.
+  standard,
+  /// Every checksum the file holds: a .pt record's CRC-32 too (and
+  /// data.pkl's when the file is opened). What a conversion needs that
+  /// writes fresh checksums over the bytes: ferry convert.
+  every_checksum,
+  /// None: bytes are taken as they are (ferry convert
+  /// --skip-source-checksums).
+  none,
 };
 
 /// How checkpoint::open() reads a file.
@@ -71,6 +93,8 @@ struct read_options {
   /// that this reader handed out. For frameworks whose tensors are
   /// writable (torch).
   bool copy_on_write = false;
+  /// The checksums a storage's first fetch checks.
+  fetch_checks checks = fetch_checks::standard;
 };
 
 /// How a writer lays the file out.

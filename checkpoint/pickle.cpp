@@ -1,5 +1,7 @@
 #include "ferry/checkpoint/detail/pickle.h"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -100,6 +102,16 @@ class machine {
   machine(std::span<const std::byte> in, const limits& lim) : in_(in), lim_(lim) {}
 
   result<program, error> run() {
+    // Shared immutable values: one each, made before anything is counted.
+    none_ = make(kind::none);
+    true_ = make(kind::boolean);
+    true_->i = 1;
+    false_ = make(kind::boolean);
+    for (std::size_t k = 0; k < small_ints_.size(); ++k) {
+      small_ints_[k] = make(kind::integer);
+      small_ints_[k]->i = static_cast<std::int64_t>(k);
+    }
+    used_ = 0;
     while (true) {
       at_ = pos_;
       if (pos_ >= in_.size()) return fail(errc::truncated, "the pickle ends before STOP");
@@ -116,6 +128,19 @@ class machine {
  private:
   error fail(error_code c, std::string_view what) const {
     return error(c, "offset " + std::to_string(at_) + ": " + std::string(what));
+  }
+
+  // Counts `bytes` more of memory (with the stack's slots), against
+  // limits::max_pickle_memory.
+  result<void, error> charge(std::uint64_t bytes) {
+    used_ += bytes;
+    const std::uint64_t now = used_ + stack_.size() * sizeof(value*) + memo_.size() * memo_slot_bytes;
+    prog_.memory = std::max(prog_.memory, now);
+    if (now > lim_.max_pickle_memory) {
+      return fail(errc::limit_exceeded, "the pickle's values take more than limits::max_pickle_memory (" +
+                                            std::to_string(lim_.max_pickle_memory) + " bytes)");
+    }
+    return {};
   }
 
   result<std::span<const std::byte>, error> take(std::uint64_t n) {
@@ -144,9 +169,28 @@ class machine {
   value* make(kind k) {
     value& v = prog_.arena->emplace_back();
     v.k = k;
+    v.id = static_cast<std::uint32_t>(prog_.arena->size() - 1);
     return &v;
   }
-  void push(value* v) { stack_.push_back(v); }
+  // A fresh value, counted.
+  result<value*, error> fresh(kind k) {
+    FERRY_TRY(charge(value_bytes));
+    return make(k);
+  }
+  // `items` appended to container c, counted.
+  result<void, error> extend(value* c, std::span<value* const> items) {
+    FERRY_TRY(charge(items.size() * sizeof(value*)));
+    c->items.insert(c->items.end(), items.begin(), items.end());
+    return {};
+  }
+  result<void, error> push(value* v) {
+    stack_.push_back(v);
+    return charge(0);
+  }
+  result<void, error> push_fresh(kind k) {
+    FERRY_TRY_ASSIGN(value * v, fresh(k));
+    return push(v);
+  }
   result<value*, error> pop() {
     const std::size_t floor = marks_.empty() ? 0 : marks_.back();
     if (stack_.size() <= floor) return fail(checkpoint_errc::pickle_malformed, "the stack is empty");
@@ -171,43 +215,41 @@ class machine {
   result<void, error> memo_put(std::uint32_t slot) {
     FERRY_TRY_ASSIGN(value * v, top());
     if (!memo_.contains(slot) && memo_.size() >= lim_.max_pickle_memo) {
-      return fail(errc::limit_exceeded, "memo slots");
+      return fail(errc::limit_exceeded, "memo slots (limits::max_pickle_memo)");
     }
     memo_[slot] = v;
-    return {};
+    return charge(0);
   }
   result<void, error> memo_get(std::uint32_t slot) {
     const auto it = memo_.find(slot);
     if (it == memo_.end()) return fail(checkpoint_errc::pickle_malformed, "memo slot " + std::to_string(slot) + " is unset");
-    push(it->second);
-    return {};
+    return push(it->second);
   }
   result<void, error> push_string(std::span<const std::byte> b) {
-    value* v = make(kind::string);
-    v->s.resize(b.size());
-    if (!b.empty()) std::memcpy(v->s.data(), b.data(), b.size());
-    push(v);
-    return {};
+    FERRY_TRY_ASSIGN(value * v, fresh(kind::string));
+    v->s = std::string_view(reinterpret_cast<const char*>(b.data()), b.size());  // char view of the bytes
+    return push(v);
   }
-  void push_int(std::int64_t i) {
-    value* v = make(kind::integer);
+  result<void, error> push_int(std::int64_t i) {
+    if (i >= 0 && static_cast<std::uint64_t>(i) < small_ints_.size()) return push(small_ints_[static_cast<std::size_t>(i)]);
+    FERRY_TRY_ASSIGN(value * v, fresh(kind::integer));
     v->i = i;
-    push(v);
+    return push(v);
   }
 
-  result<void, error> global(const std::string& module, const std::string& name) {
+  result<void, error> global(std::string_view module, std::string_view name) {
     for (const auto& g : allowed) {
       if (g.module == module && g.name == name) {
-        value* v = make(kind::global);
-        v->s = module + "." + name;
+        FERRY_TRY(charge(module.size() + name.size() + 1 + sizeof(std::string)));
+        FERRY_TRY_ASSIGN(value * v, fresh(kind::global));
+        v->s = prog_.texts->emplace_back(std::string(module) + "." + std::string(name));
         v->g = g.kind;
         v->dtype = g.dtype;
         v->untyped = g.untyped;
-        push(v);
-        return {};
+        return push(v);
       }
     }
-    const std::string what = "global '" + module + "." + name + "'";
+    const std::string what = "global " + quote(std::string(module) + "." + std::string(name));
     if (module.starts_with("torch.nn.")) {
       return fail(checkpoint_errc::unsupported_pytorch,
                   what + ": a pickled module (torch.save(model)), not a state dict; save model.state_dict()");
@@ -228,34 +270,27 @@ class machine {
       return bad();
     }
     const auto numel = static_cast<std::uint64_t>(t[4]->i);
-    auto [it, fresh] = storages_.try_emplace(t[2]->s, nullptr);
-    if (!fresh) {
-      if (it->second->type->s != t[1]->s || it->second->numel != numel) {
-        return fail(checkpoint_errc::pickle_malformed, "storage '" + t[2]->s + "' named with two types or sizes");
+    auto [it, is_new] = storages_.try_emplace(t[2]->s, nullptr);
+    if (!is_new) {
+      if (it->second->storage_type()->s != t[1]->s || static_cast<std::uint64_t>(it->second->i) != numel) {
+        return fail(checkpoint_errc::pickle_malformed, "storage " + quote(t[2]->s) + " named with two types or sizes");
       }
-      push(it->second);
-      return {};
+      return push(it->second);
     }
-    value* s = make(kind::storage);
+    FERRY_TRY_ASSIGN(value * s, fresh(kind::storage));
+    FERRY_TRY(extend(s, std::span(&t[1], 1)));
     s->s = t[2]->s;
-    s->type = t[1];
     s->dtype = t[1]->dtype;
     s->untyped = t[1]->untyped;
-    s->numel = numel;
+    s->i = static_cast<std::int64_t>(numel);
     it->second = s;
     prog_.storages.push_back(s);
-    push(s);
-    return {};
+    return push(s);
   }
 
-  static bool int_tuple(const value* v, std::vector<std::uint64_t>& out) {
-    if (v->k != kind::tuple) return false;
-    out.clear();
-    for (const value* x : v->items) {
-      if (x->k != kind::integer || x->i < 0) return false;
-      out.push_back(static_cast<std::uint64_t>(x->i));
-    }
-    return true;
+  static bool int_tuple(const value* v) {
+    return v->k == kind::tuple &&
+           std::all_of(v->items.begin(), v->items.end(), [](const value* x) { return x->k == kind::integer && x->i >= 0; });
   }
 
   result<void, error> reduce() {
@@ -268,37 +303,37 @@ class machine {
     switch (fn->g) {
       case global_kind::ordered_dict:
         if (!a.empty()) return fail(checkpoint_errc::pickle_malformed, "OrderedDict called with arguments");
-        push(make(kind::dict));
-        return {};
+        {
+          FERRY_TRY_ASSIGN(value * d, fresh(kind::dict));
+          return push(d);
+        }
       case global_kind::rebuild_parameter:
         if (a.size() < 2 || a[0]->k != kind::tensor) {
           return fail(checkpoint_errc::pickle_malformed, "_rebuild_parameter's arguments");
         }
-        push(a[0]);
-        return {};
+        return push(a[0]);
       case global_kind::rebuild_tensor_v2:
       case global_kind::rebuild_tensor_v3: {
         const bool v3 = fn->g == global_kind::rebuild_tensor_v3;
         const std::size_t n = v3 ? 7 : 6;
-        value* t = make(kind::tensor);
         if ((a.size() != n && a.size() != n + 1) || a[0]->k != kind::storage || a[1]->k != kind::integer ||
-            a[1]->i < 0 || !int_tuple(a[2], t->shape) || !int_tuple(a[3], t->strides) ||
-            t->shape.size() != t->strides.size() || a[4]->k != kind::boolean ||
+            a[1]->i < 0 || !int_tuple(a[2]) || !int_tuple(a[3]) || a[2]->items.size() != a[3]->items.size() ||
+            a[4]->k != kind::boolean ||
             (v3 && (a[6]->k != kind::global || a[6]->g != global_kind::dtype || !a[0]->untyped))) {
           return fail(checkpoint_errc::pickle_malformed, std::string(v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2") + "'s arguments");
         }
-        t->storage = a[0];
-        t->type = a[0]->type;
-        t->offset = static_cast<std::uint64_t>(a[1]->i);
+        FERRY_TRY_ASSIGN(value * t, fresh(kind::tensor));
+        value* const parts[] = {a[0], a[2], a[3]};
+        FERRY_TRY(extend(t, parts));
+        t->i = a[1]->i;
         t->dtype = v3 ? a[6]->dtype : a[0]->dtype;
-        push(t);
-        return {};
+        return push(t);
       }
       case global_kind::storage_type:
       case global_kind::dtype:
         break;
     }
-    return fail(checkpoint_errc::pickle_malformed, "REDUCE of '" + fn->s + "', which is not callable");
+    return fail(checkpoint_errc::pickle_malformed, "REDUCE of " + quote(fn->s) + ", which is not callable");
   }
 
   result<void, error> step(std::uint8_t code) {
@@ -342,27 +377,26 @@ class machine {
         return {};
       }
       case BINPERSID: return persistent_id();
-      case EMPTY_DICT: push(make(kind::dict)); return {};
-      case EMPTY_LIST: push(make(kind::list)); return {};
-      case EMPTY_TUPLE: push(make(kind::tuple)); return {};
+      case EMPTY_DICT: return push_fresh(kind::dict);
+      case EMPTY_LIST: return push_fresh(kind::list);
+      case EMPTY_TUPLE: return push_fresh(kind::tuple);
       case TUPLE: {
         FERRY_TRY_ASSIGN(auto items, pop_mark());
-        value* t = make(kind::tuple);
-        t->items = std::move(items);
-        push(t);
-        return {};
+        FERRY_TRY_ASSIGN(value * t, fresh(kind::tuple));
+        FERRY_TRY(extend(t, items));
+        return push(t);
       }
       case TUPLE1:
       case TUPLE2:
       case TUPLE3: {
         const std::size_t n = code - TUPLE1 + 1u;
-        value* t = make(kind::tuple);
-        t->items.resize(n);
+        value* items[3] = {};
         for (std::size_t k = n; k-- > 0;) {
-          FERRY_TRY_ASSIGN(t->items[k], pop());
+          FERRY_TRY_ASSIGN(items[k], pop());
         }
-        push(t);
-        return {};
+        FERRY_TRY_ASSIGN(value * t, fresh(kind::tuple));
+        FERRY_TRY(extend(t, std::span(items, n)));
+        return push(t);
       }
       case APPEND:
       case APPENDS: {
@@ -377,8 +411,7 @@ class machine {
         if (list->k != kind::list) {
           return fail(checkpoint_errc::pickle_malformed, "APPEND to a " + std::string(kind_name(list->k)));
         }
-        list->items.insert(list->items.end(), items.begin(), items.end());
-        return {};
+        return extend(list, items);
       }
       case SETITEM:
       case SETITEMS: {
@@ -395,31 +428,22 @@ class machine {
         if (dict->k != kind::dict) {
           return fail(checkpoint_errc::pickle_malformed, "SETITEM on a " + std::string(kind_name(dict->k)));
         }
-        for (std::size_t k = 0; k < items.size(); k += 2) dict->entries.emplace_back(items[k], items[k + 1]);
-        return {};
+        return extend(dict, items);  // keys and values alternate
       }
-      case NONE: push(make(kind::none)); return {};
-      case NEWTRUE:
-      case NEWFALSE: {
-        value* v = make(kind::boolean);
-        v->i = code == NEWTRUE ? 1 : 0;
-        push(v);
-        return {};
-      }
+      case NONE: return push(none_);
+      case NEWTRUE: return push(true_);
+      case NEWFALSE: return push(false_);
       case BININT: {
         FERRY_TRY_ASSIGN(auto v, take_le<std::int32_t>());
-        push_int(v);
-        return {};
+        return push_int(v);
       }
       case BININT1: {
         FERRY_TRY_ASSIGN(auto v, take_le<std::uint8_t>());
-        push_int(v);
-        return {};
+        return push_int(v);
       }
       case BININT2: {
         FERRY_TRY_ASSIGN(auto v, take_le<std::uint16_t>());
-        push_int(v);
-        return {};
+        return push_int(v);
       }
       case LONG1: {
         FERRY_TRY_ASSIGN(auto n, take_le<std::uint8_t>());
@@ -428,15 +452,13 @@ class machine {
         std::uint64_t u = 0;
         for (std::size_t k = n; k-- > 0;) u = (u << 8) | static_cast<std::uint8_t>(b[k]);
         if (n > 0 && n < 8 && (static_cast<std::uint8_t>(b[n - 1]) & 0x80) != 0) u |= ~std::uint64_t{0} << (8 * n);
-        push_int(static_cast<std::int64_t>(u));
-        return {};
+        return push_int(static_cast<std::int64_t>(u));
       }
       case BINFLOAT: {
         FERRY_TRY_ASSIGN(auto b, take(8));
-        value* v = make(kind::floating);
-        v->f = std::bit_cast<double>(wire::load<std::uint64_t>(b.data(), wire::byte_order::big));
-        push(v);
-        return {};
+        FERRY_TRY_ASSIGN(value * v, fresh(kind::floating));
+        v->i = static_cast<std::int64_t>(wire::load<std::uint64_t>(b.data(), wire::byte_order::big));  // its bits
+        return push(v);
       }
       case BINUNICODE: {
         FERRY_TRY_ASSIGN(auto n, take_le<std::uint32_t>());
@@ -480,8 +502,15 @@ class machine {
   std::vector<value*> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint32_t, value*> memo_;
-  std::unordered_map<std::string, value*> storages_;
+  std::unordered_map<std::string_view, value*> storages_;
   program prog_;
+  value* none_ = nullptr;
+  value* true_ = nullptr;
+  value* false_ = nullptr;
+  std::array<value*, 256> small_ints_{};
+  std::uint64_t used_ = 0;  // bytes counted by charge()
+  // What one filled memo slot costs (a hash node and its bucket).
+  static constexpr std::size_t memo_slot_bytes = 48;
 };
 
 }  // namespace

@@ -18,10 +18,10 @@ namespace {
 using pickle::kind;
 using pickle::value;
 
-std::string tensor_what(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
+std::string tensor_what(std::string_view name) { return "tensor " + quote(name); }
 
-// Whether `rest` (a name less its prefix) is segments that are neither
-// empty, "." nor "..", without '\' or NUL.
+// Whether `rest` (a whole record name) is segments that are neither empty,
+// "." nor "..", without '\' or NUL: no leading '/', no "./", no "../".
 bool clean_name(std::string_view rest) {
   if (rest.find('\\') != std::string_view::npos || rest.find('\0') != std::string_view::npos) return false;
   while (true) {
@@ -87,22 +87,24 @@ std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
 // Walks the pickle's value into parsed_file::tensors and metadata.
 class flattener {
  public:
-  flattener(parsed_file& out, const limits& lim, std::string_view prefix,
-            const std::unordered_map<std::string, const zip_record*>& records)
-      : out_(out), lim_(lim), prefix_(prefix), records_(records) {}
+  flattener(parsed_file& out, const limits& lim, std::string_view prefix, const zip_records& zip)
+      : out_(out), lim_(lim), prefix_(prefix), zip_(zip), used_records_(zip.records.size(), false) {}
 
-  result<void, error> run(const value* root) {
+  result<void, error> run(const value* root, std::size_t values) {
     // What writing the value out would cost, computed per distinct node
     // first, so shared references cannot make the walk below long.
+    costs_.resize(values);
     FERRY_TRY_ASSIGN(const cost c, cost_of(root, 0));
     if (c.tensors > lim_.max_tensors) return error(errc::limit_exceeded, "tensors");
     if (c.leaves > lim_.max_tensors) return error(errc::limit_exceeded, "metadata entries");
     if (c.json > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");
     if (c.visits > sat_mul(16, sat_add(lim_.max_tensors, 1))) return error(errc::limit_exceeded, "pickle structure");
-    std::string path;
-    const bool container = root->k == kind::dict || root->k == kind::list || root->k == kind::tuple;
-    if (!container) path = "root";
-    return walk(root, path, 0);
+    // A root dict is walked into names whatever it holds (an empty state
+    // dict gives none); a root list or tuple holding a tensor is walked
+    // too; any other root is named "root" (a tensor, or metadata).
+    if (root->k == kind::dict) return walk_items(root, {}, 0);
+    if (c.walked) return walk_items(root, {}, 0);
+    return walk(root, "root", 0);
   }
 
  private:
@@ -113,15 +115,15 @@ class flattener {
     std::uint64_t text = 0;     // bytes of this value written as JSON (when a tensor-free parent is one entry)
     std::uint64_t visits = 0;   // nodes the walk visits
     bool walked = false;        // a container walked into names (holds a tensor, or is a dict)
+    bool done = false;          // computed (else in progress, or not met yet)
   };
 
   result<cost, error> cost_of(const value* v, std::size_t depth) {
     if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
-    if (const auto it = costs_.find(v); it != costs_.end()) {
-      if (!it->second) return error(checkpoint_errc::pickle_malformed, "a container contains itself");
-      return *it->second;
-    }
-    costs_.emplace(v, std::nullopt);  // in progress: meeting it again is a cycle
+    cost& known = costs_[v->id];
+    if (known.done) return known;
+    if (known.visits != 0) return error(checkpoint_errc::pickle_malformed, "a container contains itself");
+    known.visits = 1;  // in progress: meeting it again is a cycle
     cost c;
     c.visits = 1;
     switch (v->k) {
@@ -141,8 +143,9 @@ class flattener {
           return {};
         };
         if (v->k == kind::dict) {
-          for (const auto& [key, val] : v->entries) {
-            FERRY_TRY(add(val));
+          for (std::size_t k = 0; k < v->items.size(); k += 2) {
+            const value* key = v->items[k];
+            FERRY_TRY(add(v->items[k + 1]));
             keys = sat_add(keys, 1 + (key->k == kind::string ? json_string_size(key->s)
                                                              : 2 + std::to_string(key->i).size()));
           }
@@ -150,10 +153,10 @@ class flattener {
           for (const value* x : v->items) FERRY_TRY(add(x));
         }
         // As JSON text: brackets, commas, keys with their colons, and each item's text.
-        const std::size_t n = v->k == kind::dict ? v->entries.size() : v->items.size();
+        const std::size_t n = v->k == kind::dict ? v->dict_size() : v->items.size();
         c.text = sat_add(sat_add(2 + (n > 0 ? n - 1 : 0), inner.text), keys);
         c.walked = v->k == kind::dict || inner.tensors > 0;
-        if (c.walked && !(v->k == kind::dict && v->entries.empty())) {
+        if (c.walked && !(v->k == kind::dict && v->items.empty())) {
           c.tensors = inner.tensors;
           c.leaves = inner.leaves;
           c.json = inner.json;
@@ -176,7 +179,8 @@ class flattener {
         break;
       }
     }
-    costs_[v] = c;
+    c.done = true;
+    costs_[v->id] = c;
     return c;
   }
 
@@ -185,27 +189,32 @@ class flattener {
   }
 
   result<std::string, error> key_text(const value* key, const std::string& path) {
-    if (key->k == kind::string) return key->s;
+    if (key->k == kind::string) return std::string(key->s);
     if (key->k == kind::integer) return std::to_string(key->i);
     return error(checkpoint_errc::pickle_malformed,
-                 (path.empty() ? std::string("the root") : "'" + path + "'") + ": a key that is neither str nor int");
+                 (path.empty() ? std::string("the root") : quote(path)) + ": a key that is neither str nor int");
   }
 
   result<void, error> claim(const std::string& name) {
     if (!valid_name(name, lim_.max_name_bytes)) return error(checkpoint_errc::bad_name, tensor_what(name));
-    if (!names_.insert(name).second) return error(errc::duplicate_key, "'" + name + "'");
+    if (!names_.insert(name).second) return error(errc::duplicate_key, quote(name));
     return {};
   }
 
   result<void, error> walk(const value* v, const std::string& path, std::size_t depth) {
     if (depth > lim_.max_pickle_depth) return error(errc::depth_exceeded, "pickle structure");
-    const cost& c = *costs_.at(v);
+    const cost& c = costs_[v->id];
     if (v->k == kind::tensor) return add_tensor(v, path);
-    if (!c.walked || (v->k == kind::dict && v->entries.empty())) return add_metadata(v, path);
+    if (!c.walked || (v->k == kind::dict && v->items.empty())) return add_metadata(v, path);
+    return walk_items(v, path, depth);
+  }
+
+  // A container's items (a dict's values), each under its key or index.
+  result<void, error> walk_items(const value* v, const std::string& path, std::size_t depth) {
     if (v->k == kind::dict) {
-      for (const auto& [key, val] : v->entries) {
-        FERRY_TRY_ASSIGN(const std::string k, key_text(key, path));
-        FERRY_TRY(walk(val, join(path, k), depth + 1));
+      for (std::size_t k = 0; k < v->items.size(); k += 2) {
+        FERRY_TRY_ASSIGN(const std::string key, key_text(v->items[k], path));
+        FERRY_TRY(walk(v->items[k + 1], join(path, key), depth + 1));
       }
     } else {
       for (std::size_t i = 0; i < v->items.size(); ++i) FERRY_TRY(walk(v->items[i], join(path, std::to_string(i)), depth + 1));
@@ -217,7 +226,7 @@ class flattener {
     FERRY_TRY(claim(path));
     std::string text;
     FERRY_TRY(json(v, text, path, 0));
-    if (!valid_utf8(text)) return error(checkpoint_errc::bad_utf8, "'" + path + "'");
+    if (!valid_utf8(text)) return error(checkpoint_errc::bad_utf8, quote(path));
     metadata_bytes_ = sat_add(metadata_bytes_, sat_add(path.size(), text.size()));
     if (metadata_bytes_ > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");
     out_.metadata.emplace(path, std::move(text));
@@ -231,7 +240,7 @@ class flattener {
       case kind::none: out += "null"; return {};
       case kind::boolean: out += v->i != 0 ? "true" : "false"; return {};
       case kind::integer: out += std::to_string(v->i); return {};
-      case kind::floating: out += number_text(v->f); return {};
+      case kind::floating: out += number_text(v->floating()); return {};
       case kind::string: append_json_string(out, v->s); return {};
       case kind::list:
       case kind::tuple:
@@ -244,12 +253,12 @@ class flattener {
         return {};
       case kind::dict:
         out += '{';
-        for (std::size_t i = 0; i < v->entries.size(); ++i) {
+        for (std::size_t i = 0; i < v->items.size(); i += 2) {
           if (i > 0) out += ',';
-          FERRY_TRY_ASSIGN(const std::string k, key_text(v->entries[i].first, path));
+          FERRY_TRY_ASSIGN(const std::string k, key_text(v->items[i], path));
           append_json_string(out, k);
           out += ':';
-          FERRY_TRY(json(v->entries[i].second, out, path, depth + 1));
+          FERRY_TRY(json(v->items[i + 1], out, path, depth + 1));
         }
         out += '}';
         return {};
@@ -257,7 +266,7 @@ class flattener {
       case kind::storage:
       case kind::tensor: break;
     }
-    return error(checkpoint_errc::pickle_malformed, "'" + path + "': a " +
+    return error(checkpoint_errc::pickle_malformed, quote(path) + ": a " +
                                                         std::string(v->k == kind::global ? "global" : "storage") +
                                                         " outside a tensor");
   }
@@ -267,87 +276,115 @@ class flattener {
     const auto fail = [&](error_code c, std::string_view more = {}) {
       return error(c, tensor_what(path) + (more.empty() ? "" : ": " + std::string(more)));
     };
-    if (!t->dtype) return fail(codec_errc::unknown_dtype, t->type->s);
-    const value* s = t->storage;
+    const value* s = t->items[0];
+    if (!t->dtype) return fail(codec_errc::unknown_dtype, s->storage_type()->s);
     const std::size_t width = codec::size_of(*t->dtype);
     auto [it, fresh] = storage_index_.try_emplace(s, static_cast<std::uint32_t>(out_.storages.size()));
     if (fresh) {
-      const std::string record = std::string(prefix_) + "/data/" + s->s;
-      const auto r = records_.find(record);
-      if (r == records_.end()) return fail(checkpoint_errc::record_not_found, "record '" + record + "'");
-      const std::uint64_t nbytes = s->untyped ? s->numel : sat_mul(s->numel, width);
-      if (nbytes != r->second->size || r->second->size % width != 0) {
-        return fail(checkpoint_errc::shape_size_mismatch, "record '" + record + "'");
+      const std::string record = std::string(prefix_) + "/data/" + std::string(s->s);
+      const std::size_t r = zip_.index.find(zip_.records, record);
+      if (r == record_index::npos) return fail(checkpoint_errc::record_not_found, "record " + quote(record));
+      const zip_record& z = zip_.records[r];
+      const auto numel = static_cast<std::uint64_t>(s->i);
+      const std::uint64_t nbytes = s->untyped ? numel : sat_mul(numel, width);
+      if (nbytes != z.size || z.size % width != 0) {
+        return fail(checkpoint_errc::shape_size_mismatch, "record " + quote(record));
       }
-      const zip_record& z = *r->second;
       out_.storages.push_back({z.data_offset, z.size, *t->dtype, std::nullopt,
                                z.crc32 != 0 ? std::optional<std::uint32_t>(z.crc32) : std::nullopt});
-      used_records_.insert(record);
+      used_records_[r] = true;
     }
     const storage_info& st = out_.storages[it->second];
     if (codec::size_of(st.dtype) != width) return fail(checkpoint_errc::element_size_mismatch);
-    if (auto r = check_view(*t->dtype, t->shape, t->strides, t->offset, st.nbytes, lim_.max_dims); !r) {
+    std::vector<std::uint64_t> shape, strides;
+    for (const value* x : t->items[1]->items) shape.push_back(static_cast<std::uint64_t>(x->i));
+    for (const value* x : t->items[2]->items) strides.push_back(static_cast<std::uint64_t>(x->i));
+    const auto offset = static_cast<std::uint64_t>(t->i);
+    if (auto r = check_view(*t->dtype, shape, strides, offset, st.nbytes, lim_.max_dims); !r) {
       return fail(r.error());
     }
-    out_.tensors.push_back({path, *t->dtype, t->shape, t->strides, t->offset, it->second});
+    out_.tensors.push_back({path, *t->dtype, std::move(shape), std::move(strides), offset, it->second});
     return {};
   }
-
- public:
-  std::unordered_set<std::string> used_records_;
 
  private:
   parsed_file& out_;
   const limits& lim_;
   std::string_view prefix_;
-  const std::unordered_map<std::string, const zip_record*>& records_;
-  std::unordered_map<const value*, std::optional<cost>> costs_;
+  const zip_records& zip_;
+  std::vector<cost> costs_;  // by value id
   std::unordered_map<const value*, std::uint32_t> storage_index_;
   std::unordered_set<std::string> names_;
   std::uint64_t metadata_bytes_ = 0;
+
+ public:
+  std::vector<bool> used_records_;  // by position in the zip
 };
 
 }  // namespace
 
+bool legacy_pytorch(std::span<const std::byte> head) noexcept {
+  const auto starts = [&](std::size_t at, std::string_view with) {
+    return head.size() >= at && head.size() - at >= with.size() && std::memcmp(head.data() + at, with.data(), with.size()) == 0;
+  };
+  // Protocols 0 and 1 write the number in decimal; 2 and 3 as LONG1 after
+  // PROTO; 4 and 5 put a FRAME (0x95 and 8 bytes of length) between.
+  if (starts(0, "L119547037146038801333356L\n")) return true;
+  if (head.size() < 2 || head[0] != std::byte{0x80} || head[1] < std::byte{2} || head[1] > std::byte{5}) return false;
+  constexpr std::string_view magic("\x8a\x0a\x6c\xfc\x9c\x46", 6);  // LONG1, 10 bytes, the number's first 4
+  return starts(2, magic) || (head.size() > 2 && head[2] == std::byte{0x95} && starts(11, magic));
+}
+
 result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& read, const read_options& opt) {
   const limits& lim = opt.lim;
-  FERRY_TRY_ASSIGN(const zip_directory dir, read_zip_directory(size, read, lim));
+  FERRY_TRY_ASSIGN(zip_directory dir, read_zip_directory(size, read, lim));
   if (dir.entries.empty()) return error(checkpoint_errc::not_a_checkpoint, "an empty zip archive");
 
   // The prefix: the first record's folder, which must hold data.pkl.
   const std::string& first = dir.entries.front().record.name;
   const std::size_t slash = first.find('/');
   const std::string prefix = slash == std::string::npos ? std::string() : first.substr(0, slash);
+  const std::string folder = prefix + "/", pickle_name = folder + "data.pkl";
+  const std::string constants = folder + "constants.pkl", code = folder + "code/";
   bool has_pickle = false, pickle_elsewhere = false;
   for (const auto& e : dir.entries) {
     const std::string& n = e.record.name;
-    if (n == prefix + "/data.pkl") has_pickle = true;
+    if (n == pickle_name) has_pickle = true;
     else if (n.ends_with("/data.pkl") && n.find('/') == n.size() - 9) pickle_elsewhere = true;
   }
   if (!has_pickle) {
-    if (pickle_elsewhere) return zip_malformed("record '" + first + "': names under two folders");
+    if (pickle_elsewhere) return zip_malformed("record " + quote(first) + ": names under two folders");
     return error(checkpoint_errc::not_a_checkpoint, "a zip archive without a data.pkl record");
+  }
+  // What kind of archive this is comes before how its records are stored:
+  // torch.jit.save deflates its code/ records.
+  for (const auto& e : dir.entries) {
+    const std::string& n = e.record.name;
+    if (n == constants || n.starts_with(code)) {
+      return error(checkpoint_errc::unsupported_pytorch,
+                   "a TorchScript archive (torch.jit.save): load it with torch.jit.load");
+    }
   }
   for (const auto& e : dir.entries) {
     const std::string& n = e.record.name;
-    if (!n.starts_with(prefix + "/") || !clean_name(std::string_view(n).substr(prefix.size() + 1))) {
-      return zip_malformed("record '" + n + "': not a clean name under '" + prefix + "/'");
+    if (!n.starts_with(folder) || !clean_name(n)) {
+      return zip_malformed("record " + quote(n) + ": not a clean name under " + quote(folder));
     }
   }
-  FERRY_TRY_ASSIGN(const std::vector<zip_record> records, check_zip_records(dir, read));
-  std::unordered_map<std::string, const zip_record*> by_name;
-  for (const auto& r : records) by_name.emplace(r.name, &r);
-  if (by_name.contains(prefix + "/constants.pkl")) {
-    return error(checkpoint_errc::unsupported_pytorch, "a TorchScript archive (torch.jit.save): load it with torch.jit.load");
-  }
+  const std::uint64_t dir_offset = dir.offset;
+  FERRY_TRY_ASSIGN(zip_records zip, check_zip_records(std::move(dir), read));
+  const auto find = [&](const std::string& name) -> const zip_record* {
+    const std::size_t at = zip.index.find(zip.records, name);
+    return at == record_index::npos ? nullptr : &zip.records[at];
+  };
 
   parsed_file out;
   out.format = file_format::pytorch;
-  out.data_end = dir.offset;
+  out.data_end = dir_offset;
   std::string order_source = "absent";
   out.order = opt.pytorch_order.value_or(wire::byte_order::little);
-  if (const auto it = by_name.find(prefix + "/byteorder"); it != by_name.end()) {
-    const zip_record& r = *it->second;
+  if (const zip_record* order = find(folder + "byteorder")) {
+    const zip_record& r = *order;
     std::string text(static_cast<std::size_t>(std::min<std::uint64_t>(r.size, 8)), '\0');
     if (r.size <= 8) {
       std::vector<std::byte> b(text.size());
@@ -355,24 +392,30 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
       if (!b.empty()) std::memcpy(text.data(), b.data(), b.size());
     }
     const auto named = wire::byte_order_from_name(text);
-    if (r.size > 8 || !named) return error(errc::bad_byte_order, "record '" + r.name + "'");
+    if (r.size > 8 || !named) return error(errc::bad_byte_order, "record " + quote(r.name));
     order_source = text;
     out.order = *named;
   }
 
-  const zip_record& pkl = *by_name.at(prefix + "/data.pkl");
+  const zip_record* const found = find(pickle_name);
+  if (found == nullptr) return error(checkpoint_errc::not_a_checkpoint, "a zip archive without a data.pkl record");  // told above
+  const zip_record& pkl = *found;
   if (pkl.size > lim.max_pickle_bytes || pkl.size > SIZE_MAX) return error(errc::limit_exceeded, "data.pkl");
   std::vector<std::byte> bytes(static_cast<std::size_t>(pkl.size));
   FERRY_TRY(read(pkl.data_offset, bytes));
+  if (opt.checks == fetch_checks::every_checksum && pkl.crc32 != 0 && zip_crc32(bytes) != pkl.crc32) {
+    return error(checkpoint_errc::crc32_mismatch, "record " + quote(pkl.name));
+  }
   auto prog = pickle::run(bytes, lim);
   if (!prog) return error(prog.error().code(), "data.pkl " + prog.error().context());
 
-  flattener flat(out, lim, prefix, by_name);
-  FERRY_TRY(flat.run(prog->root));
+  flattener flat(out, lim, prefix, zip);
+  FERRY_TRY(flat.run(prog->root, prog->arena->size()));
   if (out.metadata.contains("pytorch.byteorder")) return error(errc::duplicate_key, "'pytorch.byteorder'");
   out.metadata.emplace("pytorch.byteorder", order_source);
-  for (const auto& r : records) {
-    if (!flat.used_records_.contains(r.name)) out.other_records.push_back(r);
+  out.other_records.reserve(zip.records.size() - out.storages.size());
+  for (std::size_t i = 0; i < zip.records.size(); ++i) {
+    if (!flat.used_records_[i]) out.other_records.push_back(std::move(zip.records[i]));
   }
   // The alignment every storage starts on (64 from torch.save), as for
   // safetensors: the largest power of two up to 4096 dividing them all.

@@ -13,11 +13,13 @@
 // is ever inflated]; records MUST NOT overlap [zip_malformed].
 //
 // RECORDS. Every name MUST lie in the folder P of the first record (the
-// saved file's name less its extension, or `archive` for a stream),
-// with no empty, "." or ".." segment, no '\' and no NUL, each name once
+// saved file's name less its extension, or `archive` for a stream); the
+// whole name, P included, MUST have no empty, "." or ".." segment (so no
+// leading '/'), no '\' and no NUL, each name once
 // [zip_malformed]. A zip without a `P/data.pkl` record is not a .pt file
-// [not_a_checkpoint]; one with `P/constants.pkl` is a TorchScript archive
-// [unsupported_pytorch].
+// [not_a_checkpoint]; one with `P/constants.pkl` or records under `P/code/`
+// is a TorchScript archive [unsupported_pytorch], told before any record's
+// method is looked at (torch.jit.save deflates its code).
 //   P/data.pkl          the pickle (detail/pickle.h), protocol 2 from
 //                       torch.save (3 to 5 accepted), at most
 //                       limits::max_pickle_bytes [limit_exceeded]
@@ -27,8 +29,11 @@
 //                       pytorch_order, else little
 //   P/version, P/.data/version, P/.data/serialization_id,
 //   P/.format_version, P/.storage_alignment   not interpreted
-// A file starting 80 02 8A 0A 6C FC 9C 46 is a legacy torch.save file
-// (before 1.6, not a zip) [unsupported_pytorch].
+// A file starting with a pickle of the number 0x1950a86a20f9469cfc6c (in
+// protocol 2 or 3: 80 0p 8A 0A 6C FC 9C 46 F9 20 6A A8 50 19; 4 or 5: the
+// same after a FRAME, 80 0p 95 and 8 bytes; 0 or 1: the text
+// "L119547037146038801333356L\n") is a legacy torch.save file (before 1.6,
+// or _use_new_zipfile_serialization=False; not a zip) [unsupported_pytorch].
 //
 // TENSORS. The pickle's persistent id ('storage', T, key, location, numel)
 // names record `P/data/<key>`, which MUST exist [record_not_found] and hold
@@ -49,14 +54,18 @@
 //
 // NAMES. The pickle's value is flattened into names joined by '.':
 //   - dicts (OrderedDict too) are walked, keys str or int (in decimal)
-//     [pickle_malformed for other keys]; an empty dict is the metadata "{}";
+//     [pickle_malformed for other keys]; an empty dict below the root is
+//     the metadata "{}", an empty root dict (an empty state dict) gives no
+//     names: a file with no tensors is a checkpoint of metadata only;
 //   - a tensor is a tensor named by its path;
 //   - lists and tuples holding a tensor somewhere are walked, indices as
 //     names; those holding none, and every other value (int, float, bool,
 //     None, str), are metadata under their path, as JSON: floats with 17
 //     significant digits (NaN, Infinity and -Infinity as Python's json
 //     writes them), str as JSON strings, dicts inside as objects;
-//   - a root that is no dict, list or tuple is named "root";
+//   - a root that is neither a dict nor a list or tuple holding a tensor
+//     is named "root" (a tensor, or metadata: torch.save([1, 2.5, "x"])
+//     gives the metadata root = [1,2.5,"x"]);
 //   - metadata "pytorch.byteorder" says where the order came from:
 //     "little" or "big" (the record) or "absent".
 // A name twice (tensor or metadata) is duplicate_key; a name over

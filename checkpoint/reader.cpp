@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -134,11 +133,15 @@ struct reader::state {
     // by another tool may not, and its elements are then copied to aligned
     // memory (a mapping starts where the page does).
     const bool aligned = st.offset % width == 0;
+    // The checksums checked (read_options::checks): the format's own, every
+    // one the file holds (a .pt record's CRC-32 too), or none.
+    const bool check_crc32c = check && st.crc32c && opt.checks != fetch_checks::none;
+    const bool check_zip = check && st.crc32 && opt.checks == fetch_checks::every_checksum;
     std::shared_ptr<storage_buffer> buf;
     std::span<std::byte> writable;
     if (n > 0 && aligned) {
       int map_errno = 0;
-      if (auto m = map_range(st.offset, n, swap || opt.copy_on_write, map_errno, !(check && st.crc32c))) {
+      if (auto m = map_range(st.offset, n, swap || opt.copy_on_write, map_errno, !(check_crc32c || check_zip))) {
         auto ms = std::make_shared<mapped_storage>(std::move(m), opt.copy_on_write);
         writable = ms->writable();
         buf = std::move(ms);
@@ -160,9 +163,8 @@ struct reader::state {
       writable = o->writable();
       buf = std::move(o);
     }
-    if (check && st.crc32c && codec::crc32c(writable) != *st.crc32c) {
-      return storage_error(i, errc::checksum_mismatch);
-    }
+    if (check_crc32c && codec::crc32c(writable) != *st.crc32c) return storage_error(i, errc::checksum_mismatch);
+    if (check_zip && detail::zip_crc32(writable) != *st.crc32) return storage_error(i, checkpoint_errc::crc32_mismatch);
     if (swap) wire::convert_in_place(writable, width, file.order, wire::host_order);
     return std::shared_ptr<const storage_buffer>(std::move(buf));
   }
@@ -276,7 +278,7 @@ struct reader::state {
       if (kind == checksum::crc32c) {
         crc = codec::crc32c_extend(crc, b);
       } else {
-        crc = static_cast<std::uint32_t>(::crc32_z(crc, reinterpret_cast<const Bytef*>(b.data()), b.size()));  // zlib's byte type
+        crc = detail::zip_crc32(b, crc);
       }
     };
     for (std::uint64_t at = 0; at < nbytes;) {
@@ -402,8 +404,7 @@ result<reader, error> reader::open(const std::filesystem::path& path, const read
     };
     parsed = detail::parse_pytorch(s->size, read, opt);
     if (!parsed) return parsed.error().wrap(path.string());
-  } else if (have >= sizeof detail::legacy_pytorch_magic &&
-             std::memcmp(head.data(), detail::legacy_pytorch_magic, sizeof detail::legacy_pytorch_magic) == 0) {
+  } else if (detail::legacy_pytorch(std::span(head).first(have))) {
     return file_error(path, checkpoint_errc::unsupported_pytorch, 0,
                       "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
   } else if (have > 8 && head[8] == std::byte{'{'} &&
@@ -560,7 +561,7 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
   // .pt: the records that are not storages (data.pkl, version, ...).
   for (const auto& r : s_->file.other_records) {
     const auto fail = [&](error_code c, int sys_errno) {
-      return file_error(s_->path, c, sys_errno, "record '" + r.name + "'");
+      return file_error(s_->path, c, sys_errno, "record " + quote(r.name));
     };
     if (r.crc32 == 0) continue;  // saved without CRC-32
     FERRY_TRY_ASSIGN(const auto crc, s_->file_crc(r.data_offset, r.size, state::checksum::zip_crc32, fail, {}));

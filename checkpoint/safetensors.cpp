@@ -28,7 +28,7 @@ constexpr dtype_name dtype_names[] = {
     {codec::dtype::f64, "F64"},      {codec::dtype::f8_e4m3, "F8_E4M3"}, {codec::dtype::f8_e5m2, "F8_E5M2"},
 };
 
-std::string tensor_what(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
+std::string tensor_what(std::string_view name) { return "tensor " + quote(name); }
 
 // One tensor entry as the header states it.
 struct entry {
@@ -119,7 +119,7 @@ class header_grammar final : public nlohmann::json_sax<nlohmann::json> {
         expect_value_ = true;
         return true;
       case in::metadata:
-        if (metadata.contains(k)) return fail(errc::duplicate_key, "metadata '" + k + "'");
+        if (metadata.contains(k)) return fail(errc::duplicate_key, "metadata " + quote(k));
         if (!valid_name(k, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_metadata);
         pending_key_ = std::move(k);
         expect_value_ = true;
@@ -127,9 +127,9 @@ class header_grammar final : public nlohmann::json_sax<nlohmann::json> {
       case in::tensor: {
         const auto f = k == "dtype" ? field::dtype : k == "shape" ? field::shape : k == "data_offsets" ? field::offsets
                                                                                                      : field::none;
-        if (f == field::none) return fail(checkpoint_errc::bad_json, tensor_what(cur_.name) + ": member '" + k + "'");
+        if (f == field::none) return fail(checkpoint_errc::bad_json, tensor_what(cur_.name) + ": member " + quote(k));
         const auto bit = 1u << static_cast<unsigned>(f);
-        if ((fields_seen_ & bit) != 0) return fail(errc::duplicate_key, tensor_what(cur_.name) + ": member '" + k + "'");
+        if ((fields_seen_ & bit) != 0) return fail(errc::duplicate_key, tensor_what(cur_.name) + ": member " + quote(k));
         fields_seen_ |= bit;
         field_ = f;
         return true;
@@ -270,7 +270,7 @@ result<parsed_file, error> parse_safetensors_header(std::string_view json, std::
     if (e.begin != at || e.end < e.begin) return error(checkpoint_errc::bad_layout, tensor_what(e.name));
     if (e.end > data_size) return error(errc::truncated, tensor_what(e.name));
     const auto dt = safetensors_dtype(e.dtype);
-    if (!dt) return error(dt.error(), tensor_what(e.name) + ": dtype '" + e.dtype + "'");
+    if (!dt) return error(dt.error(), tensor_what(e.name) + ": dtype " + quote(e.dtype));
     const codec::dtype dtype = *dt;
     const std::vector<std::uint64_t> strides = contiguous_strides(e.shape);
     const std::uint64_t nbytes = e.end - e.begin;

@@ -39,7 +39,7 @@ class index_grammar final : public nlohmann::json_sax<nlohmann::json> {
     if (state_ == in::metadata) return scalar(v);
     if (state_ != in::weights) return fail(checkpoint_errc::bad_json);
     // A tensor and its shard.
-    if (!valid_shard_file(v, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_index, "weight_map: '" + v + "' is not a file name");
+    if (!valid_shard_file(v, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_index, "weight_map: " + quote(v) + " is not a file name");
     const auto [it, fresh] = file_of_.emplace(v, static_cast<std::uint32_t>(out.files.size()));
     if (fresh) {
       if (out.files.size() >= lim_.max_shards) return fail(errc::limit_exceeded, "shards");
@@ -82,11 +82,11 @@ class index_grammar final : public nlohmann::json_sax<nlohmann::json> {
   bool key(string_t& k) override {
     if (skip_ > 0) return true;
     if (state_ == in::top) {
-      if (!top_keys_.insert(k).second) return fail(errc::duplicate_key, "'" + k + "'");
+      if (!top_keys_.insert(k).second) return fail(errc::duplicate_key, quote(k));
       if (k == "weight_map") seen_weights_ = true;
     } else if (state_ == in::weights) {
       if (!valid_name(k, lim_.max_name_bytes)) return fail(checkpoint_errc::bad_name, "weight_map");
-      if (!names_.insert(k).second) return fail(errc::duplicate_key, "tensor '" + k + "'");
+      if (!names_.insert(k).second) return fail(errc::duplicate_key, "tensor " + quote(k));
       if (out.weights.size() >= lim_.max_tensors) return fail(errc::limit_exceeded, "tensors");
     } else if (state_ == in::metadata) {
       if (!valid_name(k, lim_.max_name_bytes) || out.metadata.contains(k)) return fail(checkpoint_errc::bad_metadata, "metadata");

@@ -324,7 +324,7 @@ shard_writer::~shard_writer() = default;
 
 result<shard_writer, error> shard_writer::create(const std::filesystem::path& index, std::string_view save_id,
                                                  std::uint32_t rank, std::uint32_t world, const write_options& opt) {
-  if (!detail::valid_save_id(save_id)) return error(errc::bad_value, index.string() + ": save id '" + std::string(save_id) + "'");
+  if (!detail::valid_save_id(save_id)) return error(errc::bad_value, index.string() + ": save id " + quote(save_id));
   if (rank >= world) {
     return error(errc::bad_value, index.string() + ": rank " + std::to_string(rank) + " of " + std::to_string(world));
   }
@@ -468,7 +468,7 @@ result<void, error> commit_set(const std::filesystem::path& index, std::string_v
         m.shards.push_back(entry_of(k.shard));
       } else if (m.shards[it->second].size != k.shard.size ||
                  m.shards[it->second].manifest_crc32c != k.shard.manifest_crc32c) {
-        return error(checkpoint_errc::bad_shard, where + ": shard '" + k.shard.file + "' recorded twice, differently");
+        return error(checkpoint_errc::bad_shard, where + ": shard " + quote(k.shard.file) + " recorded twice, differently");
       }
     }
   }
@@ -485,7 +485,7 @@ result<void, error> commit_set(const std::filesystem::path& index, std::string_v
         const auto& t = m.tensors[it->second];
         if (t.dtype != codec::code(p.dtype) || t.shape != p.shape) {
           return error(checkpoint_errc::bad_shard,
-                       detail::tensor_context(where + ": shard '" + m.shards[k].file + "'", p.name) +
+                       detail::tensor_context(where + ": shard " + quote(m.shards[k].file), p.name) +
                            ": dtype or shape differs from another shard's");
         }
       }

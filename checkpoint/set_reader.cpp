@@ -33,7 +33,7 @@ class assembled_storage final : public storage_buffer {
 };
 
 std::string shard_context(const std::string& where, std::string_view file) {
-  return where + ": shard '" + std::string(file) + "'";
+  return where + ": shard " + quote(file);
 }
 
 }  // namespace

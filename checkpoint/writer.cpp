@@ -149,7 +149,7 @@ result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<
 
 result<void, error> writer::set_metadata(std::string key, std::string value) {
   if (!valid_name(key, s_->opt.limits.max_name_bytes) || !valid_utf8(value)) {
-    return error(checkpoint_errc::bad_metadata, s_->file.target().string() + ": metadata key '" + key + "'");
+    return error(checkpoint_errc::bad_metadata, s_->file.target().string() + ": metadata key " + quote(key));
   }
   s_->m.metadata.insert_or_assign(std::move(key), std::move(value));
   return {};

@@ -1,10 +1,11 @@
 #include "ferry/checkpoint/detail/zip.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <unordered_set>
 
 #include "ferry/checkpoint/error.h"
 #include "ferry/wire/byte_order.h"
@@ -31,7 +32,34 @@ T le(std::span<const std::byte> b, std::size_t at) noexcept {
   return wire::load<T>(b.data() + at, wire::byte_order::little);
 }
 
-std::string record_what(std::string_view name) { return "record '" + std::string(name) + "'"; }
+std::string record_what(std::string_view name) { return "record " + quote(name); }
+
+// Reads through one window of the file: the local headers of a zip of many
+// small records lie one after another, and cost one read per 64 KiB, not
+// two per record.
+class window_reader {
+ public:
+  window_reader(const zip_read_at& read, std::uint64_t end) : read_(read), end_(end) {}
+
+  // The n bytes at `offset`: from the window, else read with as much after
+  // them as lies before `end` (where the headers stop).
+  result<std::span<const std::byte>, error> get(std::uint64_t offset, std::size_t n) {
+    if (offset < at_ || offset - at_ > buf_.size() || n > buf_.size() - (offset - at_)) {
+      const std::uint64_t ahead = offset < end_ ? end_ - offset : 0;
+      buf_.resize(static_cast<std::size_t>(std::max<std::uint64_t>(n, std::min<std::uint64_t>(window, ahead))));
+      FERRY_TRY(read_(offset, buf_));
+      at_ = offset;
+    }
+    return std::span<const std::byte>(buf_).subspan(static_cast<std::size_t>(offset - at_), n);
+  }
+
+ private:
+  static constexpr std::uint64_t window = 64 * 1024;
+  const zip_read_at& read_;
+  std::uint64_t end_;
+  std::vector<std::byte> buf_;
+  std::uint64_t at_ = 0;
+};
 
 // The values a ZIP64 extra field supplies for the saturated fields of a
 // header, in the order APPNOTE 4.5.3 gives. Fields that are not saturated
@@ -77,6 +105,10 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
 }  // namespace
 
 error zip_malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
+
+std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc) noexcept {
+  return static_cast<std::uint32_t>(::crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));  // zlib's byte type
+}
 
 zip_read_at memory_reader(std::span<const std::byte> bytes) {
   return [bytes](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
@@ -167,13 +199,13 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   const std::span<const std::byte> d(dir);
   std::size_t at = 0;
   for (std::uint64_t i = 0; i < entries; ++i) {
-    const std::string what = "central directory entry " + std::to_string(i);
-    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return zip_malformed(what);
+    const auto what = [i] { return "central directory entry " + std::to_string(i); };  // built on failure only
+    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return zip_malformed(what());
     const auto h = d.subspan(at, central_size);
     const std::size_t name_len = le<std::uint16_t>(h, 28);
     const std::size_t extra_len = le<std::uint16_t>(h, 30);
     const std::size_t comment_len = le<std::uint16_t>(h, 32);
-    if (d.size() - at - central_size < name_len + extra_len + comment_len) return zip_malformed(what);
+    if (d.size() - at - central_size < name_len + extra_len + comment_len) return zip_malformed(what());
     zip_entry entry;
     entry.record.name.resize(name_len);
     std::memcpy(entry.record.name.data(), d.data() + at + central_size, name_len);
@@ -181,9 +213,12 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     entry.method = le<std::uint16_t>(h, 10);
     entry.record.crc32 = le<std::uint32_t>(h, 16);
     sizes64 v{le<std::uint32_t>(h, 24), le<std::uint32_t>(h, 20), le<std::uint32_t>(h, 42), le<std::uint16_t>(h, 34)};
-    FERRY_TRY(apply_zip64_extra(d.subspan(at + central_size + name_len, extra_len), v, v.size == max32,
-                                v.compressed == max32, v.offset == max32, v.disk == max16, what));
-    if (v.disk != 0) return zip_malformed(what + ": on another disk");
+    const auto extra = d.subspan(at + central_size + name_len, extra_len);
+    if (v.size == max32 || v.compressed == max32 || v.offset == max32 || v.disk == max16 || !extra.empty()) {
+      FERRY_TRY(apply_zip64_extra(extra, v, v.size == max32, v.compressed == max32, v.offset == max32,
+                                  v.disk == max16, what()));
+    }
+    if (v.disk != 0) return zip_malformed(what() + ": on another disk");
     entry.record.size = v.size;
     entry.compressed_size = v.compressed;
     entry.header_offset = v.offset;
@@ -194,65 +229,97 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   return out;
 }
 
-result<std::vector<zip_record>, error> check_zip_records(const zip_directory& dir, const zip_read_at& read) {
+record_index::record_index(std::span<const zip_record> records) {
+  sorted_.reserve(records.size());
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    sorted_.emplace_back(std::hash<std::string_view>{}(records[i].name), static_cast<std::uint32_t>(i));
+  }
+  // By hash, then by name: names whose hashes collide (MurmurHash2 has
+  // collisions a file can be made of) cost a comparison each, not a scan.
+  std::sort(sorted_.begin(), sorted_.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    const int c = records[a.second].name.compare(records[b.second].name);
+    return c != 0 ? c < 0 : a.second < b.second;
+  });
+}
+
+std::size_t record_index::find(std::span<const zip_record> records, std::string_view name) const noexcept {
+  const std::uint64_t h = std::hash<std::string_view>{}(name);
+  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), h, [&](const auto& a, std::uint64_t hash) {
+    return a.first != hash ? a.first < hash : std::string_view(records[a.second].name) < name;
+  });
+  return it != sorted_.end() && it->first == h && records[it->second].name == name ? it->second : npos;
+}
+
+std::size_t record_index::duplicate(std::span<const zip_record> records) const noexcept {
+  std::size_t found = npos;
+  for (std::size_t k = 1; k < sorted_.size(); ++k) {  // equal names are neighbours, in order of position
+    if (sorted_[k].first == sorted_[k - 1].first && records[sorted_[k].second].name == records[sorted_[k - 1].second].name) {
+      found = std::min<std::size_t>(found, sorted_[k].second);
+    }
+  }
+  return found;
+}
+
+result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read) {
   struct span_of {
     std::uint64_t begin, end;
     std::size_t entry;
   };
   std::vector<span_of> spans;
   spans.reserve(dir.entries.size());
-  std::unordered_set<std::string_view> names;
-  std::vector<zip_record> out;
-  out.reserve(dir.entries.size());
+  zip_records out;
+  out.records.reserve(dir.entries.size());
+  window_reader local(read, dir.offset);
   for (std::size_t i = 0; i < dir.entries.size(); ++i) {
-    const zip_entry& e = dir.entries[i];
-    const std::string what = record_what(e.record.name);
-    if (!names.insert(e.record.name).second) return zip_malformed(what + ": two records of this name");
-    if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what + ": encrypted");
+    zip_entry& e = dir.entries[i];
+    const auto what = [&] { return record_what(e.record.name); };  // built on failure only
+    if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what() + ": encrypted");
     if (e.method != 0) {
       return error(checkpoint_errc::unsupported_zip_feature,
-                   what + ": compressed (method " + std::to_string(e.method) + "), never inflated");
+                   what() + ": compressed (method " + std::to_string(e.method) + "), never inflated");
     }
-    if (e.compressed_size != e.record.size) return zip_malformed(what + ": stored sizes differ");
+    if (e.compressed_size != e.record.size) return zip_malformed(what() + ": stored sizes differ");
 
-    std::array<std::byte, local_size> raw{};
-    if (e.header_offset > dir.offset) return zip_malformed(what + ": local header after the central directory");
-    FERRY_TRY(read(e.header_offset, raw));
-    const std::span<const std::byte> h(raw);
-    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what + ": no local header at its offset");
+    if (e.header_offset > dir.offset) return zip_malformed(what() + ": local header after the central directory");
+    FERRY_TRY_ASSIGN(const std::span<const std::byte> h, local.get(e.header_offset, local_size));
+    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what() + ": no local header at its offset");
     const std::size_t name_len = le<std::uint16_t>(h, 26);
     const std::size_t extra_len = le<std::uint16_t>(h, 28);
     const auto flags = le<std::uint16_t>(h, 6);
+    const auto crc = le<std::uint32_t>(h, 14);
+    const std::uint64_t comp = le<std::uint32_t>(h, 18);
+    const std::uint64_t size = le<std::uint32_t>(h, 22);
     if (flags != e.flags || le<std::uint16_t>(h, 8) != e.method || name_len != e.record.name.size()) {
-      return zip_malformed(what + ": local header disagrees with the central directory");
+      return zip_malformed(what() + ": local header disagrees with the central directory");
     }
-    std::vector<std::byte> tail(name_len + extra_len);
-    FERRY_TRY(read(e.header_offset + local_size, tail));
+    FERRY_TRY_ASSIGN(const std::span<const std::byte> tail, local.get(e.header_offset + local_size, name_len));
     if (std::memcmp(tail.data(), e.record.name.data(), name_len) != 0) {
-      return zip_malformed(what + ": local header disagrees with the central directory");
+      return zip_malformed(what() + ": local header disagrees with the central directory");
     }
     if ((flags & 0x08) == 0) {  // no data descriptor: the local header holds CRC and sizes
-      const auto crc = le<std::uint32_t>(h, 14);
-      const std::uint64_t comp = le<std::uint32_t>(h, 18);
-      const std::uint64_t size = le<std::uint32_t>(h, 22);
       if (crc != e.record.crc32 || (comp != max32 && comp != e.compressed_size) ||
           (size != max32 && size != e.record.size)) {
-        return zip_malformed(what + ": local header disagrees with the central directory");
+        return zip_malformed(what() + ": local header disagrees with the central directory");
       }
     }
-    zip_record r = e.record;
-    r.data_offset = e.header_offset + local_size + name_len + extra_len;
-    if (r.data_offset > dir.offset || r.size > dir.offset - r.data_offset) {
-      return zip_malformed(what + ": data runs into the central directory");
+    e.record.data_offset = e.header_offset + local_size + name_len + extra_len;
+    if (e.record.data_offset > dir.offset || e.record.size > dir.offset - e.record.data_offset) {
+      return zip_malformed(what() + ": data runs into the central directory");
     }
-    spans.push_back({e.header_offset, r.data_offset + r.size, i});
-    out.push_back(std::move(r));
+    spans.push_back({e.header_offset, e.record.data_offset + e.record.size, i});
+    out.records.push_back(std::move(e.record));
+  }
+  const auto& records = out.records;
+  out.index = record_index(records);
+  if (const std::size_t d = out.index.duplicate(records); d != record_index::npos) {
+    return zip_malformed(record_what(records[d].name) + ": two records of this name");
   }
   std::sort(spans.begin(), spans.end(), [](const span_of& a, const span_of& b) { return a.begin < b.begin; });
   for (std::size_t k = 1; k < spans.size(); ++k) {
     if (spans[k].begin < spans[k - 1].end) {
-      return zip_malformed(record_what(dir.entries[spans[k].entry].record.name) + ": overlaps record '" +
-                       dir.entries[spans[k - 1].entry].record.name + "'");
+      return zip_malformed(record_what(records[spans[k].entry].name) + ": overlaps record " +
+                           quote(records[spans[k - 1].entry].name));
     }
   }
   return out;

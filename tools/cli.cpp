@@ -46,6 +46,7 @@ std::uint64_t total_storage_bytes(const ckpt::reader& r) {
 result<ckpt::reader, error> open_checkpoint(const std::string& path, const read_flags& flags) {
   ckpt::read_options opt;
   opt.pytorch_order = wire::byte_order_from_name(flags.pytorch_order);
+  opt.checks = flags.checks;
   return ckpt::open(path, opt);
 }
 

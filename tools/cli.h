@@ -28,6 +28,7 @@ std::uint64_t total_storage_bytes(const ckpt::reader& r);
 /// Options every command that reads checkpoints takes.
 struct read_flags {
   std::string pytorch_order;  // "", "little" or "big"
+  ckpt::fetch_checks checks = ckpt::fetch_checks::standard;
 };
 /// checkpoint::open() with the flags applied.
 result<ckpt::reader, error> open_checkpoint(const std::string& path, const read_flags& flags);

@@ -204,6 +204,13 @@ int main(int argc, char** argv) {
                     "byte order of a .pt file without a byteorder record (PyTorch < 2.1; default little)")
         ->check(CLI::IsMember({"little", "big"}));
   };
+  // A conversion reads every byte and writes fresh checksums over them: it
+  // checks every checksum the input has first, unless told not to.
+  co.read.checks = ckpt::fetch_checks::every_checksum;
+  convert_cmd->add_flag_callback(
+      "--skip-source-checksums", [&co] { co.read.checks = ckpt::fetch_checks::none; },
+      "do not check the input's checksums (a .pt's zip CRC-32s, a .ferry's CRC32Cs): the output's fresh checksums "
+      "then vouch for bytes nobody checked");
   read_flags rf;
   pytorch_order(convert_cmd, co.read);
   pytorch_order(inspect_cmd, rf);

@@ -46,7 +46,7 @@ result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> i
 
 /// "model.ferry: tensor 'fc.weight'", the context of every tensor's error.
 [[nodiscard]] inline std::string tensor_context(std::string_view file, std::string_view name) {
-  return std::string(file) + ": tensor '" + std::string(name) + "'";
+  return std::string(file) + ": tensor " + quote(name);
 }
 
 /// The graph archive options a manifest is written and read with.

@@ -91,7 +91,9 @@ struct hf_index {
 /// Parses an index's JSON (the fuzzer's and the tests' entry).
 result<hf_index, error> parse_hf_index(std::string_view json, const limits& lim);
 
-/// The first bytes of a legacy (before PyTorch 1.6) torch.save file.
-inline constexpr unsigned char legacy_pytorch_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46};
+/// Whether `head` (a file's first bytes) starts a legacy torch.save file
+/// (before PyTorch 1.6, or _use_new_zipfile_serialization=False): a pickle
+/// of the magic number 0x1950a86a20f9469cfc6c, in any pickle protocol.
+[[nodiscard]] bool legacy_pytorch(std::span<const std::byte> head) noexcept;
 
 }  // namespace ferry::checkpoint::detail

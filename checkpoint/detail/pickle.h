@@ -41,21 +41,29 @@
 // trailing_bytes]. Every length is checked against the bytes left
 // [truncated]. Limits: MARKs open at once <= max_pickle_depth
 // [depth_exceeded]; memo slots filled <= max_pickle_memo [limit_exceeded]
-// (the memo is sparse: slot 2^32-16 costs what slot 0 does).
+// (the memo is sparse: slot 2^32-16 costs what slot 0 does); memory below.
 //
-// Values live in an arena owned by the program: containers refer to each
-// other by pointer, so shared and cyclic structures cost nothing to build
-// or free. Consumers walking them bound their depth (a pickle can make a
-// list contain itself).
+// MEMORY. Every value the program makes lives in an arena owned by the
+// program: containers refer to each other by pointer, so shared and cyclic
+// structures cost nothing to build or free. None, True, False and the
+// integers 0..255 are made once and shared. What the values take (each
+// value kind_bytes, each item of a container a pointer, each GLOBAL's
+// name, each stack slot and memo slot) is counted as it is made, and a
+// program whose values would take more than limits::max_pickle_memory is
+// stopped [limit_exceeded, naming the limit]: a one-byte opcode that makes
+// a 64-byte value cannot turn a 256 MiB pickle into 16 GiB of memory.
+// Consumers walking the values bound their depth (a pickle can make a list
+// contain itself).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
+#include <string_view>
 #include <vector>
 
 #include "ferry/base/error.h"
@@ -72,41 +80,52 @@ enum class global_kind : std::uint8_t { ordered_dict, rebuild_tensor_v2, rebuild
 
 struct value {
   kind k = kind::none;
-  std::int64_t i = 0;  ///< boolean (0, 1), integer
-  double f = 0;        ///< floating
-  /// string: the text (UTF-8 not yet checked); global: "module.name";
-  /// storage: the key.
-  std::string s;
-  std::vector<value*> items;                       ///< tuple, list
-  std::vector<std::pair<value*, value*>> entries;  ///< dict, in insertion order
-
-  // global
-  global_kind g = global_kind::ordered_dict;
+  global_kind g = global_kind::ordered_dict;  ///< global
+  bool untyped = false;  ///< global, storage: torch.UntypedStorage (numel in bytes)
   /// global (storage type, dtype), storage, tensor: the element type; none
   /// for a storage type ferry cannot hold (complex, quantized).
   std::optional<codec::dtype> dtype;
-  bool untyped = false;  ///< global, storage: torch.UntypedStorage (numel in bytes)
+  /// The value's place in the arena, 0, 1, 2... in the order values were
+  /// made (for consumers' tables of what they know about each value).
+  std::uint32_t id = 0;
+  /// boolean (0, 1), integer; floating: its bits (floating());
+  /// storage: numel (elements, or bytes if untyped); tensor: the offset in
+  /// elements.
+  std::int64_t i = 0;
+  /// string: the text, as the pickle holds it (UTF-8 not yet checked),
+  /// viewing the pickle's bytes; global: "module.name"; storage: the key.
+  std::string_view s;
+  /// tuple, list: the items; dict: keys and values alternating, in
+  /// insertion order; storage: {the storage type global}; tensor:
+  /// {storage, size tuple, stride tuple} (tuples of integers >= 0 of one
+  /// length, checked when the tensor is made).
+  std::vector<value*> items;
 
-  // storage
-  const value* type = nullptr;  ///< storage, tensor: the storage type global
-  std::uint64_t numel = 0;      ///< storage: elements (bytes if untyped)
-
-  // tensor
-  const value* storage = nullptr;
-  std::uint64_t offset = 0;  ///< in elements
-  std::vector<std::uint64_t> shape, strides;
+  [[nodiscard]] double floating() const noexcept { return std::bit_cast<double>(i); }
+  [[nodiscard]] std::size_t dict_size() const noexcept { return items.size() / 2; }
+  [[nodiscard]] const value* storage_type() const noexcept { return items[0]; }  ///< storage, tensor's storage
 };
+
+/// What one value is counted as (its arena slot and what a consumer keeps
+/// per value), for limits::max_pickle_memory.
+inline constexpr std::size_t value_bytes = sizeof(value) + 64;
 
 struct program {
   /// Every value the program made; pointers into it stay valid while the
   /// program lives (it is moved by its unique_ptr).
   std::unique_ptr<std::deque<value>> arena = std::make_unique<std::deque<value>>();
+  /// GLOBALs' "module.name" texts, which values' s view.
+  std::unique_ptr<std::deque<std::string>> texts = std::make_unique<std::deque<std::string>>();
   const value* root = nullptr;
   /// Distinct storages in order of first appearance.
   std::vector<const value*> storages;
+  /// The most memory the values took at once, as counted against
+  /// limits::max_pickle_memory (the smallest limit this program runs in).
+  std::uint64_t memory = 0;
 };
 
-/// Runs a pickle. Errors (contexts "offset N: ..."): pickle_bad_opcode,
+/// Runs a pickle. Strings view `pickle`, which must outlive the program.
+/// Errors (contexts "offset N: ..."): pickle_bad_opcode,
 /// pickle_forbidden_global, pickle_malformed, unsupported_pytorch,
 /// truncated, trailing_bytes, depth_exceeded, limit_exceeded.
 [[nodiscard]] result<program, error> run(std::span<const std::byte> pickle, const limits& lim);

@@ -51,6 +51,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ferry/base/error.h"
@@ -95,12 +97,42 @@ struct zip_directory {
 [[nodiscard]] result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_read_at& read,
                                                               const limits& lim);
 
+/// Records found by name, for archives of up to limits::max_zip_entries
+/// records: one sort of their names' hashes, no node per record, so a
+/// million records are indexed in tens of milliseconds and memory.
+class record_index {
+ public:
+  record_index() = default;
+  explicit record_index(std::span<const zip_record> records);
+  /// The position of the record called `name` in `records` (those the
+  /// index was built from), or npos.
+  [[nodiscard]] std::size_t find(std::span<const zip_record> records, std::string_view name) const noexcept;
+  /// The position of a record whose name a record before it has, or npos.
+  [[nodiscard]] std::size_t duplicate(std::span<const zip_record> records) const noexcept;
+
+  static constexpr std::size_t npos = SIZE_MAX;
+
+ private:
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> sorted_;  // (hash of the name, position), ascending
+};
+
+/// The records of an archive, checked, with their index.
+struct zip_records {
+  std::vector<zip_record> records;  ///< in directory order
+  record_index index;
+};
+
 /// Checks the record rules above for every entry (stored, unencrypted,
-/// local header agreeing, spans disjoint and before the directory) and
-/// returns the records in directory order. Errors: unsupported_zip_feature,
-/// zip_malformed, truncated, io_error; contexts name the record.
-[[nodiscard]] result<std::vector<zip_record>, error> check_zip_records(const zip_directory& dir,
-                                                                       const zip_read_at& read);
+/// local header agreeing, names unique, spans disjoint and before the
+/// directory) and returns the records in directory order, moved out of
+/// `dir`'s entries. Errors: unsupported_zip_feature, zip_malformed,
+/// truncated, io_error; contexts name the record. Time and memory grow
+/// with the number of records, never with its square.
+[[nodiscard]] result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read);
+
+/// zlib's CRC-32 of `bytes`, continued from `crc` (0 to start): what a
+/// zip record's CRC field holds.
+[[nodiscard]] std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc = 0) noexcept;
 
 /// A zip_read_at over bytes in memory (the fuzzers' and tests' entry).
 [[nodiscard]] zip_read_at memory_reader(std::span<const std::byte> bytes);

@@ -296,6 +296,20 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
                                                       std::function<void()> body) {
   auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   auto handle = c10::make_intrusive<work>(getRank(), type, future, outputs);
+  if (getSize() == 1) {
+    // A world of one sends nothing: the collective runs here, at once,
+    // without the worker's hand-off (the queue is empty: every earlier
+    // collective ran here too).
+    const at::NoGradGuard no_grad;
+    try {
+      body();
+    } catch (...) {
+      future->setError(std::current_exception());
+      return handle;
+    }
+    future->markCompleted(c10::IValue(outputs));
+    return handle;
+  }
   {
     std::lock_guard lock(mutex_);
     queue_.emplace_back([future, outputs = std::move(outputs), body = std::move(body)] {
@@ -491,14 +505,27 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Ten
   at::Tensor out = one_tensor(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
               "ferry: reduce_scatter takes one list of ", getSize(), " input tensors");
-  check_like(inputs[0], out, "reduce_scatter", "inputs", "output");
+  // Pieces may differ in size (torch's reduce_scatter_v): input i is what
+  // rank i keeps, so this rank's input must have its output's size, and
+  // every rank must pass the same sizes in the same order (as with gloo,
+  // a rank that does not is a bug its peers cannot see).
+  std::int64_t before = 0;  // elements of the pieces ahead of this rank's
+  for (std::size_t i = 0; i < inputs[0].size(); ++i) {
+    const at::Tensor& t = inputs[0][i];
+    check_tensor(t, "reduce_scatter");
+    TORCH_CHECK(t.scalar_type() == out.scalar_type(), "ferry: reduce_scatter's inputs must have the output's dtype, ",
+                out.scalar_type(), ", not ", t.scalar_type());
+    if (static_cast<std::int64_t>(i) < getRank()) before += t.numel();
+  }
+  TORCH_CHECK(inputs[0][static_cast<std::size_t>(getRank())].numel() == out.numel(), "ferry: reduce_scatter's input ",
+              getRank(), " (this rank's piece) must have the output's size, ", out.numel(), " elements");
   check_op(opts.reduceOp, out.scalar_type(), "reduce_scatter");
   // An allreduce of the concatenated inputs; each rank keeps its piece.
   const ReduceOp op = opts.reduceOp;
-  return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins = inputs[0], op]() mutable {
+  return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins = inputs[0], op, before]() mutable {
     at::Tensor all = concatenated(ins);
     allreduce_now(all, op);
-    out.copy_(all.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+    out.copy_(all.narrow(0, before, out.numel()).view(out.sizes()));
   });
 }
 

@@ -81,6 +81,39 @@ TEST(Errors, ContextSaysWhatAndWhere) {
   EXPECT_EQ(error(errc::truncated).what(), "input ends before the value it announces");
 }
 
+TEST(Errors, QuoteMakesInputOnePrintableLine) {
+  EXPECT_EQ(quote("fc1.weight"), "'fc1.weight'");
+  EXPECT_EQ(quote("a\nb\rc\td"), "'a\\nb\\rc\\td'");
+  EXPECT_EQ(quote(std::string("nul\0x", 5)), "'nul\\0x'");
+  EXPECT_EQ(quote("\x1b[2K\x1b[1A\x7f"), "'\\x1b[2K\\x1b[1A\\x7f'");
+  EXPECT_EQ(quote("caf\xc3\xa9 \xe6\x97\xa5"), "'caf\xc3\xa9 \xe6\x97\xa5'");  // UTF-8 stays
+  EXPECT_EQ(quote("\xc2\x9b"), "'\\u009b'");                               // C1 CSI
+  EXPECT_EQ(quote("a\xe2\x80\xae" "b"), "'a\\u202eb'");                       // right-to-left override
+  EXPECT_EQ(quote("\xff\xc3"), "'\\xff\\xc3'");                             // not UTF-8
+  EXPECT_EQ(quote("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");                  // a surrogate
+  EXPECT_EQ(quote(std::string(300, 'n'), 4), "'nnnn...' (300 bytes)");
+  EXPECT_EQ(quote("\xc3\xa9\xc3\xa9", 3), "'\xc3\xa9...' (4 bytes)");     // never half a character
+  // Every byte value, alone and in the middle of a name: one printable line.
+  for (int b = 0; b < 256; ++b) {
+    const std::string q = quote("x" + std::string(1, static_cast<char>(b)) + "y");
+    for (const char c : q) {
+      const auto u = static_cast<unsigned char>(c);
+      EXPECT_FALSE(u < 0x20 || u == 0x7f) << b;
+    }
+  }
+}
+
+TEST(Errors, ContextIsOneBoundedPrintableLine) {
+  const error e(errc::bad_value, "tensor 'w\nferry: ok'");
+  EXPECT_EQ(e.context(), "tensor 'w\\nferry: ok'");
+  EXPECT_EQ(e.wrap("m\x1b.pt").what(), "m\\x1b.pt: tensor 'w\\nferry: ok': flag, tag or enumerated field out of range");
+  EXPECT_EQ(error(errc::bad_value, e.context()).context(), e.context());  // escaping twice changes nothing
+  const error long_one(errc::bad_value, std::string(100'000, 'n'));
+  EXPECT_EQ(long_one.context().size(), error::max_context_bytes);
+  EXPECT_TRUE(long_one.context().ends_with("..."));
+  EXPECT_EQ(printable("plain text, caf\xc3\xa9"), "plain text, caf\xc3\xa9");
+}
+
 TEST(Result, ValueThrowsTheError) {
   result<int> bad = errc::truncated;
   try {

@@ -5,6 +5,7 @@
 // switches that break one rule at a time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -212,8 +213,10 @@ class zip_builder {
     put<std::uint32_t>(out, 0x06054b50);
     put<std::uint16_t>(out, 0);
     put<std::uint16_t>(out, 0);
-    put<std::uint16_t>(out, static_cast<std::uint16_t>(records.size()));
-    put<std::uint16_t>(out, static_cast<std::uint16_t>(records.size()));
+    // Counts past 16 bits saturate (the ZIP64 record holds them).
+    const auto count = static_cast<std::uint16_t>(std::min<std::size_t>(records.size(), 0xFFFF));
+    put<std::uint16_t>(out, count);
+    put<std::uint16_t>(out, count);
     put<std::uint32_t>(out, zip64 ? 0xFFFFFFFF : static_cast<std::uint32_t>(dir_size));
     put<std::uint32_t>(out, zip64 ? 0xFFFFFFFF : static_cast<std::uint32_t>(dir_offset));
     put<std::uint16_t>(out, 0);

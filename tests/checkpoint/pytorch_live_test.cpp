@@ -23,7 +23,8 @@ class PytorchLive : public ::testing::Test {
 };
 
 TEST_F(PytorchLive, EveryFileReadsAsTorchReadsIt) {
-  for (const char* name : {"state_dict.pt", "adam.pt", "nested.pt", "dtypes.pt", "stream.pt", "protocol4.pt"}) {
+  for (const char* name : {"state_dict.pt", "adam.pt", "nested.pt", "dtypes.pt", "stream.pt", "protocol4.pt",
+                           "empty_state_dict.pt", "no_tensors.pt"}) {
     expect_file(name);
   }
 }
@@ -50,6 +51,16 @@ TEST_F(PytorchLive, ComplexTensorsAreNamed) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), codec_errc::unknown_dtype);
   EXPECT_NE(r.error().what().find("tensor 'z'"), std::string::npos) << r.error().what();
+}
+
+TEST_F(PytorchLive, OtherKindsOfFileSaySo) {
+  for (const auto& [name, kind] : {std::pair{"torchscript.pt", "TorchScript"}, std::pair{"legacy2.pt", "legacy"},
+                                   std::pair{"legacy4.pt", "legacy"}}) {
+    auto r = reader::open(live_dir / name);
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.error().code(), checkpoint_errc::unsupported_pytorch) << r.error().what();
+    EXPECT_NE(r.error().what().find(kind), std::string::npos) << r.error().what();
+  }
 }
 
 }  // namespace

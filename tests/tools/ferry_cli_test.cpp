@@ -29,6 +29,11 @@ class Cli : public scratch_dir {
   }
   static std::string golden(const char* name) { return (fs::path(FERRY_TEST_DATA_DIR) / "checkpoint" / name).string(); }
   std::string path(const char* name) { return (dir_ / name).string(); }
+  // The offset of the first storage of .pt `bytes` (written to `file`).
+  static std::size_t ckpt_open(const std::vector<std::byte>& bytes, const std::string& file) {
+    spit(file, bytes);
+    return static_cast<std::size_t>(checkpoint::open(file).value().storages()[0].offset);
+  }
 };
 
 // One line, starting "ferry: ".
@@ -245,6 +250,61 @@ TEST_F(Cli, HostilePickleIsOneLine) {
   EXPECT_EQ(r.status, 1);
   expect_one_error_line(r, evil + ": data.pkl offset 2: global 'posix.system': not on the allowed list: ferry runs no "
                                   "pickle code");
+}
+
+TEST_F(Cli, NamesFromTheFileCannotForgeALine) {
+  const std::string evil = path("evil.pt");
+  pickle_builder p;  // a tensor whose storage record is missing, named to look like a second, happy line
+  p.proto().empty_dict().mark().str("w\n\x1b[2K\x1b[1A" + evil + ": ok, 3 tensors\r").tensor("FloatStorage", "9", 6, 0, {6}, {1});
+  p.setitems().stop();
+  spit(evil, pt_zip(p).build());
+  for (const char* cmd : {"inspect", "verify", "convert"}) {
+    const auto r = run(std::string(cmd) + " " + evil + (std::string(cmd) == "convert" ? " " + path("o.ferry") : ""));
+    EXPECT_EQ(r.status, 1) << cmd;
+    expect_one_error_line(r, evil + ": tensor 'w\\n\\x1b[2K\\x1b[1A" + evil +
+                                 ": ok, 3 tensors\\r': record 'archive/data/9': the zip has no record of this name");
+  }
+}
+
+TEST_F(Cli, ConvertChecksEveryChecksumOfItsInput) {
+  const std::string pt = path("m.pt");
+  auto bytes = pt_zip(state_dict_pickle()).build();
+  auto clean = ckpt_open(bytes, pt);
+  bytes[clean] ^= std::byte{1};
+  spit(pt, bytes);
+  auto r = run("convert " + pt + " " + path("m.ferry"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("tensor 'w'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("CRC-32"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("m.ferry")));
+  r = run("convert --skip-source-checksums " + pt + " " + path("m.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(run("verify " + path("m.ferry")).status, 0);  // what the option says: fresh checksums over unchecked bytes
+
+  // A .ferry input: its CRC32Cs, the same way.
+  const std::string f = path("s.ferry");
+  write_sample(f, wire::host_order);
+  auto fb = slurp(f);
+  fb[checkpoint::open(f).value().storages()[0].offset] ^= std::byte{1};
+  spit(f, fb);
+  r = run("convert " + f + " " + path("s2.ferry"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("CRC32C"), std::string::npos) << r.err;
+  EXPECT_EQ(run("convert --skip-source-checksums " + f + " " + path("s2.ferry")).status, 0);
+}
+
+TEST_F(Cli, ConvertAFileWithoutTensors) {
+  const std::string pt = path("empty.pt");
+  pickle_builder p;  // torch.save(nn.ReLU().state_dict())
+  p.proto().global("collections", "OrderedDict").empty_tuple().reduce().stop();
+  zip_builder z;
+  z.add("archive/data.pkl", p.bytes());
+  spit(pt, z.build());
+  auto r = run("convert " + pt + " " + path("empty.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run("inspect " + path("empty.ferry"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("0 tensors"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -110,8 +110,16 @@ def expected_lines(obj):
         else:
             lines.append(f"META {path} {leaf_json(v)}")
 
-    walk(obj, "" if isinstance(obj, (dict, list, tuple)) else "root")
-    return "\n".join(lines) + "\n"
+    # A root dict is walked whatever it holds (an empty one gives no line); a
+    # root list or tuple only if it holds a tensor; any other root is "root".
+    if isinstance(obj, dict):
+        for k, x in obj.items():
+            walk(x, str(k))
+    elif isinstance(obj, (list, tuple)) and holds_tensor(obj):
+        walk(obj, "")
+    else:
+        walk(obj, "root")
+    return "".join(line + "\n" for line in lines)
 
 
 def save(obj, path, **kwargs):
@@ -208,6 +216,15 @@ def live(out):
         f.write(stream.getvalue())
     write_expected(os.path.join(out, "stream.pt"), torch.load(os.path.join(out, "stream.pt")))
     torch.save({"z": torch.zeros(2, dtype=torch.complex64)}, os.path.join(out, "complex.pt"))
+    # Valid files without tensors: checkpoints of metadata only.
+    save(torch.nn.ReLU().state_dict(), os.path.join(out, "empty_state_dict.pt"))
+    save([1, 2.5, "x"], os.path.join(out, "no_tensors.pt"))
+    # Files of other kinds, each refused naming its kind: TorchScript
+    # (deflated code/ records) and the legacy format in protocols 2 and 4.
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), os.path.join(out, "torchscript.pt"))
+    for protocol in (2, 4):
+        torch.save(net.state_dict(), os.path.join(out, f"legacy{protocol}.pt"),
+                   _use_new_zipfile_serialization=False, pickle_protocol=protocol)
 
 
 class _StorageKeys(pickle.Unpickler):
