@@ -22,9 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   read_options opt;
   opt.lim.max_tensors = 4096;
   opt.lim.max_metadata_bytes = 1 << 20;
+  opt.lim.max_pickle_memory = 8 << 20;
   auto parsed = detail::parse_pytorch(bytes.size(), detail::memory_reader(bytes), opt);
   if (!parsed) {
     FUZZ_CHECK(parsed.error().code() != ferry::error_code{});
+    for (const char c : parsed.error().what()) FUZZ_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
     return 0;
   }
   std::set<std::string> names;

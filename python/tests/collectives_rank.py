@@ -117,6 +117,18 @@ def main():
     rs = torch.zeros(6)
     dist.reduce_scatter(rs, [value(r + rank) for r in range(world)])
     assert torch.equal(rs, sum(value(rank + r) for r in range(world))), rs
+    # Uneven pieces (reduce_scatter_v): piece r has r + 2 elements, of f64
+    # and int32 alike; rank r keeps the sum of every rank's piece r.
+    for dtype in (torch.float64, torch.int32):
+        pieces = [value(r + rank, n=r + 2, dtype=dtype) for r in range(world)]
+        out = torch.zeros(rank + 2, dtype=dtype)
+        dist.reduce_scatter(out, pieces)
+        assert torch.equal(out, sum(value(rank + r, n=rank + 2, dtype=dtype) for r in range(world))), out
+    try:  # this rank's piece must have the output's size: said before anything is sent
+        dist.reduce_scatter(torch.zeros(rank + 3), [torch.zeros(r + 2) for r in range(world)])
+        raise AssertionError("a reduce_scatter output of the wrong size was accepted")
+    except RuntimeError as e:
+        assert "this rank's piece" in str(e), e
     flat = torch.zeros(6 * world)
     dist.all_gather_into_tensor(flat, value(rank))
     assert torch.equal(flat, torch.cat(every)), flat

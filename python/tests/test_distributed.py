@@ -69,6 +69,11 @@ def test_every_collective_and_dtype_on_three_ranks():
         assert out.strip().endswith("ok")
 
 
+def test_a_world_of_one_completes_each_collective_at_once():
+    for code, out, err in run_ok("world_of_one_rank.py", 1):
+        assert out.strip() == "ok"
+
+
 def ddp(tmp_path, world, *args, name="run"):
     out = tmp_path / f"{name}.json"
     run_ok("ddp_rank.py", world, ["--out", str(out), *args])

@@ -283,6 +283,31 @@ def test_hostile_files_raise_ferry_error(tmp_path):
         ferry.save(tmp_path / "m.pt", {"a": np.zeros(2)})
 
 
+def test_names_from_a_file_reach_an_error_as_one_printable_line(tmp_path):
+    # A real torch.save whose tensor name could forge a line or drive the
+    # terminal; its storage corrupted, so verify() names it.
+    name = "w\nferry: model.pt: ok, 3 tensors\x1b[2K\x1b[1A\r"
+    torch.save({name: torch.arange(64, dtype=torch.float32)}, tmp_path / "m.pt")
+    data = bytearray((tmp_path / "m.pt").read_bytes())
+    data[data.find(torch.arange(64, dtype=torch.float32).numpy().tobytes()) + 9] ^= 1
+    (tmp_path / "m.pt").write_bytes(data)
+    with pytest.raises(ferry.Error) as e:
+        ferry.open(tmp_path / "m.pt").verify()
+    text = str(e.value)
+    assert e.value.name == "crc32_mismatch"
+    assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text), repr(text)
+    assert "tensor 'w\\nferry: model.pt: ok, 3 tensors\\x1b[2K\\x1b[1A\\r'" in e.value.context, e.value.context
+
+
+def test_files_without_tensors_load_as_metadata(tmp_path):
+    torch.save(torch.nn.ReLU().state_dict(), tmp_path / "empty.pt")
+    assert ferry.load(tmp_path / "empty.pt", "torch") == {}
+    torch.save([1, 2.5, "x"], tmp_path / "list.pt")
+    with ferry.open(tmp_path / "list.pt") as f:
+        assert len(f) == 0
+        assert f.metadata()["root"] == '[1,2.5,"x"]'
+
+
 def test_every_flipped_byte_is_an_error_or_a_value(tmp_path):
     ferry.save(tmp_path / "ok.ferry", {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2])})
     torch.save({"a": torch.arange(6.0).view(2, 3), "n": 3}, tmp_path / "ok.pt")

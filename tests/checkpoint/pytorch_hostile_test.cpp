@@ -94,6 +94,94 @@ TEST_F(PytorchHostile, SharedScalarsCostNoValueEach) {
   EXPECT_EQ(r->metadata().at("x").substr(0, 21), "[null,true,false,3,nu");
 }
 
+// Each limit of the .pt reader at its edge: a file that needs exactly the
+// limit opens; with the limit one lower it is refused with `code`.
+struct edge_case {
+  const char* limit;
+  std::uint64_t needed;
+  void (*set)(limits&, std::uint64_t);
+  std::vector<std::byte> file;
+  error_code code;
+};
+
+std::vector<edge_case> edge_cases() {
+  std::vector<edge_case> out;
+  {  // data.pkl's bytes
+    const auto p = state_dict_pickle();
+    out.push_back({"max_pickle_bytes", p.bytes().size(), [](limits& l, std::uint64_t v) { l.max_pickle_bytes = v; },
+                   pt_zip(p).build(), errc::limit_exceeded});
+  }
+  {  // memo slots: 300 BINPUTs (MEMOIZE-like) of one value
+    pickle_builder p;
+    p.proto().empty_dict();
+    for (int i = 0; i < 300; ++i) p.op('r').le<std::uint32_t>(static_cast<std::uint32_t>(i));
+    p.stop();
+    out.push_back({"max_pickle_memo", 300, [](limits& l, std::uint64_t v) { l.max_pickle_memo = v; }, pt_zip(p).build(),
+                   errc::limit_exceeded});
+  }
+  {  // MARKs open at once, and the tuples they make nested as deep
+    pickle_builder p;
+    p.proto().empty_dict().str("x");
+    for (int i = 0; i < 200; ++i) p.mark();
+    for (int i = 0; i < 200; ++i) p.tuple();
+    p.setitem().stop();
+    out.push_back({"max_pickle_depth", 200, [](limits& l, std::uint64_t v) { l.max_pickle_depth = v; },
+                   pt_zip(p).build(), errc::depth_exceeded});
+  }
+  {  // tensors: 50 views of one storage
+    pickle_builder p;
+    p.proto().empty_dict().mark();
+    for (int i = 0; i < 50; ++i) p.str("t" + std::to_string(i)).tensor("FloatStorage", "0", 6, 0, {6}, {1});
+    p.setitems().stop();
+    out.push_back({"max_tensors", 50, [](limits& l, std::uint64_t v) { l.max_tensors = v; }, pt_zip(p).build(),
+                   errc::limit_exceeded});
+  }
+  {  // dimensions of one tensor
+    pickle_builder p;
+    p.proto().empty_dict().mark().str("w").tensor("FloatStorage", "0", 6, 0, {1, 1, 1, 1, 2, 3}, {6, 6, 6, 6, 3, 1});
+    p.setitems().stop();
+    out.push_back({"max_dims", 6, [](limits& l, std::uint64_t v) { l.max_dims = v; }, pt_zip(p).build(),
+                   errc::limit_exceeded});
+  }
+  {  // a tensor name's bytes
+    pickle_builder p;
+    p.proto().empty_dict().mark().str(std::string(300, 'n')).tensor("FloatStorage", "0", 6, 0, {6}, {1});
+    p.setitems().stop();
+    out.push_back({"max_name_bytes", 300, [](limits& l, std::uint64_t v) { l.max_name_bytes = v; }, pt_zip(p).build(),
+                   checkpoint_errc::bad_name});
+  }
+  {  // metadata text: "x" = "<1000 bytes>" counts its name and its JSON
+    pickle_builder p;
+    p.proto().empty_dict().str("x").str(std::string(1000, 'm')).setitem().stop();
+    out.push_back({"max_metadata_bytes", 1 + 1002, [](limits& l, std::uint64_t v) { l.max_metadata_bytes = v; },
+                   pt_zip(p).build(), errc::limit_exceeded});
+  }
+  {  // the pickle's values in memory: found by running it
+    const auto p = lists(300);
+    limits free;
+    free.max_pickle_memory = UINT64_MAX;
+    const std::uint64_t needed = detail::pickle::run(p.bytes(), free).value().memory;
+    out.push_back({"max_pickle_memory", needed, [](limits& l, std::uint64_t v) { l.max_pickle_memory = v; },
+                   pt_zip(p).build(), errc::limit_exceeded});
+  }
+  return out;
+}
+
+TEST_F(PytorchHostile, EveryLimitHoldsAtItsEdge) {
+  for (const auto& c : edge_cases()) {
+    SCOPED_TRACE(c.limit);
+    read_options at;
+    c.set(at.lim, c.needed);
+    auto opened = open_bytes(c.file, at);
+    EXPECT_TRUE(opened) << opened.error();
+    read_options under;
+    c.set(under.lim, c.needed - 1);
+    const auto start = std::chrono::steady_clock::now();
+    refused(c.file, c.code, under);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
 #ifdef FERRY_TEST_NATIVE_SPEED
 // Runs `load` in a child process; returns its exit status and the peak
 // resident memory it reached (what the child added to what it inherited
