@@ -97,7 +97,9 @@ bool direction_control(char32_t cp) noexcept {
 }
 
 // Appends s[i..] escaped up to `limit` input bytes; returns the bytes taken.
-std::size_t append_escaped(std::string& out, std::string_view s, std::size_t limit) {
+// `quoted`: inside quote()'s quotes, where ' and \ are escaped too, so the
+// quoted text ends where its quote does and "\n" is never a name's own.
+std::size_t append_escaped(std::string& out, std::string_view s, std::size_t limit, bool quoted) {
   static constexpr char hex[] = "0123456789abcdef";
   std::size_t i = 0;
   while (i < s.size() && i < limit) {
@@ -125,6 +127,10 @@ std::size_t append_escaped(std::string& out, std::string_view s, std::size_t lim
       out += "\\u";
       for (int shift = 12; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 15];
       i += n;
+    } else if (quoted && (cp == '\'' || cp == '\\')) {
+      out += '\\';
+      out += static_cast<char>(cp);
+      i += 1;
     } else {
       if (i + n > limit) break;  // never half a character
       out.append(s.substr(i, n));
@@ -146,7 +152,7 @@ bool needs_escape(std::string_view s) noexcept {
 
 std::string quote(std::string_view text, std::size_t max_bytes) {
   std::string out = "'";
-  const std::size_t taken = append_escaped(out, text, max_bytes);
+  const std::size_t taken = append_escaped(out, text, max_bytes, true);
   out += '\'';
   if (taken < text.size()) {
     out.insert(out.size() - 1, "...");
@@ -160,7 +166,7 @@ std::string printable(std::string text) {
   // Non-ASCII UTF-8 stays as it is; only what quote() escapes changes.
   std::string out;
   out.reserve(text.size());
-  append_escaped(out, text, text.size());
+  append_escaped(out, text, text.size(), false);
   return out;
 }
 

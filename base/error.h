@@ -149,7 +149,8 @@ std::ostream& operator<<(std::ostream& os, error_code e);
 /// it goes into an error's context: in single quotes, one printable line.
 /// Control characters (C0, DEL and Unicode's C1), bytes that are not
 /// UTF-8 and Unicode's direction overrides are escaped (\n, \r, \t, \0,
-/// \x1b, \u202e...); a text longer than `max_bytes` keeps its first
+/// \x1b, \u202e...), and so are ' and \ (\' and \\: the quoted text
+/// ends at its closing quote); a text longer than `max_bytes` keeps its first
 /// `max_bytes` bytes, then "...' (N bytes)". Every decoder puts names
 /// from its input into contexts through quote(), so a hostile name can
 /// neither forge a second line nor drive the terminal.

@@ -45,11 +45,14 @@ struct limits {
   /// so a large slot number costs no more than a small one.
   std::size_t max_pickle_memo = std::size_t{1} << 20;
   /// Bytes the pickle's values may take in memory (detail/pickle.h counts
-  /// them: 128 per value, 8 per item of a container, each stack and memo
-  /// slot). A one-byte opcode can make a value, so without this bound a
-  /// pickle within max_pickle_bytes could need 100 times its size. A
-  /// state dict takes about 1.5 KiB per tensor here: the default holds
-  /// about 350,000 tensors; raise it (with max_tensors) for more.
+  /// them: 128 per value on 64-bit hosts, 112 on 32-bit ones, a pointer
+  /// per item of a container, each stack and memo slot). A one-byte
+  /// opcode can make a value, so without this bound a pickle within
+  /// max_pickle_bytes could need 100 times its size. torch.save's state
+  /// dicts take 1.8 to 2 KiB per tensor (2000 2-D tensors: 1.8 KiB; Linear
+  /// and BatchNorm layers: 2 KiB; pytorch_live_test checks it), about 15
+  /// times their pickle's bytes: the default holds about 260,000 tensors;
+  /// raise it (with max_tensors) for more.
   std::uint64_t max_pickle_memory = std::uint64_t{512} << 20;
   /// Records in a .pt file's zip (one per storage, and a few more).
   std::size_t max_zip_entries = std::size_t{1} << 20;

@@ -270,6 +270,10 @@ class machine {
       return bad();
     }
     const auto numel = static_cast<std::uint64_t>(t[4]->i);
+    // The key names a zip record (P/data/<key>), so it is shorter than a
+    // zip name can be; a longer one (a memoised huge string, hashed on
+    // every reuse) is refused before it is looked up.
+    if (t[2]->s.size() > 0xFFFF) return fail(checkpoint_errc::pickle_malformed, "a storage key longer than any zip name");
     auto [it, is_new] = storages_.try_emplace(t[2]->s, nullptr);
     if (!is_new) {
       if (it->second->storage_type()->s != t[1]->s || static_cast<std::uint64_t>(it->second->i) != numel) {
@@ -316,8 +320,13 @@ class machine {
       case global_kind::rebuild_tensor_v3: {
         const bool v3 = fn->g == global_kind::rebuild_tensor_v3;
         const std::size_t n = v3 ? 7 : 6;
+        // Sizes are checked before the tuples are scanned: a memoised
+        // tuple of millions of ints, reused by every REDUCE, costs nothing.
+        if (a.size() >= 4 && a[2]->items.size() > lim_.max_dims) {
+          return fail(errc::limit_exceeded, "tensor dimensions (limits::max_dims)");
+        }
         if ((a.size() != n && a.size() != n + 1) || a[0]->k != kind::storage || a[1]->k != kind::integer ||
-            a[1]->i < 0 || !int_tuple(a[2]) || !int_tuple(a[3]) || a[2]->items.size() != a[3]->items.size() ||
+            a[1]->i < 0 || a[2]->items.size() != a[3]->items.size() || !int_tuple(a[2]) || !int_tuple(a[3]) ||
             a[4]->k != kind::boolean ||
             (v3 && (a[6]->k != kind::global || a[6]->g != global_kind::dtype || !a[0]->untyped))) {
           return fail(checkpoint_errc::pickle_malformed, std::string(v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2") + "'s arguments");

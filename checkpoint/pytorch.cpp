@@ -99,12 +99,17 @@ class flattener {
     if (c.leaves > lim_.max_tensors) return error(errc::limit_exceeded, "metadata entries");
     if (c.json > lim_.max_metadata_bytes) return error(errc::limit_exceeded, "metadata bytes");
     if (c.visits > sat_mul(16, sat_add(lim_.max_tensors, 1))) return error(errc::limit_exceeded, "pickle structure");
+    // The names themselves: a million tensors under one 4 KiB prefix are
+    // 4 GiB of names; they must fit the manifest a conversion would write.
+    // (c counts a '.' before each name's first segment, which the root's
+    // names do not have.)
+    const bool walked = root->k == kind::dict || c.walked;
+    const std::uint64_t names = walked ? c.names - std::min(c.names, sat_add(c.tensors, c.leaves)) : 0;
+    if (names > lim_.max_manifest_bytes) return error(errc::limit_exceeded, "bytes of names (limits::max_manifest_bytes)");
     // A root dict is walked into names whatever it holds (an empty state
     // dict gives none); a root list or tuple holding a tensor is walked
     // too; any other root is named "root" (a tensor, or metadata).
-    if (root->k == kind::dict) return walk_items(root, {}, 0);
-    if (c.walked) return walk_items(root, {}, 0);
-    return walk(root, "root", 0);
+    return walked ? walk_items(root, {}, 0) : walk(root, "root", 0);
   }
 
  private:
@@ -114,6 +119,7 @@ class flattener {
     std::uint64_t json = 0;     // bytes of the metadata text below
     std::uint64_t text = 0;     // bytes of this value written as JSON (when a tensor-free parent is one entry)
     std::uint64_t visits = 0;   // nodes the walk visits
+    std::uint64_t names = 0;    // bytes of the names below, each counted from this value
     bool walked = false;        // a container walked into names (holds a tensor, or is a dict)
     bool done = false;          // computed (else in progress, or not met yet)
   };
@@ -133,24 +139,29 @@ class flattener {
       case kind::tuple: {
         cost inner;
         std::uint64_t keys = 0;
-        const auto add = [&](const value* x) -> result<void, error> {
+        // x under a name segment of `segment` bytes.
+        const auto add = [&](const value* x, std::uint64_t segment) -> result<void, error> {
           FERRY_TRY_ASSIGN(const cost k, cost_of(x, depth + 1));
           inner.tensors = sat_add(inner.tensors, k.tensors);
           inner.leaves = sat_add(inner.leaves, k.leaves);
           inner.json = sat_add(inner.json, k.json);
           inner.text = sat_add(inner.text, k.text);
           inner.visits = sat_add(inner.visits, k.visits);
+          inner.names = sat_add(inner.names, sat_add(k.names, sat_mul(sat_add(k.tensors, k.leaves), segment + 1)));
           return {};
         };
         if (v->k == kind::dict) {
           for (std::size_t k = 0; k < v->items.size(); k += 2) {
             const value* key = v->items[k];
-            FERRY_TRY(add(v->items[k + 1]));
-            keys = sat_add(keys, 1 + (key->k == kind::string ? json_string_size(key->s)
-                                                             : 2 + std::to_string(key->i).size()));
+            const bool text = key->k == kind::string;
+            FERRY_TRY(add(v->items[k + 1], text ? key->s.size() : std::to_string(key->i).size()));
+            // The key as JSON text, from its own memoised cost: a key
+            // shared by many entries is measured once.
+            FERRY_TRY_ASSIGN(const cost kc, cost_of(key, depth + 1));
+            keys = sat_add(keys, 1 + (text ? kc.text : 2 + kc.text));
           }
         } else {
-          for (const value* x : v->items) FERRY_TRY(add(x));
+          for (std::size_t i = 0; i < v->items.size(); ++i) FERRY_TRY(add(v->items[i], std::to_string(i).size()));
         }
         // As JSON text: brackets, commas, keys with their colons, and each item's text.
         const std::size_t n = v->k == kind::dict ? v->dict_size() : v->items.size();
@@ -161,6 +172,7 @@ class flattener {
           c.leaves = inner.leaves;
           c.json = inner.json;
           c.visits = sat_add(1, inner.visits);
+          c.names = inner.names;
         } else {  // one metadata entry: the container as JSON text
           c.leaves = 1;
           c.json = c.text;
@@ -214,6 +226,11 @@ class flattener {
     if (v->k == kind::dict) {
       for (std::size_t k = 0; k < v->items.size(); k += 2) {
         FERRY_TRY_ASSIGN(const std::string key, key_text(v->items[k], path));
+        // A name only grows on the way down: one too long here is refused
+        // before it is joined (a deep chain of long keys costs no more).
+        if ((path.empty() ? 0 : path.size() + 1) + key.size() > lim_.max_name_bytes) {
+          return error(checkpoint_errc::bad_name, tensor_what(join(path, key)) + " and the names below it");
+        }
         FERRY_TRY(walk(v->items[k + 1], join(path, key), depth + 1));
       }
     } else {
@@ -341,7 +358,7 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
   if (dir.entries.empty()) return error(checkpoint_errc::not_a_checkpoint, "an empty zip archive");
 
   // The prefix: the first record's folder, which must hold data.pkl.
-  const std::string& first = dir.entries.front().record.name;
+  const std::string first = dir.entries.front().record.name;  // a copy: the records move out below
   const std::size_t slash = first.find('/');
   const std::string prefix = slash == std::string::npos ? std::string() : first.substr(0, slash);
   const std::string folder = prefix + "/", pickle_name = folder + "data.pkl";

@@ -178,7 +178,7 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     dir_offset = offset64;
     dir_end = record_offset;
   }
-  if (entries > lim.max_zip_entries) return error(errc::limit_exceeded, "zip entries");
+  if (entries > lim.max_zip_entries || entries > UINT32_MAX) return error(errc::limit_exceeded, "zip entries");
   if (dir_offset > dir_end || dir_size != dir_end - dir_offset) {
     return zip_malformed("central directory does not end where the end record starts");
   }
@@ -262,65 +262,73 @@ std::size_t record_index::duplicate(std::span<const zip_record> records) const n
 }
 
 result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read) {
-  struct span_of {
-    std::uint64_t begin, end;
-    std::size_t entry;
-  };
-  std::vector<span_of> spans;
-  spans.reserve(dir.entries.size());
+  const auto what = [](const zip_record& r) { return record_what(r.name); };  // built on failure only
+  // Names first, unique, from the directory alone: nothing of the file
+  // is read for a zip of a million copies of one name.
   zip_records out;
   out.records.reserve(dir.entries.size());
-  window_reader local(read, dir.offset);
-  for (std::size_t i = 0; i < dir.entries.size(); ++i) {
-    zip_entry& e = dir.entries[i];
-    const auto what = [&] { return record_what(e.record.name); };  // built on failure only
-    if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what() + ": encrypted");
-    if (e.method != 0) {
-      return error(checkpoint_errc::unsupported_zip_feature,
-                   what() + ": compressed (method " + std::to_string(e.method) + "), never inflated");
-    }
-    if (e.compressed_size != e.record.size) return zip_malformed(what() + ": stored sizes differ");
-
-    if (e.header_offset > dir.offset) return zip_malformed(what() + ": local header after the central directory");
-    FERRY_TRY_ASSIGN(const std::span<const std::byte> h, local.get(e.header_offset, local_size));
-    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what() + ": no local header at its offset");
-    const std::size_t name_len = le<std::uint16_t>(h, 26);
-    const std::size_t extra_len = le<std::uint16_t>(h, 28);
-    const auto flags = le<std::uint16_t>(h, 6);
-    const auto crc = le<std::uint32_t>(h, 14);
-    const std::uint64_t comp = le<std::uint32_t>(h, 18);
-    const std::uint64_t size = le<std::uint32_t>(h, 22);
-    if (flags != e.flags || le<std::uint16_t>(h, 8) != e.method || name_len != e.record.name.size()) {
-      return zip_malformed(what() + ": local header disagrees with the central directory");
-    }
-    FERRY_TRY_ASSIGN(const std::span<const std::byte> tail, local.get(e.header_offset + local_size, name_len));
-    if (std::memcmp(tail.data(), e.record.name.data(), name_len) != 0) {
-      return zip_malformed(what() + ": local header disagrees with the central directory");
-    }
-    if ((flags & 0x08) == 0) {  // no data descriptor: the local header holds CRC and sizes
-      if (crc != e.record.crc32 || (comp != max32 && comp != e.compressed_size) ||
-          (size != max32 && size != e.record.size)) {
-        return zip_malformed(what() + ": local header disagrees with the central directory");
-      }
-    }
-    e.record.data_offset = e.header_offset + local_size + name_len + extra_len;
-    if (e.record.data_offset > dir.offset || e.record.size > dir.offset - e.record.data_offset) {
-      return zip_malformed(what() + ": data runs into the central directory");
-    }
-    spans.push_back({e.header_offset, e.record.data_offset + e.record.size, i});
-    out.records.push_back(std::move(e.record));
-  }
+  for (zip_entry& e : dir.entries) out.records.push_back(std::move(e.record));
   const auto& records = out.records;
   out.index = record_index(records);
   if (const std::size_t d = out.index.duplicate(records); d != record_index::npos) {
-    return zip_malformed(record_what(records[d].name) + ": two records of this name");
+    return zip_malformed(what(records[d]) + ": two records of this name");
   }
-  std::sort(spans.begin(), spans.end(), [](const span_of& a, const span_of& b) { return a.begin < b.begin; });
-  for (std::size_t k = 1; k < spans.size(); ++k) {
-    if (spans[k].begin < spans[k - 1].end) {
-      return zip_malformed(record_what(records[spans[k].entry].name) + ": overlaps record " +
-                           quote(records[spans[k - 1].entry].name));
+  // Then each record in the order its local header lies in the file, so the
+  // window reads every header once, whatever order the directory lists
+  // them in; records must not overlap.
+  std::vector<std::uint32_t> order(dir.entries.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return dir.entries[a].header_offset != dir.entries[b].header_offset
+               ? dir.entries[a].header_offset < dir.entries[b].header_offset
+               : a < b;
+  });
+  window_reader local(read, dir.offset);
+  const zip_record* previous = nullptr;  // the record before, in file order
+  std::uint64_t previous_end = 0;
+  for (const std::uint32_t i : order) {
+    const zip_entry& e = dir.entries[i];
+    zip_record& r = out.records[i];
+    if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what(r) + ": encrypted");
+    if (e.method != 0) {
+      return error(checkpoint_errc::unsupported_zip_feature,
+                   what(r) + ": compressed (method " + std::to_string(e.method) + "), never inflated");
     }
+    if (e.compressed_size != r.size) return zip_malformed(what(r) + ": stored sizes differ");
+
+    if (e.header_offset > dir.offset) return zip_malformed(what(r) + ": local header after the central directory");
+    // Every field of the header is taken before the next get(), which may
+    // refill the window `h` views.
+    FERRY_TRY_ASSIGN(const std::span<const std::byte> h, local.get(e.header_offset, local_size));
+    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what(r) + ": no local header at its offset");
+    const std::size_t name_len = le<std::uint16_t>(h, 26);
+    const std::size_t extra_len = le<std::uint16_t>(h, 28);
+    const auto flags = le<std::uint16_t>(h, 6);
+    const auto method = le<std::uint16_t>(h, 8);
+    const auto crc = le<std::uint32_t>(h, 14);
+    const std::uint64_t comp = le<std::uint32_t>(h, 18);
+    const std::uint64_t size = le<std::uint32_t>(h, 22);
+    if (flags != e.flags || method != e.method || name_len != r.name.size()) {
+      return zip_malformed(what(r) + ": local header disagrees with the central directory");
+    }
+    FERRY_TRY_ASSIGN(const std::span<const std::byte> tail, local.get(e.header_offset + local_size, name_len));
+    if (std::memcmp(tail.data(), r.name.data(), name_len) != 0) {
+      return zip_malformed(what(r) + ": local header disagrees with the central directory");
+    }
+    if ((flags & 0x08) == 0) {  // no data descriptor: the local header holds CRC and sizes
+      if (crc != r.crc32 || (comp != max32 && comp != e.compressed_size) || (size != max32 && size != r.size)) {
+        return zip_malformed(what(r) + ": local header disagrees with the central directory");
+      }
+    }
+    r.data_offset = e.header_offset + local_size + name_len + extra_len;
+    if (r.data_offset > dir.offset || r.size > dir.offset - r.data_offset) {
+      return zip_malformed(what(r) + ": data runs into the central directory");
+    }
+    if (previous != nullptr && e.header_offset < previous_end) {
+      return zip_malformed(what(r) + ": overlaps record " + quote(previous->name));
+    }
+    previous = &r;
+    previous_end = r.data_offset + r.size;
   }
   return out;
 }

@@ -88,11 +88,13 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
               << (id == sh.metadata().end() ? std::string() : ", save " + id->second) << '\n';
   }
   std::cout << '\n';
+  // Names and metadata come from the file: printable() escapes what could
+  // split a row or drive the terminal (--json escapes them as JSON).
   std::vector<std::array<std::string, 5>> rows{{"NAME", "DTYPE", "SHAPE", "BYTES", "SHARED WITH"}};
   for (const auto& t : r.tensors()) {
     std::string shared;
-    for (const auto& n : r.shared_with(t)) shared += (shared.empty() ? "" : ", ") + n;
-    rows.push_back({t.name, std::string(ferry::codec::name(t.dtype)), shape_text(t.shape), std::to_string(t.nbytes()),
+    for (const auto& n : r.shared_with(t)) shared += (shared.empty() ? "" : ", ") + ferry::printable(n);
+    rows.push_back({ferry::printable(t.name), std::string(ferry::codec::name(t.dtype)), shape_text(t.shape), std::to_string(t.nbytes()),
                     shared.empty() ? "-" : shared});
   }
   std::array<std::size_t, 5> width{};
@@ -111,7 +113,7 @@ int inspect(const std::string& path, bool as_json, const read_flags& flags) {
   }
   if (!r.metadata().empty()) {
     std::cout << "\nmetadata:\n";
-    for (const auto& [k, v] : r.metadata()) std::cout << "  " << k << ": " << v << '\n';
+    for (const auto& [k, v] : r.metadata()) std::cout << "  " << ferry::printable(k) << ": " << ferry::printable(v) << '\n';
   }
   return flush_stdout();
 }

@@ -47,7 +47,7 @@
 // program: containers refer to each other by pointer, so shared and cyclic
 // structures cost nothing to build or free. None, True, False and the
 // integers 0..255 are made once and shared. What the values take (each
-// value kind_bytes, each item of a container a pointer, each GLOBAL's
+// value value_bytes, each item of a container a pointer, each GLOBAL's
 // name, each stack slot and memo slot) is counted as it is made, and a
 // program whose values would take more than limits::max_pickle_memory is
 // stopped [limit_exceeded, naming the limit]: a one-byte opcode that makes

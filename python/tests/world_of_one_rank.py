@@ -25,7 +25,7 @@ def main():
     dist.reduce_scatter(rs, [torch.tensor([1.0, 2.0])])
     assert torch.equal(rs, torch.tensor([1.0, 2.0]))
     assert dist.barrier(async_op=True).is_completed()
-    try:  # errors still reach the caller, through the Work
+    try:  # a call the backend refuses still raises in the caller
         dist.reduce_scatter(torch.zeros(3), [torch.zeros(2)])
         raise AssertionError("accepted")
     except RuntimeError as e:

@@ -91,6 +91,7 @@ TEST(Errors, QuoteMakesInputOnePrintableLine) {
   EXPECT_EQ(quote("a\xe2\x80\xae" "b"), "'a\\u202eb'");                       // right-to-left override
   EXPECT_EQ(quote("\xff\xc3"), "'\\xff\\xc3'");                             // not UTF-8
   EXPECT_EQ(quote("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");                  // a surrogate
+  EXPECT_EQ(quote("x': ok \\n"), "'x\\': ok \\\\n'");                         // a quote cannot be closed early
   EXPECT_EQ(quote(std::string(300, 'n'), 4), "'nnnn...' (300 bytes)");
   EXPECT_EQ(quote("\xc3\xa9\xc3\xa9", 3), "'\xc3\xa9...' (4 bytes)");     // never half a character
   // Every byte value, alone and in the middle of a name: one printable line.

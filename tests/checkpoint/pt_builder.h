@@ -63,14 +63,14 @@ class pickle_builder {
   }
   /// _rebuild_tensor_v2(storage, offset, shape, strides, False, OrderedDict()).
   pickle_builder& tensor(std::string_view type, std::string_view key, std::int32_t numel, std::int32_t offset,
-                         std::initializer_list<std::int32_t> shape, std::initializer_list<std::int32_t> strides) {
+                         const std::vector<std::int32_t>& shape, const std::vector<std::int32_t>& strides) {
     return rebuild_args("_rebuild_tensor_v2", type, key, numel, offset, shape, strides).tuple().reduce();
   }
   /// _rebuild_tensor_v3(UntypedStorage of `nbytes`, offset, shape, strides,
   /// False, OrderedDict(), torch.<dtype>), as torch >= 2.1 writes uint16/32/64
   /// and float8.
   pickle_builder& tensor_v3(std::string_view dtype, std::string_view key, std::int32_t nbytes, std::int32_t offset,
-                            std::initializer_list<std::int32_t> shape, std::initializer_list<std::int32_t> strides,
+                            const std::vector<std::int32_t>& shape, const std::vector<std::int32_t>& strides,
                             std::string_view storage_type = "UntypedStorage") {
     rebuild_args("_rebuild_tensor_v3", storage_type, key, nbytes, offset, shape, strides);
     return global("torch", dtype).tuple().reduce();
@@ -81,8 +81,8 @@ class pickle_builder {
  private:
   // torch._utils.<fn>, MARK, then the arguments both rebuilds start with.
   pickle_builder& rebuild_args(std::string_view fn, std::string_view type, std::string_view key, std::int32_t numel,
-                               std::int32_t offset, std::initializer_list<std::int32_t> shape,
-                               std::initializer_list<std::int32_t> strides) {
+                               std::int32_t offset, const std::vector<std::int32_t>& shape,
+                               const std::vector<std::int32_t>& strides) {
     global("torch._utils", fn).mark();
     storage(type, key, numel).integer(offset);
     mark();
@@ -110,6 +110,7 @@ class zip_builder {
   std::vector<record> records;
   bool zip64 = true;
   bool align = true;
+  bool reverse_directory = false;  ///< the central directory lists the records last to first
   std::string trailing;  ///< bytes after the end record
 
   record& add(std::string name, std::span<const std::byte> data) {
@@ -161,7 +162,8 @@ class zip_builder {
       }
     }
     const std::uint64_t dir_offset = out.size();
-    for (std::size_t i = 0; i < records.size(); ++i) {
+    for (std::size_t k = 0; k < records.size(); ++k) {
+      const std::size_t i = reverse_directory ? records.size() - 1 - k : k;
       const auto& r = records[i];
       const std::uint64_t size = r.claimed_size != 0 ? r.claimed_size : r.data.size();
       const std::uint64_t csize = r.method == 0 ? size : r.data.size();

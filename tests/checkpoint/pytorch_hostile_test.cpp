@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/detail/pickle.h"
@@ -156,6 +157,17 @@ std::vector<edge_case> edge_cases() {
     out.push_back({"max_metadata_bytes", 1 + 1002, [](limits& l, std::uint64_t v) { l.max_metadata_bytes = v; },
                    pt_zip(p).build(), errc::limit_exceeded});
   }
+  {  // bytes of every name: 300 tensors under one 4000-byte key
+    pickle_builder p;
+    p.proto().empty_dict().str(std::string(4000, 'p')).empty_dict().mark();
+    p.integer(0).tensor("FloatStorage", "0", 6, 0, {6}, {1}).binput(1);
+    for (int i = 1; i < 300; ++i) p.integer(i).binget(1);
+    p.setitems().setitem().stop();
+    std::uint64_t needed = 0;
+    for (int i = 0; i < 300; ++i) needed += 4000 + 1 + std::to_string(i).size();
+    out.push_back({"max_manifest_bytes (names)", needed, [](limits& l, std::uint64_t v) { l.max_manifest_bytes = v; },
+                   pt_zip(p).build(), errc::limit_exceeded});
+  }
   {  // the pickle's values in memory: found by running it
     const auto p = lists(300);
     limits free;
@@ -183,16 +195,24 @@ TEST_F(PytorchHostile, EveryLimitHoldsAtItsEdge) {
 }
 
 #ifdef FERRY_TEST_NATIVE_SPEED
-// Runs `load` in a child process; returns its exit status and the peak
-// resident memory it reached (what the child added to what it inherited
-// counts too: the bound is loose enough).
 struct child_run {
   int status = -1;
   std::uint64_t peak_bytes = 0;
   double seconds = 0;
 };
+// This process's resident bytes now (the child starts with them mapped).
+std::uint64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Runs `load` in a child process; peak_bytes is what its peak resident
+// memory added to what it inherited.
 template <class F>
 child_run in_child(F load) {
+  const std::uint64_t inherited = resident_bytes();
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) ::_exit(load());
@@ -201,13 +221,14 @@ child_run in_child(F load) {
   ::wait4(pid, &status, 0, &ru);
   child_run out;
   out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  out.peak_bytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+  const auto peak = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+  out.peak_bytes = peak > inherited ? peak - inherited : 0;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
-TEST_F(PytorchHostile, A16MiBNoneFloodLoadsInMemoryProportionalToItsMetadata) {
-  // {'x': [None] * 8_000_000} as Python pickles it: APPENDS of 1000 Nones.
+TEST_F(PytorchHostile, EightMillionNonesLoadInMemoryProportionalToTheirMetadata) {
+  // {'x': [None] * 8_000_000} as Python pickles it (8 MB): APPENDS of 1000 Nones.
   pickle_builder p;
   p.proto().empty_dict().str("x").empty_list();
   for (int batch = 0; batch < 8000; ++batch) {
@@ -262,9 +283,14 @@ TEST_F(PytorchHostile, NamesInErrorsAreEscapedAndBounded) {
     const error e = refused(pt_zip(p).build(), checkpoint_errc::record_not_found);
     const std::string line = e.what();
     expect_one_printable_line(line);
+    EXPECT_EQ(line.find("\u202e"), std::string::npos) << line;  // the override is escaped, not written
     EXPECT_LT(line.size(), 600u) << line.size();
     EXPECT_NE(line.find("record 'archive/data/9'"), std::string::npos) << line;  // the reason survives the name
   }
+  pickle_builder bidi;
+  bidi.proto().empty_dict().mark().str("bidi\u202eeman").tensor("FloatStorage", "9", 6, 0, {6}, {1}).setitems().stop();
+  EXPECT_NE(refused(pt_zip(bidi).build(), checkpoint_errc::record_not_found).what().find("'bidi\\u202eeman'"),
+            std::string::npos);
   pickle_builder p;
   p.proto().empty_dict().mark().str(forged).tensor("FloatStorage", "9", 6, 0, {6}, {1}).setitems().stop();
   EXPECT_NE(refused(pt_zip(p).build(), checkpoint_errc::record_not_found).what().find("tensor 'w\\nferry: model.pt"),
@@ -392,6 +418,52 @@ std::vector<std::byte> many_records(std::size_t extra) {
   return z.build();
 }
 
+TEST_F(PytorchHostile, DirectoryOrderDoesNotMatter) {
+  auto z = pt_zip(state_dict_pickle());
+  z.reverse_directory = true;  // headers read in file order all the same
+  for (int i = 0; i < 2000; ++i) z.add("archive/x/" + std::to_string(i), std::string(100, 'x'));
+  auto r = open_bytes(z.build());
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->tensors().size(), 1u);
+}
+
+TEST_F(PytorchHostile, ManyRecordsOfOneNameAreRefusedFromTheDirectory) {
+  auto z = pt_zip(state_dict_pickle());
+  z.align = false;
+  for (int i = 0; i < 50'000; ++i) z.add("archive/x", std::string_view()).flags = 0;
+  z.records.back().method = 8;  // refused for the names, before any header is read
+  const auto start = std::chrono::steady_clock::now();
+  const std::string line = refused(z.build(), checkpoint_errc::zip_malformed).what();
+  EXPECT_NE(line.find("record 'archive/x': two records of this name"), std::string::npos) << line;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(PytorchHostile, LongKeysAreRefusedOnTheWayDown) {
+  // 900 dicts nested, each under one memoised 5000-byte key: refused at
+  // the first level, not after joining 2 GB of names on the way down.
+  pickle_builder p;
+  p.proto().empty_dict().str(std::string(5000, 'k')).binput(0);
+  for (int i = 0; i < 900; ++i) p.empty_dict().binget(0);
+  p.op('N');
+  for (int i = 0; i < 901; ++i) p.setitem();
+  p.stop();
+  const auto start = std::chrono::steady_clock::now();
+  refused(pt_zip(p).build(), checkpoint_errc::bad_name);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(PytorchHostile, StorageKeysAndShapesAreBoundedBeforeUse) {
+  pickle_builder key;  // a storage key no zip record can be named by
+  key.proto().empty_dict().mark().str("w").tensor("FloatStorage", std::string(70'000, '0'), 6, 0, {6}, {1});
+  key.setitems().stop();
+  refused(pt_zip(key).build(), checkpoint_errc::pickle_malformed);
+  pickle_builder dims;  // more dimensions than max_dims, refused by the interpreter
+  dims.proto().empty_dict().mark().str("w").tensor("FloatStorage", "0", 6, 0, std::vector<std::int32_t>(65, 1),
+                                                   std::vector<std::int32_t>(65, 1));
+  dims.setitems().stop();
+  EXPECT_NE(refused(pt_zip(dims).build(), errc::limit_exceeded).what().find("max_dims"), std::string::npos);
+}
+
 TEST_F(PytorchHostile, ZipEntryLimitHoldsAtItsEdge) {
   read_options opt;
   opt.lim.max_zip_entries = 1000;
@@ -417,8 +489,10 @@ TEST_F(PytorchHostile, AMillionRecordsTakeTimeProportionalToThem) {
   const auto [quarter, quarter_ok] = time_open(put(many_records(n / 4 - 3), "quarter.pt"));
   const auto [whole, whole_ok] = time_open(put(many_records(n - 3), "whole.pt"));
   EXPECT_TRUE(quarter_ok && whole_ok);
-  EXPECT_LT(whole, 8 * quarter + 0.1) << quarter << " s for 2^18 records, " << whole << " s for 2^20";
-  EXPECT_LT(whole, 3.0);
+  // Linear would be 4x, quadratic 16x; the rest is the allocator and the
+  // caches on a shared machine (quiet: 0.26 s and 1.6 s on an AMD EPYC).
+  EXPECT_LT(whole, 12 * quarter + 0.2) << quarter << " s for 2^18 records, " << whole << " s for 2^20";
+  EXPECT_LT(whole, 6.0);
 
   // The same records with the last one deflated: read to the end, refused.
   auto z = pt_zip(state_dict_pickle());
@@ -427,7 +501,7 @@ TEST_F(PytorchHostile, AMillionRecordsTakeTimeProportionalToThem) {
   z.records.back().method = 8;
   const auto [refusal, refused_ok] = time_open(put(z.build(), "bad.pt"));
   EXPECT_FALSE(refused_ok);
-  EXPECT_LT(refusal, 3.0);
+  EXPECT_LT(refusal, 6.0);
 }
 #endif
 
@@ -455,12 +529,15 @@ TEST_F(PytorchHostile, EveryChecksumOnFetchWhenAsked) {
 
   // data.pkl's own CRC, when the file is opened.
   auto pkl = pt_zip(state_dict_pickle()).build();
-  // The pickle is the first record's data: flip its PROTO version from 2
-  // to 3 (still a valid pickle, but not the bytes the CRC covers).
-  const std::byte proto_2[] = {std::byte{0x80}, std::byte{0x02}};
-  const auto proto = std::search(pkl.begin(), pkl.end(), std::begin(proto_2), std::end(proto_2));
-  ASSERT_NE(proto, pkl.end());
-  proto[1] = std::byte{0x03};
+  // Flip data.pkl's PROTO version from 2 to 3: still a valid pickle, but
+  // not the bytes its CRC covers.
+  auto parsed = detail::parse_pytorch(pkl.size(), detail::memory_reader(pkl), {});
+  ASSERT_TRUE(parsed) << parsed.error();
+  const auto record = std::find_if(parsed->other_records.begin(), parsed->other_records.end(),
+                                   [](const auto& r) { return r.name == "archive/data.pkl"; });
+  ASSERT_NE(record, parsed->other_records.end());
+  ASSERT_EQ(pkl[record->data_offset + 1], std::byte{0x02});
+  pkl[record->data_offset + 1] = std::byte{0x03};
   EXPECT_TRUE(open_bytes(pkl));
   refused(pkl, checkpoint_errc::crc32_mismatch, every);
 

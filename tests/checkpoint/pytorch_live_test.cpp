@@ -3,6 +3,10 @@
 // the build machine), read by ferry on every architecture and compared with
 // what torch.load read from them: values bit for bit, dtypes, shapes,
 // strides, offsets, sharing and the non-tensor leaves.
+#include <algorithm>
+
+#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/detail/pickle.h"
 #include "helpers.h"
 #include "pt_expected.h"
 
@@ -24,7 +28,7 @@ class PytorchLive : public ::testing::Test {
 
 TEST_F(PytorchLive, EveryFileReadsAsTorchReadsIt) {
   for (const char* name : {"state_dict.pt", "adam.pt", "nested.pt", "dtypes.pt", "stream.pt", "protocol4.pt",
-                           "empty_state_dict.pt", "no_tensors.pt"}) {
+                           "empty_state_dict.pt", "no_tensors.pt", "many_tensors.pt"}) {
     expect_file(name);
   }
 }
@@ -51,6 +55,22 @@ TEST_F(PytorchLive, ComplexTensorsAreNamed) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), codec_errc::unknown_dtype);
   EXPECT_NE(r.error().what().find("tensor 'z'"), std::string::npos) << r.error().what();
+}
+
+TEST_F(PytorchLive, APickledTensorCostsAboutTwoKiB) {
+  // What limits::max_pickle_memory's documentation promises: torch.save's
+  // pickle of 2000 tensors runs in at most 2 KiB of values per tensor.
+  const auto bytes = slurp(live_dir / "many_tensors.pt");
+  auto parsed = detail::parse_pytorch(bytes.size(), detail::memory_reader(bytes), {});
+  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_EQ(parsed->tensors.size(), 2000u);
+  const auto pkl = std::find_if(parsed->other_records.begin(), parsed->other_records.end(),
+                                [](const auto& r) { return r.name.ends_with("/data.pkl"); });
+  ASSERT_NE(pkl, parsed->other_records.end());
+  const auto program = detail::pickle::run(
+      std::span(bytes).subspan(static_cast<std::size_t>(pkl->data_offset), static_cast<std::size_t>(pkl->size)), {});
+  ASSERT_TRUE(program) << program.error();
+  EXPECT_LE(program->memory / 2000, 2048u) << program->memory;
 }
 
 TEST_F(PytorchLive, OtherKindsOfFileSaySo) {

@@ -216,6 +216,10 @@ def live(out):
         f.write(stream.getvalue())
     write_expected(os.path.join(out, "stream.pt"), torch.load(os.path.join(out, "stream.pt")))
     torch.save({"z": torch.zeros(2, dtype=torch.complex64)}, os.path.join(out, "complex.pt"))
+    # Many tensors, each its own storage: what the pickle's values cost
+    # per tensor (limits::max_pickle_memory).
+    save(OrderedDict((f"model.layers.{i}.self_attn.q_proj.weight", torch.full((4, 4), float(i)))
+                     for i in range(2000)), os.path.join(out, "many_tensors.pt"))
     # Valid files without tensors: checkpoints of metadata only.
     save(torch.nn.ReLU().state_dict(), os.path.join(out, "empty_state_dict.pt"))
     save([1, 2.5, "x"], os.path.join(out, "no_tensors.pt"))
