@@ -40,6 +40,30 @@ class scratch_dir : public ::testing::Test {
   fs::path dir_;
 };
 
+inline void spit(const fs::path& p, std::span<const std::byte> bytes);
+
+/// A scratch folder for tests of files built in memory: written as
+/// `name`, opened, and (refused) expected to fail with one code.
+class bytes_files : public scratch_dir {
+ protected:
+  fs::path put(const std::vector<std::byte>& bytes, const std::string& name = "m.pt") {
+    const fs::path p = dir_ / name;
+    spit(p, bytes);
+    return p;
+  }
+  result<reader, error> open_bytes(const std::vector<std::byte>& bytes, const read_options& opt = {}) {
+    return reader::open(put(bytes), opt);
+  }
+  // Opens `bytes` and expects error `code`; returns the error.
+  error refused(const std::vector<std::byte>& bytes, error_code code, const read_options& opt = {}) {
+    auto r = open_bytes(bytes, opt);
+    EXPECT_FALSE(r.has_value());
+    if (r) return {};
+    EXPECT_EQ(r.error().code(), code) << r.error().what();
+    return r.error();
+  }
+};
+
 inline std::vector<std::byte> slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

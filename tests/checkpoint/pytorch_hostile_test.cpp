@@ -19,24 +19,7 @@
 namespace ferry::checkpoint::testing {
 namespace {
 
-class PytorchHostile : public scratch_dir {
- protected:
-  fs::path put(const std::vector<std::byte>& bytes, const std::string& name = "m.pt") {
-    const fs::path p = dir_ / name;
-    spit(p, bytes);
-    return p;
-  }
-  result<reader, error> open_bytes(const std::vector<std::byte>& bytes, const read_options& opt = {}) {
-    return reader::open(put(bytes), opt);
-  }
-  error refused(const std::vector<std::byte>& bytes, error_code code, const read_options& opt = {}) {
-    auto r = open_bytes(bytes, opt);
-    EXPECT_FALSE(r.has_value());
-    if (r) return {};
-    EXPECT_EQ(r.error().code(), code) << r.error().what();
-    return r.error();
-  }
-};
+class PytorchHostile : public bytes_files {};
 
 // A pickle {'x': [[], [], ...]} of n fresh empty lists.
 pickle_builder lists(std::size_t n) {

@@ -18,24 +18,8 @@ constexpr int slowdown = 1;
 constexpr int slowdown = 50;
 #endif
 
-class Pytorch : public scratch_dir {
+class Pytorch : public bytes_files {
  protected:
-  fs::path put(const std::vector<std::byte>& bytes, const std::string& name = "m.pt") {
-    const fs::path p = dir_ / name;
-    spit(p, bytes);
-    return p;
-  }
-  result<reader, error> open_bytes(const std::vector<std::byte>& bytes, const read_options& opt = {}) {
-    return reader::open(put(bytes), opt);
-  }
-  // Opens `bytes` and expects error `code`; returns its one line.
-  std::string refused(const std::vector<std::byte>& bytes, error_code code) {
-    auto r = open_bytes(bytes);
-    EXPECT_FALSE(r.has_value());
-    if (r) return {};
-    EXPECT_EQ(r.error().code(), code) << r.error().what();
-    return r.error().what();
-  }
   static std::vector<float> floats(const tensor& t) {
     std::vector<float> v(t.info().numel());
     const auto bytes = t.contiguous_copy();
@@ -146,7 +130,7 @@ TEST_F(Pytorch, UntypedStoragesCountBytes) {
   pickle_builder mixed;  // one storage read as 2- and 4-byte elements
   mixed.proto().empty_dict().mark().str("a").tensor_v3("uint16", "0", 24, 0, {12}, {1});
   mixed.str("b").tensor_v3("uint32", "0", 24, 0, {6}, {1}).setitems().stop();
-  const std::string m = refused(pt_zip(mixed).build(), checkpoint_errc::element_size_mismatch);
+  const std::string m = refused(pt_zip(mixed).build(), checkpoint_errc::element_size_mismatch).what();
   EXPECT_NE(m.find("tensor 'b'"), std::string::npos) << m;
 
   pickle_builder typed;  // v3 takes untyped storages only
@@ -168,7 +152,7 @@ TEST_F(Pytorch, SparseMemoSlotIsCheap) {
 TEST_F(Pytorch, ForbiddenGlobalsStopAtOnce) {
   pickle_builder sys;
   sys.proto().global("posix", "system").str("touch pwned").op(0x85).reduce().stop();
-  const std::string line = refused(pt_zip(sys).build(), checkpoint_errc::pickle_forbidden_global);
+  const std::string line = refused(pt_zip(sys).build(), checkpoint_errc::pickle_forbidden_global).what();
   EXPECT_NE(line.find("m.pt: data.pkl offset 2: global 'posix.system'"), std::string::npos) << line;
 
   pickle_builder eval;
@@ -181,7 +165,7 @@ TEST_F(Pytorch, ForbiddenGlobalsStopAtOnce) {
 
   pickle_builder popen;  // protocol 4: the module and name come from the stack
   popen.proto(4).op(0x8c).raw({10}).raw("subprocess").op(0x8c).raw({5}).raw("Popen").op(0x93).stop();
-  const std::string l2 = refused(pt_zip(popen).build(), checkpoint_errc::pickle_forbidden_global);
+  const std::string l2 = refused(pt_zip(popen).build(), checkpoint_errc::pickle_forbidden_global).what();
   EXPECT_NE(l2.find("global 'subprocess.Popen'"), std::string::npos) << l2;
 
   EXPECT_FALSE(fs::exists(dir_ / "pwned"));
@@ -193,7 +177,7 @@ TEST_F(Pytorch, InstanceBuildingOpcodesAreRefused) {
   refused(pt_zip(inst).build(), checkpoint_errc::pickle_bad_opcode);
   pickle_builder obj;
   obj.proto().mark().global("collections", "OrderedDict").op('o').stop();
-  const std::string line = refused(pt_zip(obj).build(), checkpoint_errc::pickle_bad_opcode);
+  const std::string line = refused(pt_zip(obj).build(), checkpoint_errc::pickle_bad_opcode).what();
   EXPECT_NE(line.find("OBJ"), std::string::npos) << line;
 }
 
@@ -274,7 +258,7 @@ TEST_F(Pytorch, LengthsAreCheckedBeforeAllocating) {
 TEST_F(Pytorch, StoragesMustMatchTheirRecords) {
   pickle_builder missing;
   missing.proto().empty_dict().mark().str("w").tensor("FloatStorage", "7", 6, 0, {2, 3}, {3, 1}).setitems().stop();
-  const std::string line = refused(pt_zip(missing).build(), checkpoint_errc::record_not_found);
+  const std::string line = refused(pt_zip(missing).build(), checkpoint_errc::record_not_found).what();
   EXPECT_NE(line.find("tensor 'w': record 'archive/data/7'"), std::string::npos) << line;
 
   pickle_builder too_many;
@@ -287,7 +271,7 @@ TEST_F(Pytorch, StoragesMustMatchTheirRecords) {
 
   pickle_builder complex;
   complex.proto().empty_dict().mark().str("z").tensor("ComplexFloatStorage", "0", 3, 0, {3}, {1}).setitems().stop();
-  const std::string c = refused(pt_zip(complex).build(), codec_errc::unknown_dtype);
+  const std::string c = refused(pt_zip(complex).build(), codec_errc::unknown_dtype).what();
   EXPECT_NE(c.find("tensor 'z'"), std::string::npos) << c;
 }
 
@@ -303,7 +287,7 @@ TEST_F(Pytorch, PickledModulesLegacyFilesAndTorchScriptSaySo) {
   const std::vector<std::uint8_t> legacy = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8};
   std::vector<std::byte> bytes(legacy.size());
   std::memcpy(bytes.data(), legacy.data(), legacy.size());
-  const std::string line = refused(bytes, checkpoint_errc::unsupported_pytorch);
+  const std::string line = refused(bytes, checkpoint_errc::unsupported_pytorch).what();
   EXPECT_NE(line.find("legacy"), std::string::npos) << line;
 }
 
@@ -341,7 +325,7 @@ TEST_F(Pytorch, CompressedRecordsAreNeverInflated) {
 TEST_F(Pytorch, RecordsMustNotOverlap) {
   auto z = pt_zip(state_dict_pickle());
   z.records[1].claimed_size = 50;  // past its descriptor, into the version record's header
-  const std::string line = refused(z.build(), checkpoint_errc::zip_malformed);
+  const std::string line = refused(z.build(), checkpoint_errc::zip_malformed).what();
   EXPECT_NE(line.find("overlaps"), std::string::npos) << line;
 }
 
@@ -386,7 +370,7 @@ TEST_F(Pytorch, EndRecordMustEndTheFile) {
 TEST_F(Pytorch, OtherZipsAreNotCheckpoints) {
   zip_builder z;
   z.add("docs/readme.txt", "hello");
-  const std::string line = refused(z.build(), checkpoint_errc::not_a_checkpoint);
+  const std::string line = refused(z.build(), checkpoint_errc::not_a_checkpoint).what();
   EXPECT_NE(line.find("data.pkl"), std::string::npos) << line;
 }
 
