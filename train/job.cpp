@@ -1,4 +1,4 @@
-#include "trainer.h"
+#include "job.h"
 
 #include <signal.h>
 
