@@ -21,7 +21,7 @@
 
 #include "collectives.h"
 #include "ferry/comm/error.h"
-#include "trainer.h"
+#include "job.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/idx.h"
-#include "trainer.h"
+#include "job.h"
 
 namespace ferry::trainer {
 namespace {
