@@ -110,9 +110,6 @@ struct hello {
   friend bool operator==(const hello&, const hello&) = default;
 };
 
-/// This machine's architecture name ("x86_64", "aarch64", "armhf", "s390x").
-std::string_view host_arch() noexcept;
-
 /// "rank 2 (s390x, big-endian, 64-bit)".
 std::string describe(const hello& h);
 

@@ -17,7 +17,7 @@
 #include "collectives.h"
 #include "ferry/checkpoint/torch/torch.h"
 #include "ferry/codec/crc32c.h"
-#include "ferry/comm/handshake.h"
+#include "ferry/base/arch.h"
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/residual.h"
 #include "ferry/trainer/sampler.h"
@@ -385,7 +385,7 @@ class job {
       // to a host of the same architecture (the job draws nothing from it
       // after start; the sampler's order is seeded by seed + epoch).
       s.alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-      s.metadata["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+      s.metadata["trainer.rng.cpu.arch"] = std::string(base::host_arch());
     }
     const auto res = sync_->residuals();
     if (!res.empty()) {
@@ -481,7 +481,7 @@ class job {
     adam_step_ = adam_step.value_or(0);
     if (adam_step_ < 0) fail(trainer_errc::bad_checkpoint, where + "a negative Adam step");
     const auto rng_arch = l.metadata.find("trainer.rng.cpu.arch");
-    if (rng.defined() && rng_arch != l.metadata.end() && rng_arch->second == comm::host_arch()) {
+    if (rng.defined() && rng_arch != l.metadata.end() && rng_arch->second == base::host_arch()) {
       auto generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(rng);
     }
