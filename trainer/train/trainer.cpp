@@ -55,7 +55,7 @@ void unpack(std::span<const float> flat, const std::vector<at::Tensor>& ts) {
 }
 
 at::Tensor index_tensor(std::span<const std::size_t> idx) {
-  auto t = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
+  auto t = torch::empty({static_cast<std::int64_t>(idx.size())}, torch::kInt64);
   std::copy(idx.begin(), idx.end(), t.data_ptr<std::int64_t>());
   return t;
 }
@@ -64,7 +64,7 @@ class job {
  public:
   job(const train_config& c, collectives& comm, const train_data& data)
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
-    ::torch::manual_seed(c.seed);
+    torch::manual_seed(c.seed);
     const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
     model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
     params_ = model_->parameters();
@@ -83,13 +83,13 @@ class job {
       (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
     }
     // LibTorch's Adam holds the state ferry's step updates, so checkpoints
-    // carry it under LibTorch's names (ferry::torch::optimizer_state).
-    adam_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(c.lr));
+    // carry it under LibTorch's names (ferry::libtorch::optimizer_state).
+    adam_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(c.lr));
     for (const auto& p : params_) {
-      auto st = std::make_unique<::torch::optim::AdamParamState>();
+      auto st = std::make_unique<torch::optim::AdamParamState>();
       st->step(0);
-      st->exp_avg(::torch::zeros_like(p));
-      st->exp_avg_sq(::torch::zeros_like(p));
+      st->exp_avg(torch::zeros_like(p));
+      st->exp_avg_sq(torch::zeros_like(p));
       moments_.push_back(st->exp_avg());
       moments_.push_back(st->exp_avg_sq());
       states_.push_back(st.get());
@@ -135,7 +135,7 @@ class job {
         for (auto& p : params_) p.mutable_grad() = at::Tensor();
         sync_->before_backward();
         const auto out = model_->forward(x);
-        const auto loss = ::torch::nn::functional::cross_entropy(out, y);
+        const auto loss = torch::nn::functional::cross_entropy(out, y);
         loss.backward();
         const double waited = sync_->after_backward();
         saver_->before_update();  // a pending asynchronous save has copied what the step changes
@@ -300,7 +300,7 @@ class job {
   }
 
   double evaluate() {
-    ::torch::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     model_->eval();
     const auto shard = exact_shard(test_.count, world_, rank_);
     std::int64_t correct = 0;
@@ -378,8 +378,8 @@ class job {
   // rank 0, its generator.
   save_state save_state_now() {
     save_state s;
-    s.replicated = ferry::torch::state_dict(*model_);
-    ferry::torch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
+    s.replicated = ferry::libtorch::state_dict(*model_);
+    ferry::libtorch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
       // to a host of the same architecture (the job draws nothing from it
@@ -390,11 +390,11 @@ class job {
     const auto res = sync_->residuals();
     if (!res.empty()) {
       // residuals() is a copy, gathered from the buckets.
-      s.own.push_back({"trainer.residual", ::torch::from_blob(const_cast<float*>(res.data()),
-                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)
+      s.own.push_back({"trainer.residual", torch::from_blob(const_cast<float*>(res.data()),
+                                                             {static_cast<std::int64_t>(res.size())}, torch::kFloat32)
                                                .clone()});
     }
-    s.own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64)});
+    s.own.push_back({"trainer.partial", torch::from_blob(partial_.data(), {3}, torch::kFloat64)});
     position(s.metadata);
     // What only the optimizer step changes: everything but the buffers
     // (BatchNorm's statistics change in every forward).
@@ -404,7 +404,7 @@ class job {
   }
 
   // Where the job is, for a checkpoint's metadata.
-  void position(ferry::torch::metadata_map& meta) const {
+  void position(ferry::libtorch::metadata_map& meta) const {
     meta["trainer.epoch"] = std::to_string(epoch_);
     meta["trainer.step"] = std::to_string(step_);
     meta["trainer.global_step"] = std::to_string(global_step_);
@@ -415,7 +415,7 @@ class job {
 
   // Rank 0 only; throws on any problem, naming the file.
   void load(const std::filesystem::path& path) {
-    auto l = ferry::torch::load(path).value();
+    auto l = ferry::libtorch::load(path).value();
     const auto where = path.string() + ": ";
     // A whole decimal number in [lo, hi], or bad_checkpoint naming the key.
     const auto number = [&](const std::string& key, std::int64_t lo, std::int64_t hi) {
@@ -446,7 +446,7 @@ class job {
                                              " rank(s) (step " + std::to_string(step) +
                                              "): resume it with that many ranks and the same --batch and --limit");
     }
-    ferry::torch::tensor_map model, optim;
+    ferry::libtorch::tensor_map model, optim;
     at::Tensor rng, residual, partial;
     for (auto& [name, t] : l.tensors) {
       if (name == "trainer.rng.cpu") rng = t;
@@ -457,8 +457,8 @@ class job {
     const auto in_file = [&](result<void, error> r) {
       if (!r) throw ferry::exception(r.error().wrap(path.string()));
     };
-    in_file(ferry::torch::load_state_dict(*model_, model));
-    in_file(ferry::torch::load_optimizer_state(*adam_, *model_, optim, l.metadata));
+    in_file(ferry::libtorch::load_state_dict(*model_, model));
+    in_file(ferry::libtorch::load_optimizer_state(*adam_, *model_, optim, l.metadata));
     // load_optimizer_state replaced the state objects: find them again
     // (every parameter must have one), contiguous for ferry's Adam step.
     moments_.clear();
@@ -467,7 +467,7 @@ class job {
     for (const auto& item : model_->named_parameters()) {
       const auto it = adam_->state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
       if (it == adam_->state().end()) fail(trainer_errc::bad_checkpoint, where + "no Adam state for " + item.key());
-      auto& st = static_cast<::torch::optim::AdamParamState&>(*it->second);
+      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
       if (adam_step && *adam_step != st.step()) {
         fail(trainer_errc::bad_checkpoint, where + "the parameters' Adam steps differ (" + item.key() + ")");
       }
@@ -532,8 +532,8 @@ class job {
   const data_split& test_;
   std::shared_ptr<mlp_impl> model_;
   std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
-  std::unique_ptr<::torch::optim::Adam> adam_;
-  std::vector<::torch::optim::AdamParamState*> states_;
+  std::unique_ptr<torch::optim::Adam> adam_;
+  std::vector<torch::optim::AdamParamState*> states_;
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;
