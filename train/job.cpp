@@ -17,7 +17,7 @@
 #include "collectives.h"
 #include "ferry/checkpoint/torch/torch.h"
 #include "ferry/codec/crc32c.h"
-#include "ferry/comm/handshake.h"
+#include "ferry/base/arch.h"
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/sampler.h"
 #include "gradient_sync.h"
@@ -55,7 +55,7 @@ void unpack(std::span<const float> flat, const std::vector<at::Tensor>& ts) {
 }
 
 at::Tensor index_tensor(std::span<const std::size_t> idx) {
-  auto t = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
+  auto t = torch::empty({static_cast<std::int64_t>(idx.size())}, torch::kInt64);
   std::copy(idx.begin(), idx.end(), t.data_ptr<std::int64_t>());
   return t;
 }
@@ -98,7 +98,7 @@ class job {
   // values arrive), with --freeze's layers not trained; its buffers split
   // into floating point (averaged over ranks) and integers.
   void build_model() {
-    ::torch::manual_seed(c_.seed);
+    torch::manual_seed(c_.seed);
     const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
     model_ = std::make_shared<mlp_impl>(train_.images.size(1), c_.hidden, std::max<std::int64_t>(classes, 2));
     params_ = model_->parameters();
@@ -124,14 +124,14 @@ class job {
   }
 
   // LibTorch's Adam holds the state ferry's step updates, so checkpoints
-  // carry it under LibTorch's names (ferry::torch::optimizer_state).
+  // carry it under LibTorch's names (ferry::libtorch::optimizer_state).
   void build_optimizer() {
-    adam_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(c_.lr));
+    adam_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(c_.lr));
     for (const auto& p : params_) {
-      auto st = std::make_unique<::torch::optim::AdamParamState>();
+      auto st = std::make_unique<torch::optim::AdamParamState>();
       st->step(0);
-      st->exp_avg(::torch::zeros_like(p));
-      st->exp_avg_sq(::torch::zeros_like(p));
+      st->exp_avg(torch::zeros_like(p));
+      st->exp_avg_sq(torch::zeros_like(p));
       adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
     }
     bind_adam_state();
@@ -148,7 +148,7 @@ class job {
     for (const auto& p : params_) {
       const auto it = adam_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
       assert(it != adam_->state().end());
-      auto& st = static_cast<::torch::optim::AdamParamState&>(*it->second);
+      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
       st.exp_avg(st.exp_avg().contiguous());
       st.exp_avg_sq(st.exp_avg_sq().contiguous());
       moments_.push_back(st.exp_avg());
@@ -211,7 +211,7 @@ class job {
     for (auto& p : params_) p.mutable_grad() = at::Tensor();
     sync_->before_backward();
     const auto out = model_->forward(x);
-    const auto loss = ::torch::nn::functional::cross_entropy(out, y);
+    const auto loss = torch::nn::functional::cross_entropy(out, y);
     loss.backward();
     const double waited = sync_->after_backward();
     saver_->before_update();  // a pending asynchronous save has copied what the step changes
@@ -396,7 +396,7 @@ class job {
   }
 
   double evaluate() {
-    ::torch::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     model_->eval();
     const auto shard = exact_shard(test_.count, world_, rank_);
     std::int64_t correct = 0;
@@ -487,23 +487,23 @@ class job {
   // rank 0, its generator.
   save_state save_state_now() {
     save_state s;
-    s.replicated = ferry::torch::state_dict(*model_);
-    ferry::torch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
+    s.replicated = ferry::libtorch::state_dict(*model_);
+    ferry::libtorch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
       // to a host of the same architecture (the job draws nothing from it
       // after start; the sampler's order is seeded by seed + epoch).
       s.alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-      s.metadata["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+      s.metadata["trainer.rng.cpu.arch"] = std::string(base::host_arch());
     }
     const auto res = sync_->residuals();
     if (!res.empty()) {
       // residuals() is a copy, gathered from the buckets.
-      s.own.push_back({"trainer.residual", ::torch::from_blob(const_cast<float*>(res.data()),
-                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)
+      s.own.push_back({"trainer.residual", torch::from_blob(const_cast<float*>(res.data()),
+                                                             {static_cast<std::int64_t>(res.size())}, torch::kFloat32)
                                                .clone()});
     }
-    s.own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64)});
+    s.own.push_back({"trainer.partial", torch::from_blob(partial_.data(), {3}, torch::kFloat64)});
     position(s.metadata);
     // What only the optimizer step changes: everything but the buffers
     // (BatchNorm's statistics change in every forward).
@@ -513,7 +513,7 @@ class job {
   }
 
   // Where the job is, for a checkpoint's metadata.
-  void position(ferry::torch::metadata_map& meta) const {
+  void position(ferry::libtorch::metadata_map& meta) const {
     meta["trainer.epoch"] = std::to_string(epoch_);
     meta["trainer.step"] = std::to_string(step_);
     meta["trainer.global_step"] = std::to_string(global_step_);
@@ -529,8 +529,8 @@ class job {
   const data_split& test_;
   std::shared_ptr<mlp_impl> model_;
   std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
-  std::unique_ptr<::torch::optim::Adam> adam_;
-  std::vector<::torch::optim::AdamParamState*> states_;
+  std::unique_ptr<torch::optim::Adam> adam_;
+  std::vector<torch::optim::AdamParamState*> states_;
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ferry/checkpoint/torch/torch.h"
-#include "ferry/comm/handshake.h"
+#include "ferry/base/arch.h"
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/residual.h"
 
@@ -25,7 +25,7 @@ struct saved_position {
 
 // A whole decimal number in [lo, hi] under `key`, or bad_checkpoint naming
 // the key. `where` is "PATH: ".
-std::int64_t metadata_number(const ferry::torch::metadata_map& meta, const std::string& where, const std::string& key,
+std::int64_t metadata_number(const ferry::libtorch::metadata_map& meta, const std::string& where, const std::string& key,
                              std::int64_t lo, std::int64_t hi) {
   const auto it = meta.find(key);
   if (it == meta.end()) fail(trainer_errc::bad_checkpoint, where + "no " + key);
@@ -39,7 +39,7 @@ std::int64_t metadata_number(const ferry::torch::metadata_map& meta, const std::
   return v;
 }
 
-saved_position read_position(const ferry::torch::metadata_map& meta, const std::string& where, const train_config& c,
+saved_position read_position(const ferry::libtorch::metadata_map& meta, const std::string& where, const train_config& c,
                              std::uint32_t world, std::int64_t steps_per_epoch) {
   constexpr auto most = std::numeric_limits<std::int64_t>::max();
   saved_position p;
@@ -64,11 +64,11 @@ saved_position read_position(const ferry::torch::metadata_map& meta, const std::
 // The checkpoint's tensors by owner: the model's, the optimizer's, and the
 // trainer's own (LibTorch's generator, residuals, the partial epoch).
 struct saved_tensors {
-  ferry::torch::tensor_map model, optim;
+  ferry::libtorch::tensor_map model, optim;
   at::Tensor rng, residual, partial;
 };
 
-saved_tensors sort_tensors(const ferry::torch::tensor_map& tensors) {
+saved_tensors sort_tensors(const ferry::libtorch::tensor_map& tensors) {
   saved_tensors s;
   for (const auto& [name, t] : tensors) {
     if (name == "trainer.rng.cpu") s.rng = t;
@@ -82,12 +82,12 @@ saved_tensors sort_tensors(const ferry::torch::tensor_map& tensors) {
 // The Adam step every parameter's state holds (one number: the job steps
 // them together). load_optimizer_state replaced the state objects; each
 // parameter must have one.
-std::int64_t adam_step_of(::torch::optim::Adam& adam, mlp_impl& model, const std::string& where) {
+std::int64_t adam_step_of(torch::optim::Adam& adam, mlp_impl& model, const std::string& where) {
   std::optional<std::int64_t> adam_step;
   for (const auto& item : model.named_parameters()) {
     const auto it = adam.state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
     if (it == adam.state().end()) fail(trainer_errc::bad_checkpoint, where + "no Adam state for " + item.key());
-    auto& st = static_cast<::torch::optim::AdamParamState&>(*it->second);
+    auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
     if (adam_step && *adam_step != st.step()) {
       fail(trainer_errc::bad_checkpoint, where + "the parameters' Adam steps differ (" + item.key() + ")");
     }
@@ -99,9 +99,9 @@ std::int64_t adam_step_of(::torch::optim::Adam& adam, mlp_impl& model, const std
 
 // LibTorch's generator state is its C struct's bytes: restored only on a
 // host of the architecture that wrote it.
-void restore_generator(const at::Tensor& rng, const ferry::torch::metadata_map& meta) {
+void restore_generator(const at::Tensor& rng, const ferry::libtorch::metadata_map& meta) {
   const auto rng_arch = meta.find("trainer.rng.cpu.arch");
-  if (rng.defined() && rng_arch != meta.end() && rng_arch->second == comm::host_arch()) {
+  if (rng.defined() && rng_arch != meta.end() && rng_arch->second == base::host_arch()) {
     auto generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(rng);
   }
@@ -127,7 +127,7 @@ void carry_per_rank_state(const saved_tensors& t, const saved_position& p, std::
 
 // Options that change the result: the run goes on with this run's, and
 // says which differ from the checkpoint's.
-void note_changed_settings(const ferry::torch::metadata_map& meta, const train_config& c, std::int64_t saved_world,
+void note_changed_settings(const ferry::libtorch::metadata_map& meta, const train_config& c, std::int64_t saved_world,
                            std::uint32_t world, reporter& report) {
   const auto saved = meta.find("trainer.config");
   if (saved == meta.end()) return;
@@ -151,17 +151,17 @@ void note_changed_settings(const ferry::torch::metadata_map& meta, const train_c
 }  // namespace
 
 resume_point load_checkpoint(const std::filesystem::path& path, const train_config& c, std::uint32_t world,
-                             std::int64_t steps_per_epoch, mlp_impl& model, ::torch::optim::Adam& adam,
+                             std::int64_t steps_per_epoch, mlp_impl& model, torch::optim::Adam& adam,
                              std::size_t residual_size, reporter& report) {
-  auto l = ferry::torch::load(path).value();
+  auto l = ferry::libtorch::load(path).value();
   const auto where = path.string() + ": ";
   const auto position = read_position(l.metadata, where, c, world, steps_per_epoch);
   const auto tensors = sort_tensors(l.tensors);
   const auto in_file = [&](result<void, error> r) {
     if (!r) throw ferry::exception(r.error().wrap(path.string()));
   };
-  in_file(ferry::torch::load_state_dict(model, tensors.model));
-  in_file(ferry::torch::load_optimizer_state(adam, model, tensors.optim, l.metadata));
+  in_file(ferry::libtorch::load_state_dict(model, tensors.model));
+  in_file(ferry::libtorch::load_optimizer_state(adam, model, tensors.optim, l.metadata));
   resume_point out;
   out.adam_step = adam_step_of(adam, model, where);
   restore_generator(tensors.rng, l.metadata);

@@ -37,7 +37,7 @@ struct resume_point {
 /// Throws ferry::exception naming the file (trainer_errc::bad_checkpoint,
 /// or the reader's error); LibTorch's own errors come as c10::Error.
 resume_point load_checkpoint(const std::filesystem::path& path, const train_config& c, std::uint32_t world,
-                             std::int64_t steps_per_epoch, mlp_impl& model, ::torch::optim::Adam& adam,
+                             std::int64_t steps_per_epoch, mlp_impl& model, torch::optim::Adam& adam,
                              std::size_t residual_size, reporter& report);
 
 }  // namespace ferry::trainer

@@ -1,5 +1,5 @@
 """The Python module: round trips of every dtype, .pt files against
-torch.load, sharing, ferry::torch interop, a ferry-train checkpoint in a
+torch.load, sharing, ferry::libtorch interop, a ferry-train checkpoint in a
 torch.nn model, and hostile files. Run by CTest (python_test), which sets
 PYTHONPATH to the build's package and names the programs below."""
 import gzip
