@@ -12,7 +12,7 @@
 # (the .h files at its top), and of detail/ only what those include
 # (graph/archive.h's templates need graph/detail/codec.h). Not installed:
 # the rest of detail/ (internals of compiled code), checkpoint/torch/ (the
-# LibTorch adapter, built in the tree only) and trainer/train/ (the
+# LibTorch adapter, built in the tree only) and train/ (the
 # ferry-train program, which includes <torch/torch.h>).
 include(CMakePackageConfigHelpers)
 set(ferry_cmake_dir "${CMAKE_INSTALL_LIBDIR}/cmake/ferry")

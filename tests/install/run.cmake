@@ -15,7 +15,7 @@ run(${CMAKE_COMMAND} --install "${FERRY_BUILD_DIR}" --prefix "${WORK_DIR}/prefix
 
 # Only public headers install. Of detail/, only what an installed header
 # includes (graph/archive.h's templates); never the program-internal
-# trees (trainer/train/ includes <torch/torch.h>, checkpoint/torch/ is the
+# trees (train/ includes <torch/torch.h>, checkpoint/torch/ is the
 # in-tree LibTorch adapter). Every ferry header an installed header
 # includes is installed too, so each compiles from the prefix alone.
 set(include_dir "${WORK_DIR}/prefix/include")
