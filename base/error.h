@@ -2,24 +2,30 @@
 //
 // ERROR CODES
 //
-// An error code is a stable number. The numbers are part of ferry's
-// interface: never renumbered or reused, so a value logged (or sent in an
-// ABORT message) today means the same thing next year. Each module declares
-// its own codes beside its code, in blocks:
+// An error code is a stable number, and its block says which module
+// raised it. The numbers are part of ferry's interface: never reused, so a
+// value logged (or sent in an ABORT message) means the same thing next
+// year. (They were renumbered once, before 1.0, into these blocks:
+// docs/errors.md lists every code and the old numbers.) Each module
+// declares its own codes beside its code, in one block:
 //
-//   1..99     base and wire/      ferry::errc (this header)
+//   1..99     base/ and wire/     ferry::errc (this header)
 //   100..199  codec/              ferry::codec_errc (codec/error.h)
-//   200..299  schema/, graph/     ferry::schema_errc, ferry::graph_errc
-//   300..399  comm/               ferry::comm_errc (comm/error.h)
+//   200..249  schema/             ferry::schema_errc (schema/error.h)
+//   250..299  graph/              ferry::graph_errc (graph/error.h)
+//   300..399  comm/ and the torch backend (python/distributed/)
+//                                 ferry::comm_errc (comm/error.h)
 //   400..499  checkpoint/         ferry::checkpoint_errc (checkpoint/error.h)
 //   500..599  trainer/            ferry::trainer_errc (trainer/error.h)
 //
-// Failures every format shares (bad magic, a checksum, trailing bytes, I/O)
-// are base codes, ferry::errc, whichever block their number first appeared
-// in. Module enums live in namespace ferry under distinct names, so code in
-// any namespace writes `errc::truncated` and `graph_errc::type_mismatch`
-// without one hiding the other. A module declares its enum, names and
-// messages from one list with FERRY_DEFINE_ERRORS, which registers them.
+// Failures every format shares (bad magic, a checksum, trailing bytes,
+// I/O) are base codes, ferry::errc. Module enums live in namespace ferry
+// under distinct names, so code in any namespace writes `errc::truncated`
+// and `graph_errc::type_mismatch` without one hiding the other. A module
+// declares its enum, names and messages from one list with
+// FERRY_DEFINE_ERRORS, which registers them; a new code takes the next free
+// number of its module's block, and a new row in docs/errors.md (a test
+// checks both).
 //
 // `error_code` holds any of them (two bytes); name() and message() find the
 // text of every registered code.
@@ -90,26 +96,26 @@ struct error_info {
 /// a bug (two modules claiming one number): asserted.
 bool register_errors(std::span<const error_info> table) noexcept;
 
-/// The base codes: byte-level decoding (1..99), and failures every format
-/// shares, numbered in the block where they first appeared.
-#define FERRY_BASE_ERRORS(X)                                                   \
-  X(ok, 0, "no error")                                                         \
-  X(truncated, 1, "input ends before the value it announces")                  \
-  X(no_space, 2, "output buffer is too small")                                 \
-  X(varint_overlong, 3, "varint has a redundant trailing zero byte")           \
-  X(varint_overflow, 4, "varint value does not fit the target type")           \
-  X(out_of_range, 5, "position or length lies outside the buffer")             \
-  X(limit_exceeded, 6, "length exceeds the decoder's limit")                   \
-  X(size_mismatch, 7, "sizes that must agree do not")                          \
-  X(bad_magic, 200, "input does not start with the expected magic bytes")      \
-  X(unsupported_version, 201, "unsupported format version")                   \
-  X(bad_byte_order, 202, "byte-order field is neither little nor big")         \
-  X(depth_exceeded, 208, "nesting deeper than the configured limit")           \
-  X(bad_value, 211, "flag, tag or enumerated field out of range")              \
-  X(duplicate_key, 212, "a key appears twice")                                 \
-  X(trailing_bytes, 216, "bytes remain after the end")                         \
-  X(io_error, 218, "file or stream I/O failed")                                \
-  X(checksum_mismatch, 300, "CRC32C does not match the bytes it covers")
+/// The base codes (1..99): byte-level decoding, and failures every format
+/// shares.
+#define FERRY_BASE_ERRORS(X)                                            \
+  X(ok, 0, "no error")                                                  \
+  X(truncated, 1, "input ends before the value it announces")           \
+  X(no_space, 2, "output buffer is too small")                          \
+  X(varint_overlong, 3, "varint has a redundant trailing zero byte")    \
+  X(varint_overflow, 4, "varint value does not fit the target type")    \
+  X(out_of_range, 5, "position or length lies outside the buffer")      \
+  X(limit_exceeded, 6, "length exceeds the decoder's limit")            \
+  X(size_mismatch, 7, "sizes that must agree do not")                   \
+  X(bad_magic, 8, "input does not start with the expected magic bytes") \
+  X(unsupported_version, 9, "unsupported format version")               \
+  X(bad_byte_order, 10, "byte-order field is neither little nor big")   \
+  X(depth_exceeded, 11, "nesting deeper than the configured limit")     \
+  X(bad_value, 12, "flag, tag or enumerated field out of range")        \
+  X(duplicate_key, 13, "a key appears twice")                           \
+  X(trailing_bytes, 14, "bytes remain after the end")                   \
+  X(io_error, 15, "file or stream I/O failed")                          \
+  X(checksum_mismatch, 16, "CRC32C does not match the bytes it covers")
 FERRY_DEFINE_ERRORS(errc, FERRY_BASE_ERRORS);
 
 

@@ -1,5 +1,6 @@
-// ferry/comm/error.h: comm/'s error codes (300..399) and the exception its
-// connections and collectives throw.
+// ferry/comm/error.h: comm/'s error codes (300..399), which the torch
+// backend (python/distributed/) shares, and the exception its connections
+// and collectives throw.
 //
 // The pure decoders of comm/ (frame.h, handshake.h) return result<T> like
 // every decoder in ferry. What talks to the network throws comm_error, a
@@ -16,18 +17,20 @@
 
 namespace ferry {
 
-#define FERRY_COMM_ERRORS(X)                                                         \
-  X(auth_failed, 301, "peer could not prove it holds the shared secret")             \
-  X(version_mismatch, 302, "peer speaks another protocol version")                   \
-  X(config_mismatch, 303, "peer's world configuration differs")                      \
-  X(peer_lost, 304, "peer's connection closed or reset")                             \
-  X(timed_out, 305, "no progress within the timeout")                                \
-  X(sequence_mismatch, 306, "frame from an unexpected collective, chunk or sender")  \
-  X(connect_failed, 307, "address could not be resolved, bound or reached")          \
-  X(bad_config, 308, "invalid configuration")                                        \
-  X(aborted, 309, "communicator failed earlier")                                     \
-  X(protocol_error, 310, "message not allowed by the protocol at this point")        \
-  X(forged_frame, 311, "frame failed authentication: altered, injected, replayed, reordered or dropped")
+#define FERRY_COMM_ERRORS(X)                                                                             \
+  X(auth_failed, 301, "peer could not prove it holds the shared secret")                                 \
+  X(version_mismatch, 302, "peer speaks another protocol version")                                       \
+  X(config_mismatch, 303, "peer's world configuration differs")                                          \
+  X(peer_lost, 304, "peer's connection closed or reset")                                                 \
+  X(timed_out, 305, "no progress within the timeout")                                                    \
+  X(sequence_mismatch, 306, "frame from an unexpected collective, chunk or sender")                      \
+  X(connect_failed, 307, "address could not be resolved, bound or reached")                              \
+  X(bad_config, 308, "invalid configuration")                                                            \
+  X(aborted, 309, "communicator failed earlier")                                                         \
+  X(protocol_error, 310, "message not allowed by the protocol at this point")                            \
+  X(forged_frame, 311, "frame failed authentication: altered, injected, replayed, reordered or dropped") \
+  X(unsupported, 312, "operation, dtype, device or reduce op the backend does not support")              \
+  X(bad_argument, 313, "collective called with tensors, a root or an option that do not fit it")
 FERRY_DEFINE_ERRORS(comm_errc, FERRY_COMM_ERRORS);
 
 }  // namespace ferry

@@ -3,11 +3,18 @@
 // hooks over it). Types come from torch's own bindings (ProcessGroup, Work,
 // Store), shared through pybind11's registry, so torch/python.h's casters
 // and intrusive_ptr holders apply.
+//
+// Errors are ferry's one family, the classes python/ferry/__init__.py
+// defines, which the checkpoint module (_ferry) raises too: comm_error (a
+// failed connection or collective) as ferry.CommError with .peer, any
+// other ferry::exception (configuration, arguments, an unsupported call)
+// as ferry.Error; both with .code, .name and .context (docs/errors.md).
 #include <torch/python.h>
 
 #include <pybind11/chrono.h>
 
 #include "ferry/codec/crc32c.h"
+#include "ferry/comm/error.h"
 #include "ferry/wire/bulk.h"
 #include "process_group.h"
 
@@ -16,10 +23,42 @@ using ferry::distributed::process_group;
 
 namespace {
 
+// An error's text as str: it may quote bytes that are not UTF-8, shown
+// as \x escapes.
+py::str text(const std::string& s) {
+  return py::reinterpret_steal<py::str>(
+      PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+}
+
+// Raises ferry.<cls>(what, code, name, context[, peer]).
+void raise_as(const char* cls, const ferry::exception& e, const py::object& peer) {
+  const ferry::error& err = e.error();
+  const py::object type = py::module_::import("ferry").attr(cls);
+  const py::str what = text(e.what());
+  const std::string name(ferry::name(err.code()));
+  const py::object exc = peer.is_none() ? type(what, err.code().value(), name, text(err.context()))
+                                        : type(what, err.code().value(), name, text(err.context()), peer);
+  PyErr_SetObject(type.ptr(), exc.ptr());
+}
+
+// For every pybind11 call in the process, torch's own included (Work.wait
+// rethrows the collective's exception there).
+void translate(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ferry::comm::comm_error& e) {
+    raise_as("CommError", e, e.peer() ? py::object(py::int_(*e.peer())) : py::object(py::none()));
+  } catch (const ferry::exception& e) {
+    raise_as("Error", e, py::none());
+  }
+}
+
 process_group& ferry_group(c10d::ProcessGroup& group) {
   auto* ours = dynamic_cast<process_group*>(&group);
-  TORCH_CHECK(ours != nullptr, "ferry: the process group's backend is ", group.getBackendName(),
-              ", not ferry");
+  if (ours == nullptr) {
+    throw ferry::exception(ferry::error(ferry::comm_errc::bad_argument,
+                                        "ferry: the process group's backend is " + group.getBackendName() + ", not ferry"));
+  }
   return *ours;
 }
 
@@ -27,14 +66,28 @@ ferry::comm::compression compression_named(const std::string& name) {
   if (name == "bf16") return ferry::comm::compression::bf16;
   if (name == "f16") return ferry::comm::compression::f16;
   if (name == "none") return ferry::comm::compression::none;
-  TORCH_CHECK(false, "ferry: compression '", name, "' is not one of bf16, f16, none");
+  throw ferry::exception(ferry::error(ferry::comm_errc::bad_argument,
+                                      "ferry: compression " + ferry::quote(name) + " is not one of bf16, f16, none"));
 }
 
 }  // namespace
 
 PYBIND11_MODULE(_distributed, m) {
   m.doc() = "The C++ half of ferry.distributed: the process group over ferry's ring.";
-  py::register_exception<ferry::comm::comm_error>(m, "CommError", PyExc_RuntimeError);
+  // The classes of ferry's package, not classes of this module's own: the
+  // checkpoint module raises the same ones (ferry is imported before
+  // ferry.distributed, so this import finds it whole).
+  const py::module_ ferry_package = py::module_::import("ferry");
+  m.attr("Error") = ferry_package.attr("Error");
+  m.attr("CommError") = ferry_package.attr("CommError");
+  py::register_exception_translator(&translate);
+  // comm/'s codes, {name: (number, message)}: the ones the Python half
+  // raises (the rendezvous store, _store.py) are these too.
+  py::dict comm_codes;
+  for (const ferry::error_info& i : ferry::detail::comm_errc_table) {
+    comm_codes[py::str(std::string(i.name))] = py::make_tuple(i.value, std::string(i.message));
+  }
+  m.attr("comm_codes") = comm_codes;
 
   m.def(
       "create_process_group",
@@ -67,7 +120,9 @@ PYBIND11_MODULE(_distributed, m) {
   m.def(
       "crc32c",
       [](const at::Tensor& tensor) {
-        TORCH_CHECK(tensor.device().is_cpu() && tensor.layout() == at::kStrided, "ferry: crc32c takes a dense CPU tensor");
+        if (!tensor.device().is_cpu() || tensor.layout() != at::kStrided) {
+          throw ferry::exception(ferry::error(ferry::comm_errc::unsupported, "ferry: crc32c takes a dense CPU tensor"));
+        }
         const at::Tensor t = tensor.contiguous();
         const std::span<const std::byte> bytes(static_cast<const std::byte*>(t.data_ptr()), t.nbytes());
         const auto width = static_cast<std::size_t>(t.element_size());

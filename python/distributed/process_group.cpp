@@ -25,6 +25,21 @@ namespace {
 using c10d::OpType;
 using c10d::ReduceOp;
 
+/// Throws ferry::exception with `code` and the text of `parts`, which
+/// Python sees as ferry.Error (python/distributed/module.cpp): a call the
+/// backend cannot serve (comm_errc::unsupported), arguments that do not fit
+/// the collective (bad_argument), a bad configuration (bad_config).
+template <class... Parts>
+[[noreturn]] void fail(error_code code, const Parts&... parts) {
+  throw ferry::exception(ferry::error(code, c10::str(parts...)));
+}
+
+/// fail(code, parts...) unless `ok`.
+template <class... Parts>
+void require(bool ok, error_code code, const Parts&... parts) {
+  if (!ok) fail(code, parts...);
+}
+
 /// A collective's handle: the future the worker completes with the output
 /// tensors, or fails with the collective's exception.
 class work final : public c10d::Work {
@@ -46,8 +61,8 @@ class work final : public c10d::Work {
       // caller's patience is rare enough for a 1 ms poll.
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!future_->completed()) {
-        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "ferry: ", c10d::opTypeToString(retrieveOpType()),
-                    " did not finish within ", timeout.count(), " ms");
+        require(std::chrono::steady_clock::now() < deadline, comm_errc::timed_out,
+                "ferry: ", c10d::opTypeToString(retrieveOpType()), " did not finish within ", timeout.count(), " ms");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
@@ -75,7 +90,8 @@ decltype(auto) with_element(at::ScalarType type, F&& f) {
     case at::kChar: return f(std::int8_t{});
     case at::kByte: return f(std::uint8_t{});
     case at::kBool: return f(bool{});
-    default: TORCH_CHECK(false, "ferry: tensors of dtype ", type, " are not supported");
+    default:
+      fail(comm_errc::unsupported, "ferry: tensors of dtype ", type, " are not supported");
   }
 }
 
@@ -85,14 +101,16 @@ std::span<T> elements(const at::Tensor& t) {
 }
 
 void check_tensor(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.defined(), "ferry: ", op, " was given an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "ferry: ", op, " takes CPU tensors, not ", t.device(), " ones");
-  TORCH_CHECK(t.layout() == at::kStrided, "ferry: ", op, " takes dense tensors, not ", t.layout(), " ones");
+  require(t.defined(), comm_errc::bad_argument, "ferry: ", op, " was given an undefined tensor");
+  require(t.device().is_cpu(), comm_errc::unsupported, "ferry: ", op, " takes CPU tensors, not ", t.device(), " ones");
+  require(t.layout() == at::kStrided, comm_errc::unsupported, "ferry: ", op, " takes dense tensors, not ", t.layout(),
+          " ones");
   with_element(t.scalar_type(), [](auto) {});
 }
 
 const at::Tensor& one_tensor(const std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK(tensors.size() == 1, "ferry: ", op, " takes one tensor per rank, not ", tensors.size());
+  require(tensors.size() == 1, comm_errc::bad_argument, "ferry: ", op, " takes one tensor per rank, not ",
+          tensors.size());
   check_tensor(tensors[0], op);
   return tensors[0];
 }
@@ -103,8 +121,8 @@ void check_like(const std::vector<at::Tensor>& list, const at::Tensor& like, con
                 const char* ref) {
   for (const at::Tensor& t : list) {
     check_tensor(t, op);
-    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "ferry: ", op, "'s ", what,
-                " must have the ", ref, "'s size and dtype");
+    require(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), comm_errc::bad_argument, "ferry: ", op,
+            "'s ", what, " must have the ", ref, "'s size and dtype");
   }
 }
 
@@ -115,15 +133,17 @@ void check_op(ReduceOp op, at::ScalarType type, const char* name) {
     case ReduceOp::MIN:
     case ReduceOp::MAX: return;
     case ReduceOp::AVG:
-      TORCH_CHECK(at::isFloatingType(type), "ferry: ", name, " with AVG needs a floating-point tensor, not ", type);
+      require(at::isFloatingType(type), comm_errc::unsupported, "ferry: ", name,
+              " with AVG needs a floating-point tensor, not ", type);
       return;
     case ReduceOp::BAND:
     case ReduceOp::BOR:
     case ReduceOp::BXOR:
-      TORCH_CHECK(at::isIntegralType(type, /*includeBool=*/true), "ferry: ", name,
-                  " with a bitwise op needs an integer or bool tensor, not ", type);
+      require(at::isIntegralType(type, /*includeBool=*/true), comm_errc::unsupported, "ferry: ", name,
+              " with a bitwise op needs an integer or bool tensor, not ", type);
       return;
-    default: TORCH_CHECK(false, "ferry: ", name, " does not support reduce op ", static_cast<int>(op.op_));
+    default:
+      fail(comm_errc::unsupported, "ferry: ", name, " does not support reduce op ", static_cast<int>(op.op_));
   }
 }
 
@@ -188,7 +208,7 @@ std::unordered_set<process_group*> live;
 }  // namespace
 
 comm::config process_group::config_for(int rank, int size) {
-  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "ferry: rank ", rank, " of a world of ", size);
+  require(size >= 1 && rank >= 0 && rank < size, comm_errc::bad_config, "ferry: rank ", rank, " of a world of ", size);
   return comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
 }
 
@@ -216,9 +236,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusiv
     std::uint16_t port = 0;
     const char* end = text.data() + (space == std::string::npos ? text.size() : space);
     const auto [stop, ec] = std::from_chars(text.data(), end, port);
-    TORCH_CHECK(space != std::string::npos && space + 1 < text.size() && ec == std::errc{} && stop == end &&
-                    port != 0,
-                "ferry: the store's ", listener_key, " is '", text, "', not '<port> <address>'");
+    require(space != std::string::npos && space + 1 < text.size() && ec == std::errc{} && stop == end && port != 0,
+            comm_errc::protocol_error, "ferry: the store's ", listener_key, " is '", text, "', not '<port> <address>'");
     c.master_port = port;
     c.master_addr = text.substr(space + 1);
   }
@@ -365,7 +384,8 @@ void process_group::allreduce_folded(at::Tensor& t, ReduceOp op) {
       case ReduceOp::BAND: acc.bitwise_and_(x); break;
       case ReduceOp::BOR: acc.bitwise_or_(x); break;
       case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
-      default: TORCH_CHECK(false, "ferry: reduce op ", static_cast<int>(op.op_));
+      default:
+        fail(comm_errc::unsupported, "ferry: reduce op ", static_cast<int>(op.op_));
     }
   }
   if (op == ReduceOp::AVG) acc.div_(static_cast<double>(n));
@@ -373,7 +393,8 @@ void process_group::allreduce_folded(at::Tensor& t, ReduceOp op) {
 }
 
 void process_group::check_root(std::int64_t root, const char* what) const {
-  TORCH_CHECK(root >= 0 && root < getSize(), "ferry: ", what, " rank ", root, " of a world of ", getSize());
+  require(root >= 0 && root < getSize(), comm_errc::bad_argument, "ferry: ", what, " rank ", root, " of a world of ",
+          getSize());
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
@@ -398,12 +419,12 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "ferry: allreduce_coalesced was given no tensors");
+  require(!tensors.empty(), comm_errc::bad_argument, "ferry: allreduce_coalesced was given no tensors");
   for (const at::Tensor& t : tensors) {
     check_tensor(t, "allreduce_coalesced");
-    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
-                "ferry: allreduce_coalesced takes tensors of one dtype, not ", tensors[0].scalar_type(), " and ",
-                t.scalar_type());
+    require(t.scalar_type() == tensors[0].scalar_type(), comm_errc::bad_argument,
+            "ferry: allreduce_coalesced takes tensors of one dtype, not ", tensors[0].scalar_type(), " and ",
+            t.scalar_type());
   }
   check_op(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
   const ReduceOp op = opts.reduceOp;
@@ -430,8 +451,8 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllgatherOptions&) {
   const at::Tensor& in = one_tensor(inputs, "allgather");
-  TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
-              "ferry: allgather takes one list of ", getSize(), " output tensors");
+  require(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
+          "ferry: allgather takes one list of ", getSize(), " output tensors");
   check_like(outputs[0], in, "allgather", "outputs", "input");
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(OpType::ALLGATHER, outs, [this, in, outs]() mutable {
@@ -446,8 +467,9 @@ c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output
                                                               const c10d::AllgatherOptions&) {
   check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
-  TORCH_CHECK(output.numel() == getSize() * input.numel() && output.scalar_type() == input.scalar_type(),
-              "ferry: _allgather_base's output must hold world size times the input, of its dtype");
+  require(output.numel() == getSize() * input.numel() && output.scalar_type() == input.scalar_type(),
+          comm_errc::bad_argument,
+          "ferry: _allgather_base's output must hold world size times the input, of its dtype");
   return enqueue(OpType::_ALLGATHER_BASE, {output}, [this, in = input, out = output]() mutable {
     at::Tensor mine = in.contiguous();
     on_dense(out, [&](at::Tensor& d) { allgather_now(mine, d); });
@@ -461,13 +483,13 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
   check_root(opts.rootRank, "gather to");
   std::vector<at::Tensor> outs;
   if (getRank() == opts.rootRank) {
-    TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()),
-                "ferry: gather's root takes one list of ", getSize(), " output tensors");
+    require(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
+            "ferry: gather's root takes one list of ", getSize(), " output tensors");
     outs = outputs[0];
     check_like(outs, in, "gather", "outputs", "input");
   } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "ferry: gather takes output tensors on the root only");
+    require(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), comm_errc::bad_argument,
+            "ferry: gather takes output tensors on the root only");
   }
   // An allgather whose result only the root keeps.
   return enqueue(OpType::GATHER, outs, [this, in, outs]() mutable {
@@ -485,8 +507,8 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
   check_root(opts.rootRank, "scatter from");
   std::vector<at::Tensor> ins;
   if (getRank() == opts.rootRank) {
-    TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
-                "ferry: scatter's root takes one list of ", getSize(), " input tensors");
+    require(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
+            "ferry: scatter's root takes one list of ", getSize(), " input tensors");
     ins = inputs[0];
     check_like(ins, out, "scatter", "inputs", "output");
   }
@@ -503,8 +525,8 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Ten
                                                              std::vector<std::vector<at::Tensor>>& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
   at::Tensor out = one_tensor(outputs, "reduce_scatter");
-  TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
-              "ferry: reduce_scatter takes one list of ", getSize(), " input tensors");
+  require(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
+          "ferry: reduce_scatter takes one list of ", getSize(), " input tensors");
   // Pieces may differ in size (torch's reduce_scatter_v): input i is what
   // rank i keeps, so this rank's input must have its output's size, and
   // every rank must pass the same sizes in the same order (as with gloo,
@@ -513,12 +535,14 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Ten
   for (std::size_t i = 0; i < inputs[0].size(); ++i) {
     const at::Tensor& t = inputs[0][i];
     check_tensor(t, "reduce_scatter");
-    TORCH_CHECK(t.scalar_type() == out.scalar_type(), "ferry: reduce_scatter's inputs must have the output's dtype, ",
-                out.scalar_type(), ", not ", t.scalar_type());
+    require(t.scalar_type() == out.scalar_type(), comm_errc::bad_argument,
+            "ferry: reduce_scatter's inputs must have the output's dtype, ", out.scalar_type(), ", not ",
+            t.scalar_type());
     if (static_cast<std::int64_t>(i) < getRank()) before += t.numel();
   }
-  TORCH_CHECK(inputs[0][static_cast<std::size_t>(getRank())].numel() == out.numel(), "ferry: reduce_scatter's input ",
-              getRank(), " (this rank's piece) must have the output's size, ", out.numel(), " elements");
+  require(inputs[0][static_cast<std::size_t>(getRank())].numel() == out.numel(), comm_errc::bad_argument,
+          "ferry: reduce_scatter's input ", getRank(), " (this rank's piece) must have the output's size, ",
+          out.numel(), " elements");
   check_op(opts.reduceOp, out.scalar_type(), "reduce_scatter");
   // An allreduce of the concatenated inputs; each rank keeps its piece.
   const ReduceOp op = opts.reduceOp;
@@ -533,8 +557,9 @@ c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(at::Tensor& o
                                                                    const c10d::ReduceScatterOptions& opts) {
   check_tensor(input, "_reduce_scatter_base");
   check_tensor(output, "_reduce_scatter_base");
-  TORCH_CHECK(input.numel() == getSize() * output.numel() && output.scalar_type() == input.scalar_type(),
-              "ferry: _reduce_scatter_base's input must hold world size times the output, of its dtype");
+  require(input.numel() == getSize() * output.numel() && output.scalar_type() == input.scalar_type(),
+          comm_errc::bad_argument,
+          "ferry: _reduce_scatter_base's input must hold world size times the output, of its dtype");
   check_op(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
   const ReduceOp op = opts.reduceOp;
   return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op]() mutable {
@@ -551,7 +576,8 @@ c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions
 c10::intrusive_ptr<c10d::Work> process_group::allreduce_compressed(at::Tensor tensor, comm::compression comp,
                                                                    std::int64_t key) {
   check_tensor(tensor, "allreduce_compressed");
-  TORCH_CHECK(at::isFloatingType(tensor.scalar_type()), "ferry: a compressed allreduce needs a floating-point tensor");
+  require(at::isFloatingType(tensor.scalar_type()), comm_errc::unsupported,
+          "ferry: a compressed allreduce needs a floating-point tensor");
   return enqueue(OpType::ALLREDUCE, {tensor}, [this, t = tensor, comp, key]() mutable {
     on_dense(t, [&](at::Tensor& d) {
       if (d.scalar_type() != at::kFloat || comp == comm::compression::none) {

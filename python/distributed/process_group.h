@@ -45,7 +45,11 @@
 // configuration that differs between ranks) fails its Work with the
 // comm_error that names the rank at fault (comm/error.h); the ring is then
 // broken and every later collective fails with the same text. Python sees
-// ferry.distributed.CommError, a RuntimeError.
+// ferry.CommError (a ferry.Error, and a RuntimeError) with .peer. A call
+// the backend refuses throws ferry::exception at once: comm_errc::
+// unsupported (a dtype, device, layout or reduce op), bad_argument (tensors
+// or a root that do not fit the collective) or bad_config; Python sees
+// ferry.Error (docs/errors.md).
 #pragma once
 
 #include <chrono>
@@ -74,8 +78,8 @@ class process_group final : public c10d::ProcessGroup {
                                                        int size, std::chrono::milliseconds timeout);
 
   /// comm/'s configuration from the environment (comm::config::from_env)
-  /// for this rank and world size; throws ferry::exception (a bad
-  /// variable) or c10::Error (a rank outside the world).
+  /// for this rank and world size; throws ferry::exception (bad_config: a
+  /// bad variable, a rank outside the world).
   static comm::config config_for(int rank, int size);
 
   explicit process_group(comm::communicator comm);

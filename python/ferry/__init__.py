@@ -15,7 +15,9 @@ tensors writable (each over a private copy-on-write mapping). bf16 and
 float8 become numpy uint16 and uint8 arrays of their bits.
 
 Errors in a file raise ferry.Error (.code, .name, .context); a missing file
-raises FileNotFoundError, other OS errors OSError.
+raises FileNotFoundError, other OS errors OSError. ferry.distributed raises
+ferry.Error too, and ferry.CommError (a ferry.Error with .peer) for a
+failed connection or collective. Every code: docs/errors.md.
 """
 import functools
 import json
@@ -24,16 +26,18 @@ import sys
 
 from . import _ferry
 
-__all__ = ["Error", "Checkpoint", "open", "load", "save"]
+__all__ = ["Error", "CommError", "Checkpoint", "open", "load", "save"]
 
 
 class Error(Exception):
-    """A checkpoint ferry cannot read or write.
+    """An error ferry reports: a checkpoint it cannot read or write, a
+    configuration or a call the torch backend refuses.
 
-    code: ferry's stable error number (checkpoint/error.h, base/error.h);
-    name: its name, e.g. "crc32_mismatch" or "pickle_forbidden_global";
-    context: what failed and where (file, record, tensor, pickle offset).
-    str(error) is the one line the ferry tool prints.
+    code: ferry's stable error number, whose block names the module
+    (docs/errors.md: 1..99 base, 300..399 comm, 400..499 checkpoint, ...);
+    name: its name, e.g. "crc32_mismatch" or "bad_config";
+    context: what failed and where (file, record, tensor, pickle offset,
+    variable). str(error) is the one line the ferry tool prints.
     """
 
     def __init__(self, message, code, name, context):
@@ -41,6 +45,20 @@ class Error(Exception):
         self.code = code
         self.name = name
         self.context = context
+
+
+class CommError(Error, RuntimeError):
+    """A failed connection or collective of ferry.distributed (comm/'s
+    comm_error): code and name in comm/'s block (peer_lost, timed_out,
+    forged_frame, ...), context the sentence naming the ranks involved.
+
+    peer: the rank at fault (the lost, silent or misbehaving one), or None
+    when no one rank is. Also a RuntimeError, as torch's backends' errors are.
+    """
+
+    def __init__(self, message, code, name, context, peer=None):
+        super().__init__(message, code, name, context)
+        self.peer = peer
 
 
 # ferry's dtype names, torch's names for them and their widths in bytes.

@@ -34,11 +34,21 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from . import CommError, _distributed
+
 SET, GET, ADD, CHECK, DELETE, NUM_KEYS, COMPARE_SET = range(1, 8)
 OK, MISSING, ERROR = range(3)
 MAX_FIELDS = 1024
 MAX_REQUEST = 64 << 20
 MAX_CONNECTIONS = 1024
+
+
+def _comm_error(name, context):
+    """ferry.CommError with comm/'s code `name` (timed_out, connect_failed,
+    ...): what the C++ half raises, so the store's failures are one family
+    with the ring's (docs/errors.md). No one rank is at fault: peer None."""
+    code, message = _distributed.comm_codes[name]
+    return CommError(f"{context}: {message}", code, name, context)
 
 
 def _read_exact(sock, n):
@@ -151,7 +161,8 @@ class Store(dist.Store):
                 break
             except OSError as e:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"ferry: the rendezvous store at {host}:{port} cannot be reached: {e}") from e
+                    raise _comm_error("connect_failed",
+                                      f"ferry: the rendezvous store at {host}:{port} cannot be reached: {e}") from e
                 time.sleep(0.1)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -159,7 +170,7 @@ class Store(dist.Store):
         fields = [f.encode() if isinstance(f, str) else bytes(f) for f in fields]
         with self._lock:
             if self._sock is None:
-                raise RuntimeError("ferry: the rendezvous store's connection failed earlier")
+                raise _comm_error("aborted", "ferry: the rendezvous store's connection failed earlier")
             try:
                 self._sock.sendall(bytes([op]) + _fields(fields))
                 status, length = struct.unpack(">BI", _read_exact(self._sock, 5))
@@ -168,9 +179,10 @@ class Store(dist.Store):
                 # A reply cut short leaves the stream out of step: no later call may use it.
                 self._sock.close()
                 self._sock = None
-                raise RuntimeError(f"ferry: the rendezvous store's connection failed: {e}") from e
+                raise _comm_error("peer_lost", f"ferry: the rendezvous store's connection failed: {e}") from e
         if status == ERROR:
-            raise RuntimeError(f"ferry: the rendezvous store refused a request: {reply.decode(errors='replace')}")
+            raise _comm_error("protocol_error",
+                              f"ferry: the rendezvous store refused a request: {reply.decode(errors='replace')}")
         return status, reply
 
     def _poll(self, ready, keys, timeout=None):
@@ -182,7 +194,8 @@ class Store(dist.Store):
             if result is not None:
                 return result
             if limit > 0 and time.monotonic() > deadline:
-                raise RuntimeError(f"ferry: the rendezvous store did not get {', '.join(keys)} within {limit:g} s")
+                raise _comm_error("timed_out",
+                                  f"ferry: the rendezvous store did not get {', '.join(keys)} within {limit:g} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 

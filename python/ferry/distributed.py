@@ -9,9 +9,12 @@
 Importing this module registers the backend, a process group over ferry's
 ring (python/distributed/process_group.h). Its ranks may be any mix of
 x86-64, aarch64 and s390x machines; an f32 allreduce (what DDP does) gives
-every rank the same bits. A failed collective raises CommError (a
-RuntimeError) naming the rank at fault; inside DDP's backward, a
-RuntimeError with the same text.
+every rank the same bits. A failed collective raises ferry.CommError (a
+ferry.Error and a RuntimeError, with .code, .name, .context and .peer, the
+rank at fault); inside DDP's backward, a RuntimeError with the same text.
+A bad configuration (FERRY_SECRET, FERRY_AUTH, ...), a call the backend
+does not support or arguments that do not fit a collective raise
+ferry.Error (bad_config, unsupported, bad_argument: docs/errors.md).
 
 Rendezvous, configuration (FERRY_SECRET, FERRY_AUTH, FERRY_TIMEOUT, ...),
 the collectives and the store: docs/torch-distributed.md. Two things happen
@@ -31,9 +34,9 @@ import torch
 import torch.distributed as dist
 
 from . import _distributed, _store
-from ._distributed import CommError
+from . import CommError, Error
 
-__all__ = ["BACKEND", "CommError", "bf16_hook", "fp16_hook", "describe"]
+__all__ = ["BACKEND", "CommError", "Error", "bf16_hook", "fp16_hook", "describe"]
 
 BACKEND = "ferry"
 
@@ -45,11 +48,20 @@ def _slurm_rendezvous():
             os.environ[var] = os.environ[slurm]
 
 
-def _env_int(name):
-    value = os.environ.get(name)
+def _config_error(context):
+    """ferry.Error bad_config, as the C++ half raises for FERRY_* variables."""
+    code, message = _distributed.comm_codes["bad_config"]
+    return Error(f"{context}: {message}", code, "bad_config", context)
+
+
+def _env_int(name, default=None):
+    value = os.environ.get(name) or default
     if not value:
-        raise ValueError(f"ferry: {name} is not set (init_process_group's env:// rendezvous needs it)")
-    return int(value)
+        raise _config_error(f"ferry: {name} is not set (init_process_group's env:// rendezvous needs it)")
+    try:
+        return int(value)
+    except ValueError:
+        raise _config_error(f"ferry: {name}={value!r} is not an integer") from None
 
 
 def _with_ferry_store(init):
@@ -72,7 +84,7 @@ def _with_ferry_store(init):
             _distributed.check_environment(rank, world_size)  # a bad variable is this rank's error, not a hang
             wait = timeout if timeout is not None else datetime.timedelta(minutes=30)
             store = _store.Store(os.environ.get("MASTER_ADDR") or "127.0.0.1",
-                                 int(os.environ.get("MASTER_PORT") or 29500), rank == 0, wait)
+                                 _env_int("MASTER_PORT", "29500"), rank == 0, wait)
             init_method = None
         return init(backend, init_method, timeout if timeout is not None else _default_timeout(), world_size, rank,
                     store, *args, **kwargs)

@@ -8,6 +8,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+import ferry
 import ferry.distributed as fd
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -63,12 +64,14 @@ def main():
         dist.all_gather(out, mine[rank])
         assert all(torch.equal(o, m) for o, m in zip(out, mine)), (dtype, out)
 
-    # AVG of integers is refused at the call, naming the op.
+    # AVG of integers is refused at the call, naming the op: a ferry.Error
+    # (not a CommError: nothing failed on the ring).
     try:
         dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG)
         raise AssertionError("AVG of int64 was accepted")
-    except RuntimeError as e:
-        assert "AVG" in str(e), e
+    except ferry.Error as e:
+        assert type(e) is ferry.Error and (e.code, e.name) == (312, "unsupported"), (type(e), e.code, e.name)
+        assert "AVG" in e.context and str(e).startswith(e.context), e
 
     # A large f32 allreduce (many chunks) agrees bit for bit across ranks,
     # and equals the sum in ring order to rounding.
@@ -127,8 +130,8 @@ def main():
     try:  # this rank's piece must have the output's size: said before anything is sent
         dist.reduce_scatter(torch.zeros(rank + 3), [torch.zeros(r + 2) for r in range(world)])
         raise AssertionError("a reduce_scatter output of the wrong size was accepted")
-    except RuntimeError as e:
-        assert "this rank's piece" in str(e), e
+    except ferry.Error as e:
+        assert (e.code, e.name) == (313, "bad_argument") and "this rank's piece" in e.context, e
     flat = torch.zeros(6 * world)
     dist.all_gather_into_tensor(flat, value(rank))
     assert torch.equal(flat, torch.cat(every)), flat

@@ -12,7 +12,9 @@ each step ends (the kill test waits for it), and rank 0 writes --out: the
 losses, the final parameters' CRC32C and the seconds the job took.
 
 Exits 1 with one line "rank R: error: ..." on stderr when a collective
-fails, 2 when the ranks' results differ.
+fails, 2 when the ranks' results differ. Before it, for a ferry.Error, a
+line "rank R: ferry error: code C NAME peer P" (P: the CommError's peer,
+None, or - for an Error that is not a CommError).
 """
 import argparse
 import datetime
@@ -114,7 +116,10 @@ def main():
             dist.all_reduce(torch.ones(1 << 20), async_op=True)
             return
         dist.destroy_process_group()
-    except RuntimeError as e:
+    except (RuntimeError, fd.Error) as e:
+        if isinstance(e, fd.Error):  # ferry's family: what a program can act on
+            peer = getattr(e, "peer", "-")
+            print(f"rank {rank}: ferry error: code {e.code} {e.name} peer {peer}", file=sys.stderr, flush=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"rank {rank}: error: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -5,6 +5,7 @@ configuration that differs, a missing secret), each rank a separate
 ferry-run."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import time
 import pytest
 import torch
 
+import ferry
 from conftest import program
 
 pytestmark = pytest.mark.distributed
@@ -158,6 +160,9 @@ def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
             assert ranks[rank].returncode == 1, err[-2000:]
             line = err.strip().splitlines()[-1]
             assert any(line.startswith(f"rank {rank}: error: {e}: ") for e in errors) and "rank 1" in line, line
+            if mode == "plain":  # a CommError: ferry.Error's code and name, and the rank at fault as .peer
+                info = [l for l in err.splitlines() if l.startswith(f"rank {rank}: ferry error: ")]
+                assert info and re.fullmatch(rf"rank {rank}: ferry error: code 3\d\d \w+ peer 1", info[-1]), info
             assert took < 5, f"rank {rank} took {took:.1f} s to fail: {line}"
             print(f"{mode}: rank {rank} failed {took:.2f} s after rank 1 was killed: {line}")
     finally:
@@ -209,6 +214,10 @@ def test_no_secret_is_one_clear_error():
     results = finish(start("ddp_rank.py", 2, ["--steps", "5", "--timeout", "10"], env_of=lambda rank: env))
     lines = failure_lines(results)
     assert all("FERRY_SECRET" in l for l in lines), lines
+    # A configuration error is a ferry.Error (not a CommError, not torch's RuntimeError): bad_config.
+    assert all(l.startswith(f"rank {r}: error: Error: ") for r, l in enumerate(lines)), lines
+    for r, (_, _, err) in enumerate(results):
+        assert f"rank {r}: ferry error: code 308 bad_config peer -" in err, err[-2000:]
 
 
 # The mixed ring: an x86-64 rank (this interpreter's), an aarch64 and an
@@ -258,6 +267,35 @@ def test_gloo_cannot_form_the_mixed_ring():
     assert all(line.startswith(f"rank {r}: error: ") for r, line in enumerate(lines)), lines
 
 
+def test_every_error_of_the_backend_is_one_of_ferrys_family(monkeypatch):
+    import ferry.distributed as fd
+
+    # One class each, whichever extension raises it (_ferry or _distributed).
+    assert fd.CommError is ferry.CommError and fd._distributed.CommError is ferry.CommError
+    assert fd.Error is ferry.Error and fd._distributed.Error is ferry.Error
+    assert issubclass(ferry.CommError, ferry.Error) and issubclass(ferry.CommError, RuntimeError)
+    assert not issubclass(ferry.Error, RuntimeError)
+    assert fd._distributed.comm_codes["bad_config"][0] == 308
+    # Configuration: a rank outside the world, no secret.
+    with pytest.raises(ferry.Error) as e:
+        fd._distributed.check_environment(3, 2)
+    assert type(e.value) is ferry.Error and (e.value.code, e.value.name) == (308, "bad_config"), e.value
+    assert "rank 3 of a world of 2" in e.value.context and str(e.value).startswith(e.value.context)
+    monkeypatch.setenv("FERRY_SECRET", "")
+    monkeypatch.delenv("FERRY_SECRET_FILE", raising=False)
+    with pytest.raises(ferry.Error) as e:
+        fd._distributed.check_environment(0, 2)
+    assert e.value.name == "bad_config" and "FERRY_SECRET" in e.value.context, e.value
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ferry.Error) as e:  # init_process_group's env:// rendezvous without RANK
+        torch.distributed.init_process_group("ferry")
+    assert e.value.name == "bad_config" and "RANK is not set" in e.value.context, e.value
+    # A call the backend does not support.
+    with pytest.raises(ferry.Error) as e:
+        fd._distributed.crc32c(torch.zeros(4).to_sparse())
+    assert (e.value.code, e.value.name) == (312, "unsupported"), e.value
+
+
 def test_the_rendezvous_store_serves_every_op_and_survives_hostile_clients():
     from datetime import timedelta
     import struct
@@ -274,8 +312,9 @@ def test_the_rendezvous_store_serves_every_op_and_survives_hostile_clients():
     assert other.compare_set("c", b"wrong", b"second") == b"first"
     assert master.num_keys() == 3
     assert master.delete_key("c") and not master.delete_key("c")
-    with pytest.raises(RuntimeError, match="did not get late within"):
+    with pytest.raises(ferry.CommError, match="did not get late within") as e:  # and so a RuntimeError, as torch's
         other.wait(["late"], timedelta(milliseconds=200))
+    assert isinstance(e.value, RuntimeError) and (e.value.code, e.value.name, e.value.peer) == (305, "timed_out", None)
     # Garbage, a count over the limit, a field over the limit, a short
     # message: each closes that connection only.
     for junk in [b"\x09" + struct.pack(">I", 0), b"\x01" + struct.pack(">I", 5000),

@@ -283,6 +283,16 @@ def test_hostile_files_raise_ferry_error(tmp_path):
         ferry.save(tmp_path / "m.pt", {"a": np.zeros(2)})
 
 
+def test_one_error_family():
+    # ferry.Error: code, name, context; CommError adds the rank at fault.
+    assert issubclass(ferry.CommError, ferry.Error) and issubclass(ferry.CommError, RuntimeError)
+    e = ferry.CommError("rank 2: link from rank 1: peer's connection closed or reset", 304, "peer_lost",
+                        "rank 2: link from rank 1", 1)
+    assert (e.code, e.name, e.context, e.peer) == (304, "peer_lost", "rank 2: link from rank 1", 1)
+    assert ferry.CommError("m", 305, "timed_out", "c").peer is None
+    assert "CommError" in ferry.__all__ and "Error" in ferry.__all__
+
+
 def test_names_from_a_file_reach_an_error_as_one_printable_line(tmp_path):
     # A real torch.save whose tensor name could forge a line or drive the
     # terminal; its storage corrupted, so verify() names it.

@@ -4,6 +4,7 @@ gives what the lone rank holds. Started by test_distributed.py."""
 import torch
 import torch.distributed as dist
 
+import ferry
 import ferry.distributed  # noqa: F401 (registers the backend)
 
 
@@ -28,8 +29,8 @@ def main():
     try:  # a call the backend refuses still raises in the caller
         dist.reduce_scatter(torch.zeros(3), [torch.zeros(2)])
         raise AssertionError("accepted")
-    except RuntimeError as e:
-        assert "this rank's piece" in str(e), e
+    except ferry.Error as e:  # ferry's, not torch's RuntimeError
+        assert (e.code, e.name) == (313, "bad_argument") and "this rank's piece" in e.context, e
     dist.destroy_process_group()
     print("ok", flush=True)
 
