@@ -130,7 +130,7 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
   auto set = std::make_unique<shard_set>();
   const std::filesystem::path folder = folder_of(path);
   for (std::size_t k = 0; k < files.size(); ++k) {
-    auto r = reader::open(folder / files[k], opt);
+    auto r = open_shard(folder / files[k], opt);
     if (!r) return r.error().wrap(where);
     if (auto c = check(k, *r); !c) {
       return error(c.error().code(), shard_context(where, files[k]) + ": " + c.error().context());

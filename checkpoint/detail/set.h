@@ -141,7 +141,13 @@ struct shard_set {
 /// (the caller names the index and the shard).
 using shard_check = std::function<result<void, error>(std::size_t k, const reader& shard)>;
 
-/// Opens `files` (in `path`'s folder), checks each, and lays `tensors` out
+/// Opens one file of a set (reader.cpp): a .ferry, safetensors or .pt
+/// file, never a set. An index is refused (bad_shard, "a set's index, not a
+/// shard"): a set naming itself or another set is not opened recursively.
+/// Otherwise as reader::open().
+result<reader, error> open_shard(const std::filesystem::path& path, const read_options& opt);
+
+/// Opens `files` (in `path`'s folder) with open_shard(), checks each, and lays `tensors` out
 /// over them in `out` (tensors, storages, order, alignment). Errors name
 /// `path`, the shard and the tensor: bad_shard, and the shards' own.
 result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path& path, std::span<const std::string> files,

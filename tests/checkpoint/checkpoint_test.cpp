@@ -92,7 +92,7 @@ TEST_F(Checkpoint, ForeignOrderIsStoredSwappedAndNativeIsZeroCopy) {
 
 TEST_F(Checkpoint, LargeStoragesMapWholeBlocksButExposeOnlyTheirBytes) {
   // Storages of 2 MiB and more are mapped from 2 MiB boundaries of the file
-  // (reader.cpp, map_range): their neighbours' bytes are in the mapping but
+  // (mapped_file.cpp, mapped_file::map): their neighbours' bytes are in the mapping but
   // never in the storage, copy-on-write or not, in either order.
   const auto p = dir_ / "large.ferry";
   std::vector<std::uint16_t> head(100), big((std::size_t{5} << 19) + 6), tail(50);
