@@ -102,6 +102,7 @@ class reader {
   /// them: the fields of a fixed-size record in their file order.
   /// Errors: truncated (nothing is read then, and `out` keeps its values).
   template <scalar... T>
+    requires(sizeof...(T) > 0)
   constexpr result<void> read_fields(byte_order order, T&... out) noexcept {
     constexpr std::size_t n = (sizeof(T) + ... + 0);
     if (remaining() < n) return errc::truncated;
@@ -111,8 +112,10 @@ class reader {
     return {};
   }
   template <scalar... T>
+    requires(sizeof...(T) > 0)
   constexpr result<void> read_le(T&... out) noexcept { return read_fields(byte_order::little, out...); }
   template <scalar... T>
+    requires(sizeof...(T) > 0)
   constexpr result<void> read_be(T&... out) noexcept { return read_fields(byte_order::big, out...); }
 
   /// The scalar stored in `order` at absolute position `at` of this
