@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ferry/base/require.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/detail/rendezvous.h"
 #include "ferry/comm/error.h"
@@ -101,8 +102,8 @@ std::array<std::byte, 32> random_nonce() {
 }
 
 std::string version_error(const hello& mine, const hello& theirs) {
-  return describe(mine) + " speaks ferry protocol version " + std::to_string(mine.version) + " but " +
-         describe(theirs) + " speaks version " + std::to_string(theirs.version);
+  return ferry::context(describe(mine), " speaks ferry protocol version ", mine.version, " but ", describe(theirs),
+                        " speaks version ", theirs.version);
 }
 
 }  // namespace
@@ -132,8 +133,8 @@ std::string_view host_arch() noexcept {
 }
 
 std::string describe(const hello& h) {
-  return "rank " + std::to_string(h.rank) + " (" + (h.arch.empty() ? std::string("?") : h.arch) + ", " +
-         (h.order == byte_order::big ? "big" : "little") + "-endian, " + std::to_string(8 * h.word_size) + "-bit)";
+  return ferry::context("rank ", h.rank, " (", h.arch.empty() ? std::string("?") : h.arch, ", ",
+                        h.order == byte_order::big ? "big" : "little", "-endian, ", 8 * h.word_size, "-bit)");
 }
 
 std::array<std::byte, hello_size> encode_hello(const hello& h) {
@@ -200,8 +201,8 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
   std::string diff;
   auto field = [&](const char* name, std::uint32_t a, std::uint32_t b) {
     if (a == b) return;
-    diff += (diff.empty() ? "" : "; ") + std::string(name) + " " + std::to_string(a) + " on " + describe(mine) +
-            " but " + std::to_string(b) + " on " + describe(theirs);
+    diff += ferry::context(diff.empty() ? "" : "; ", name, " ", a, " on ", describe(mine), " but ", b, " on ",
+                           describe(theirs));
   };
   field("world size", mine.world_size, theirs.world_size);
   field("chunk bytes", mine.chunk_bytes, theirs.chunk_bytes);
@@ -211,7 +212,7 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
             " on " + describe(mine) + " but FERRY_AUTH=" + std::string(name(theirs.auth)) + " on " + describe(theirs);
   }
   if (diff.empty() && mine.rank == theirs.rank) {
-    diff = "two processes claim rank " + std::to_string(mine.rank) + ": " + describe(mine) + " and " + describe(theirs);
+    diff = ferry::context("two processes claim rank ", mine.rank, ": ", describe(mine), " and ", describe(theirs));
   }
   return diff.empty() ? diff : "world configuration mismatch: " + diff;
 }
