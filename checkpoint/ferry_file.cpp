@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/codec/crc32c.h"
@@ -93,17 +94,18 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   std::unordered_map<const storage_record*, std::uint32_t> index_of;
   std::uint64_t end = header_size;
   for (std::size_t i = 0; i < m->storages.size(); ++i) {
-    const std::string what = "storage " + std::to_string(i);
+    // The context, built on failure only: "<file>: storage <i>".
+    const auto sfail = [&](error_code c) { return make_error(c, path.string(), ": storage ", i); };
     const storage_record* s = m->storages[i].get();
-    if (s == nullptr) return fail(checkpoint_errc::bad_storage_reference, what);
-    if (!index_of.emplace(s, static_cast<std::uint32_t>(i)).second) return fail(checkpoint_errc::bad_layout, what);
+    if (s == nullptr) return sfail(checkpoint_errc::bad_storage_reference);
+    if (!index_of.emplace(s, static_cast<std::uint32_t>(i)).second) return sfail(checkpoint_errc::bad_layout);
     auto dtype = codec::dtype_from_code(s->dtype);
-    if (!dtype) return fail(dtype.error(), what);
+    if (!dtype) return sfail(dtype.error());
     std::uint64_t start = 0;
     if (!align_up(end, align, start) || s->offset != start || s->nbytes > t.manifest_offset - start) {
-      return fail(checkpoint_errc::bad_layout, what);
+      return sfail(checkpoint_errc::bad_layout);
     }
-    if (s->nbytes % codec::size_of(*dtype) != 0) return fail(checkpoint_errc::shape_size_mismatch, what);
+    if (s->nbytes % codec::size_of(*dtype) != 0) return sfail(checkpoint_errc::shape_size_mismatch);
     end = start + s->nbytes;
     out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt});
   }
@@ -116,9 +118,8 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   std::unordered_set<std::string_view> seen;
   out.tensors.reserve(m->tensors.size());
   for (auto& rec : m->tensors) {
-    if (!valid_name(rec.name, lim.max_name_bytes)) {
-      return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(out.tensors.size()));
-    }
+    FERRY_REQUIRE(valid_name(rec.name, lim.max_name_bytes), checkpoint_errc::bad_name, path.string(), ": tensor #",
+                  out.tensors.size());
     const auto tfail = [&](error_code c) { return error(c, tensor_context(path.string(), rec.name)); };
     if (seen.contains(rec.name)) return tfail(errc::duplicate_key);
     auto dtype = codec::dtype_from_code(rec.dtype);

@@ -6,6 +6,7 @@
 #include "ferry/checkpoint/error.h"
 #include "ferry/checkpoint/set.h"
 #include "ferry/codec/crc32c.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint::detail {
 namespace {
@@ -13,13 +14,13 @@ namespace {
 constexpr std::uint8_t byte_of(wire::byte_order o) noexcept { return static_cast<std::uint8_t>(o); }
 
 // version, order, flags, reserved: the four single bytes header and trailer
-// share. Fills h's order and flags.
-result<void> decode_flags(const std::byte* p, header_fields& h) noexcept {
-  if (std::to_integer<std::uint8_t>(p[0]) != format_version) return errc::unsupported_version;
-  const auto order = std::to_integer<std::uint8_t>(p[1]);
+// share, read from `in`. Fills h's order and flags.
+result<void> decode_flags(wire::reader& in, header_fields& h) noexcept {
+  std::uint8_t version = 0, order = 0, flags = 0, reserved = 0;
+  FERRY_TRY(in.read_le(version, order, flags, reserved));
+  if (version != format_version) return errc::unsupported_version;
   if (order > 1) return errc::bad_byte_order;
-  const auto flags = std::to_integer<std::uint8_t>(p[2]);
-  if ((flags != 0 && flags != set_index_flag) || p[3] != std::byte{0}) return errc::bad_value;
+  if ((flags != 0 && flags != set_index_flag) || reserved != 0) return errc::bad_value;
   h.order = static_cast<wire::byte_order>(order);
   h.flags = flags;
   return {};
@@ -46,14 +47,16 @@ std::array<std::byte, header_size> encode_header(const header_fields& h) noexcep
   return out;
 }
 
-result<header_fields> decode_header(std::span<const std::byte, header_size> in) noexcept {
-  if (std::memcmp(in.data(), file_magic, sizeof file_magic) != 0) return errc::bad_magic;
+result<header_fields> decode_header(std::span<const std::byte, header_size> bytes) noexcept {
+  wire::reader in(bytes);
+  FERRY_TRY_ASSIGN(const auto magic, in.read_bytes(sizeof file_magic));
+  if (std::memcmp(magic.data(), file_magic, sizeof file_magic) != 0) return errc::bad_magic;
   header_fields h;
-  FERRY_TRY(decode_flags(in.data() + 8, h));
-  h.alignment = wire::load<std::uint32_t>(in.data() + 12, h.order);
+  FERRY_TRY(decode_flags(in, h));
+  FERRY_TRY_ASSIGN(h.alignment, in.read<std::uint32_t>(h.order));
   if (!valid_alignment(h.alignment)) return checkpoint_errc::bad_alignment;
-  for (std::size_t i = 16; i < header_size; ++i) {
-    if (in[i] != std::byte{0}) return errc::bad_value;
+  for (const std::byte b : in.rest()) {
+    if (b != std::byte{0}) return errc::bad_value;
   }
   return h;
 }
@@ -72,21 +75,21 @@ std::array<std::byte, trailer_size> encode_trailer(const trailer_fields& t) noex
   return out;
 }
 
-result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> in) noexcept {
-  if (std::memcmp(in.data() + 40, end_magic, sizeof end_magic) != 0) return errc::truncated;
+result<trailer_fields> decode_trailer(std::span<const std::byte, trailer_size> bytes) noexcept {
+  wire::reader in(bytes);
+  FERRY_TRY_ASSIGN(const auto magic, in.bytes_at(40, sizeof end_magic));
+  if (std::memcmp(magic.data(), end_magic, sizeof end_magic) != 0) return errc::truncated;
   // The order byte is read before the CRC: a flipped order byte then fails
   // the CRC like any other bit instead of being trusted.
-  const auto order_byte = std::to_integer<std::uint8_t>(in[33]);
+  FERRY_TRY_ASSIGN(const auto order_byte, in.read_le_at<std::uint8_t>(33));
   const auto o = order_byte == 1 ? wire::byte_order::big : wire::byte_order::little;
-  if (wire::load<std::uint32_t>(in.data() + 36, o) != codec::crc32c(in.first(36))) return errc::checksum_mismatch;
+  FERRY_TRY_ASSIGN(const auto crc, in.read_at<std::uint32_t>(36, o));
+  if (crc != codec::crc32c(bytes.first(36))) return errc::checksum_mismatch;
   trailer_fields t;
-  FERRY_TRY(decode_flags(in.data() + 32, t.header));
-  const auto order = t.header.order;
-  t.manifest_offset = wire::load<std::uint64_t>(in.data() + 0, order);
-  t.manifest_size = wire::load<std::uint64_t>(in.data() + 8, order);
-  t.file_size = wire::load<std::uint64_t>(in.data() + 16, order);
-  t.manifest_crc = wire::load<std::uint32_t>(in.data() + 24, order);
-  t.header.alignment = wire::load<std::uint32_t>(in.data() + 28, order);
+  FERRY_TRY_ASSIGN(auto flags, in.sub_at(32, 4));
+  FERRY_TRY(decode_flags(flags, t.header));
+  FERRY_TRY(in.read_fields(t.header.order, t.manifest_offset, t.manifest_size, t.file_size, t.manifest_crc,
+                           t.header.alignment));
   if (!valid_alignment(t.header.alignment)) return checkpoint_errc::bad_alignment;
   return t;
 }

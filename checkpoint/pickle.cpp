@@ -8,8 +8,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/error.h"
-#include "ferry/wire/byte_order.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint::detail::pickle {
 namespace {
@@ -99,7 +100,10 @@ std::string_view kind_name(kind k) {
 
 class machine {
  public:
-  machine(std::span<const std::byte> in, const limits& lim) : in_(in), lim_(lim) {}
+  // MARKs count as the reader's depth, so limits::max_pickle_depth is
+  // the reader's max_depth.
+  machine(std::span<const std::byte> in, const limits& lim)
+      : in_(in, wire::reader_options{.max_depth = lim.max_pickle_depth}), lim_(lim) {}
 
   result<program, error> run() {
     // Shared immutable values: one each, made before anything is counted.
@@ -113,21 +117,24 @@ class machine {
     }
     used_ = 0;
     while (true) {
-      at_ = pos_;
-      if (pos_ >= in_.size()) return fail(errc::truncated, "the pickle ends before STOP");
-      const auto code = static_cast<std::uint8_t>(in_[pos_++]);
-      if (code == STOP) break;
-      FERRY_TRY(step(code));
+      at_ = in_.offset();
+      const auto code = in_.read_le<std::uint8_t>();
+      if (!code) return fail(errc::truncated, "the pickle ends before STOP");
+      if (*code == STOP) break;
+      FERRY_TRY(step(*code));
     }
-    if (stack_.size() != 1 || !marks_.empty()) return fail(checkpoint_errc::pickle_malformed, "STOP leaves " + std::to_string(stack_.size()) + " values");
-    if (pos_ != in_.size()) return error(errc::trailing_bytes, "offset " + std::to_string(pos_) + ": after STOP");
+    FERRY_REQUIRE(stack_.size() == 1 && marks_.empty(), checkpoint_errc::pickle_malformed, "offset ", at_,
+                  ": STOP leaves ", stack_.size(), " values");
+    FERRY_REQUIRE(in_.at_end(), errc::trailing_bytes, "offset ", in_.offset(), ": after STOP");
     prog_.root = stack_.back();
     return std::move(prog_);
   }
 
  private:
-  error fail(error_code c, std::string_view what) const {
-    return error(c, "offset " + std::to_string(at_) + ": " + std::string(what));
+  // An error at the current opcode: "offset <at>: <values...>".
+  template <class... V>
+  error fail(error_code c, const V&... what) const {
+    return make_error(c, "offset ", at_, ": ", what...);
   }
 
   // Counts `bytes` more of memory (with the stack's slots), against
@@ -137,33 +144,29 @@ class machine {
     const std::uint64_t now = used_ + stack_.size() * sizeof(value*) + memo_.size() * memo_slot_bytes;
     prog_.memory = std::max(prog_.memory, now);
     if (now > lim_.max_pickle_memory) {
-      return fail(errc::limit_exceeded, "the pickle's values take more than limits::max_pickle_memory (" +
-                                            std::to_string(lim_.max_pickle_memory) + " bytes)");
+      return fail(errc::limit_exceeded, "the pickle's values take more than limits::max_pickle_memory (",
+                  lim_.max_pickle_memory, " bytes)");
     }
     return {};
   }
 
-  result<std::span<const std::byte>, error> take(std::uint64_t n) {
-    if (n > in_.size() - pos_) return fail(errc::truncated, "an argument runs past the end of the pickle");
-    auto s = in_.subspan(pos_, static_cast<std::size_t>(n));
-    pos_ += static_cast<std::size_t>(n);
-    return s;
+  // An opcode's argument: n bytes, or a little-endian scalar (every
+  // pickle integer argument is little-endian; BINFLOAT alone is big).
+  result<std::span<const std::byte>, error> take(std::size_t n) {
+    auto b = in_.read_bytes(n);
+    if (!b) return fail(errc::truncated, "an argument runs past the end of the pickle");
+    return *b;
   }
   template <class T>
-  result<T, error> take_le() {
-    FERRY_TRY_ASSIGN(auto b, take(sizeof(T)));
-    return wire::load<T>(b.data(), wire::byte_order::little);
+  result<T, error> take(wire::byte_order order = wire::byte_order::little) {
+    auto v = in_.read<T>(order);
+    if (!v) return fail(errc::truncated, "an argument runs past the end of the pickle");
+    return *v;
   }
   result<std::string, error> take_line() {
-    for (std::size_t i = pos_; i < in_.size(); ++i) {
-      if (in_[i] == std::byte{'\n'}) {
-        std::string s(i - pos_, '\0');
-        std::memcpy(s.data(), in_.data() + pos_, s.size());
-        pos_ = i + 1;
-        return s;
-      }
-    }
-    return fail(errc::truncated, "GLOBAL's line runs past the end of the pickle");
+    auto b = in_.read_until(std::byte{'\n'});
+    if (!b) return fail(errc::truncated, "GLOBAL's line runs past the end of the pickle");
+    return std::string(reinterpret_cast<const char*>(b->data()), b->size());  // char view of the bytes
   }
 
   value* make(kind k) {
@@ -208,6 +211,7 @@ class machine {
     if (marks_.empty()) return fail(checkpoint_errc::pickle_malformed, "no MARK to pop to");
     const std::size_t m = marks_.back();
     marks_.pop_back();
+    in_.leave();
     std::vector<value*> items(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
     stack_.resize(m);
     return items;
@@ -222,7 +226,7 @@ class machine {
   }
   result<void, error> memo_get(std::uint32_t slot) {
     const auto it = memo_.find(slot);
-    if (it == memo_.end()) return fail(checkpoint_errc::pickle_malformed, "memo slot " + std::to_string(slot) + " is unset");
+    if (it == memo_.end()) return fail(checkpoint_errc::pickle_malformed, "memo slot ", slot, " is unset");
     return push(it->second);
   }
   result<void, error> push_string(std::span<const std::byte> b) {
@@ -251,8 +255,8 @@ class machine {
     }
     const std::string what = "global " + quote(std::string(module) + "." + std::string(name));
     if (module.starts_with("torch.nn.")) {
-      return fail(checkpoint_errc::unsupported_pytorch,
-                  what + ": a pickled module (torch.save(model)), not a state dict; save model.state_dict()");
+      return fail(checkpoint_errc::unsupported_pytorch, what,
+                  ": a pickled module (torch.save(model)), not a state dict; save model.state_dict()");
     }
     return fail(checkpoint_errc::pickle_forbidden_global, what);
   }
@@ -277,7 +281,7 @@ class machine {
     auto [it, is_new] = storages_.try_emplace(t[2]->s, nullptr);
     if (!is_new) {
       if (it->second->storage_type()->s != t[1]->s || static_cast<std::uint64_t>(it->second->i) != numel) {
-        return fail(checkpoint_errc::pickle_malformed, "storage " + quote(t[2]->s) + " named with two types or sizes");
+        return fail(checkpoint_errc::pickle_malformed, "storage ", quote(t[2]->s), " named with two types or sizes");
       }
       return push(it->second);
     }
@@ -301,7 +305,7 @@ class machine {
     FERRY_TRY_ASSIGN(value * args, pop());
     FERRY_TRY_ASSIGN(value * fn, pop());
     if (fn->k != kind::global || args->k != kind::tuple) {
-      return fail(checkpoint_errc::pickle_malformed, "REDUCE of a " + std::string(kind_name(fn->k)));
+      return fail(checkpoint_errc::pickle_malformed, "REDUCE of a ", kind_name(fn->k));
     }
     const auto& a = args->items;
     switch (fn->g) {
@@ -329,7 +333,7 @@ class machine {
             a[1]->i < 0 || a[2]->items.size() != a[3]->items.size() || !int_tuple(a[2]) || !int_tuple(a[3]) ||
             a[4]->k != kind::boolean ||
             (v3 && (a[6]->k != kind::global || a[6]->g != global_kind::dtype || !a[0]->untyped))) {
-          return fail(checkpoint_errc::pickle_malformed, std::string(v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2") + "'s arguments");
+          return fail(checkpoint_errc::pickle_malformed, v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2", "'s arguments");
         }
         FERRY_TRY_ASSIGN(value * t, fresh(kind::tensor));
         value* const parts[] = {a[0], a[2], a[3]};
@@ -342,24 +346,23 @@ class machine {
       case global_kind::dtype:
         break;
     }
-    return fail(checkpoint_errc::pickle_malformed, "REDUCE of " + quote(fn->s) + ", which is not callable");
+    return fail(checkpoint_errc::pickle_malformed, "REDUCE of ", quote(fn->s), ", which is not callable");
   }
 
   result<void, error> step(std::uint8_t code) {
     switch (code) {
       case PROTO: {
-        FERRY_TRY_ASSIGN(auto b, take(1));
-        const auto v = static_cast<std::uint8_t>(b[0]);
-        if (v < 2 || v > 5) return fail(checkpoint_errc::pickle_bad_opcode, "pickle protocol " + std::to_string(v));
+        FERRY_TRY_ASSIGN(const auto v, take<std::uint8_t>());
+        if (v < 2 || v > 5) return fail(checkpoint_errc::pickle_bad_opcode, "pickle protocol ", v);
         return {};
       }
       case FRAME: {  // a hint for buffered readers; the frame must lie within the pickle
-        FERRY_TRY_ASSIGN(auto n, take_le<std::uint64_t>());
-        if (n > in_.size() - pos_) return fail(errc::truncated, "FRAME runs past the end of the pickle");
+        FERRY_TRY_ASSIGN(const auto n, take<std::uint64_t>());
+        if (n > in_.remaining()) return fail(errc::truncated, "FRAME runs past the end of the pickle");
         return {};
       }
       case MARK:
-        if (marks_.size() >= lim_.max_pickle_depth) return fail(errc::depth_exceeded, "MARKs open at once");
+        if (auto r = in_.enter(); !r) return fail(r.error(), "MARKs open at once");
         marks_.push_back(stack_.size());
         return {};
       case GLOBAL: {
@@ -381,7 +384,7 @@ class machine {
         (void)state;  // an OrderedDict's attributes (state_dict's _metadata): dropped
         FERRY_TRY_ASSIGN(value * target, top());
         if (target->k != kind::dict) {
-          return fail(checkpoint_errc::pickle_malformed, "BUILD on a " + std::string(kind_name(target->k)));
+          return fail(checkpoint_errc::pickle_malformed, "BUILD on a ", kind_name(target->k));
         }
         return {};
       }
@@ -418,7 +421,7 @@ class machine {
         }
         FERRY_TRY_ASSIGN(value * list, top());
         if (list->k != kind::list) {
-          return fail(checkpoint_errc::pickle_malformed, "APPEND to a " + std::string(kind_name(list->k)));
+          return fail(checkpoint_errc::pickle_malformed, "APPEND to a ", kind_name(list->k));
         }
         return extend(list, items);
       }
@@ -435,7 +438,7 @@ class machine {
         }
         FERRY_TRY_ASSIGN(value * dict, top());
         if (dict->k != kind::dict) {
-          return fail(checkpoint_errc::pickle_malformed, "SETITEM on a " + std::string(kind_name(dict->k)));
+          return fail(checkpoint_errc::pickle_malformed, "SETITEM on a ", kind_name(dict->k));
         }
         return extend(dict, items);  // keys and values alternate
       }
@@ -443,19 +446,19 @@ class machine {
       case NEWTRUE: return push(true_);
       case NEWFALSE: return push(false_);
       case BININT: {
-        FERRY_TRY_ASSIGN(auto v, take_le<std::int32_t>());
+        FERRY_TRY_ASSIGN(auto v, take<std::int32_t>());
         return push_int(v);
       }
       case BININT1: {
-        FERRY_TRY_ASSIGN(auto v, take_le<std::uint8_t>());
+        FERRY_TRY_ASSIGN(auto v, take<std::uint8_t>());
         return push_int(v);
       }
       case BININT2: {
-        FERRY_TRY_ASSIGN(auto v, take_le<std::uint16_t>());
+        FERRY_TRY_ASSIGN(auto v, take<std::uint16_t>());
         return push_int(v);
       }
       case LONG1: {
-        FERRY_TRY_ASSIGN(auto n, take_le<std::uint8_t>());
+        FERRY_TRY_ASSIGN(auto n, take<std::uint8_t>());
         if (n > 8) return fail(checkpoint_errc::pickle_malformed, "integer wider than 64 bits");
         FERRY_TRY_ASSIGN(auto b, take(n));
         std::uint64_t u = 0;
@@ -464,36 +467,36 @@ class machine {
         return push_int(static_cast<std::int64_t>(u));
       }
       case BINFLOAT: {
-        FERRY_TRY_ASSIGN(auto b, take(8));
+        FERRY_TRY_ASSIGN(const auto bits, take<std::uint64_t>(wire::byte_order::big));
         FERRY_TRY_ASSIGN(value * v, fresh(kind::floating));
-        v->i = static_cast<std::int64_t>(wire::load<std::uint64_t>(b.data(), wire::byte_order::big));  // its bits
+        v->i = static_cast<std::int64_t>(bits);
         return push(v);
       }
       case BINUNICODE: {
-        FERRY_TRY_ASSIGN(auto n, take_le<std::uint32_t>());
+        FERRY_TRY_ASSIGN(auto n, take<std::uint32_t>());
         FERRY_TRY_ASSIGN(auto b, take(n));
         return push_string(b);
       }
       case SHORT_BINUNICODE:
       case SHORT_BINSTRING: {
-        FERRY_TRY_ASSIGN(auto n, take_le<std::uint8_t>());
+        FERRY_TRY_ASSIGN(auto n, take<std::uint8_t>());
         FERRY_TRY_ASSIGN(auto b, take(n));
         return push_string(b);
       }
       case BINGET: {
-        FERRY_TRY_ASSIGN(auto slot, take_le<std::uint8_t>());
+        FERRY_TRY_ASSIGN(auto slot, take<std::uint8_t>());
         return memo_get(slot);
       }
       case LONG_BINGET: {
-        FERRY_TRY_ASSIGN(auto slot, take_le<std::uint32_t>());
+        FERRY_TRY_ASSIGN(auto slot, take<std::uint32_t>());
         return memo_get(slot);
       }
       case BINPUT: {
-        FERRY_TRY_ASSIGN(auto slot, take_le<std::uint8_t>());
+        FERRY_TRY_ASSIGN(auto slot, take<std::uint8_t>());
         return memo_put(slot);
       }
       case LONG_BINPUT: {
-        FERRY_TRY_ASSIGN(auto slot, take_le<std::uint32_t>());
+        FERRY_TRY_ASSIGN(auto slot, take<std::uint32_t>());
         return memo_put(slot);
       }
       case MEMOIZE: return memo_put(static_cast<std::uint32_t>(memo_.size()));
@@ -504,9 +507,8 @@ class machine {
     return fail(checkpoint_errc::pickle_bad_opcode, text);
   }
 
-  std::span<const std::byte> in_;
+  wire::reader in_;
   const limits& lim_;
-  std::size_t pos_ = 0;
   std::size_t at_ = 0;  // the current opcode's offset
   std::vector<value*> stack_;
   std::vector<std::size_t> marks_;

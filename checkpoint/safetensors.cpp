@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/base/file.h"
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/format.h"
 #include "ferry/wire/bulk.h"
@@ -182,7 +183,7 @@ class header_grammar final : public nlohmann::json_sax<nlohmann::json> {
   }
 
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) override {
-    return fail(checkpoint_errc::bad_json, "header byte " + std::to_string(position));
+    return fail(checkpoint_errc::bad_json, ferry::context("header byte ", position));
   }
 
   [[nodiscard]] bool complete() const noexcept { return state_ == in::done; }

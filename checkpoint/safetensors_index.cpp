@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/base/file.h"
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/set.h"
 #include "ferry/checkpoint/safetensors.h"
 
@@ -96,7 +97,7 @@ class index_grammar final : public nlohmann::json_sax<nlohmann::json> {
   }
 
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) override {
-    return fail(checkpoint_errc::bad_json, "byte " + std::to_string(position));
+    return fail(checkpoint_errc::bad_json, ferry::context("byte ", position));
   }
 
   [[nodiscard]] bool complete() const noexcept { return state_ == in::done; }

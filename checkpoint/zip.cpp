@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/error.h"
-#include "ferry/wire/byte_order.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint::detail {
 namespace {
@@ -26,11 +27,6 @@ constexpr std::size_t local_size = 30;
 constexpr std::uint16_t zip64_extra_id = 0x0001;
 constexpr std::uint32_t max32 = 0xFFFFFFFF;
 constexpr std::uint16_t max16 = 0xFFFF;
-
-template <class T>
-T le(std::span<const std::byte> b, std::size_t at) noexcept {
-  return wire::load<T>(b.data() + at, wire::byte_order::little);
-}
 
 std::string record_what(std::string_view name) { return "record " + quote(name); }
 
@@ -71,34 +67,27 @@ struct sizes64 {
 result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64& v, bool size_sat, bool comp_sat,
                                       bool offset_sat, bool disk_sat, const std::string& what) {
   bool seen = false;
-  for (std::size_t at = 0; at < extra.size();) {
-    if (extra.size() - at < 4) return zip_malformed(what + ": extra fields");
-    const auto id = le<std::uint16_t>(extra, at);
-    const auto n = le<std::uint16_t>(extra, at + 2);
-    if (n > extra.size() - at - 4) return zip_malformed(what + ": extra fields");
-    const auto field = extra.subspan(at + 4, n);
-    at += 4 + std::size_t{n};
+  wire::reader in(extra);
+  while (!in.at_end()) {
+    std::uint16_t id = 0, n = 0;
+    FERRY_REQUIRE(in.read_le(id, n), checkpoint_errc::zip_malformed, what, ": extra fields");
+    auto field = in.sub(n);
+    FERRY_REQUIRE(field, checkpoint_errc::zip_malformed, what, ": extra fields");
     if (id != zip64_extra_id) continue;
-    if (seen) return zip_malformed(what + ": two ZIP64 extra fields");
+    FERRY_REQUIRE(!seen, checkpoint_errc::zip_malformed, what, ": two ZIP64 extra fields");
     seen = true;
-    std::size_t p = 0;
-    const auto take64 = [&](std::uint64_t& out) {
-      if (field.size() - p < 8) return false;
-      out = le<std::uint64_t>(field, p);
-      p += 8;
-      return true;
+    const auto take = [&](bool saturated, auto& out) {
+      if (!saturated) return true;
+      const auto x = field->read_le<std::remove_reference_t<decltype(out)>>();
+      if (x) out = *x;
+      return static_cast<bool>(x);
     };
-    if (size_sat && !take64(v.size)) return zip_malformed(what + ": ZIP64 extra field too short");
-    if (comp_sat && !take64(v.compressed)) return zip_malformed(what + ": ZIP64 extra field too short");
-    if (offset_sat && !take64(v.offset)) return zip_malformed(what + ": ZIP64 extra field too short");
-    if (disk_sat) {
-      if (field.size() - p < 4) return zip_malformed(what + ": ZIP64 extra field too short");
-      v.disk = le<std::uint32_t>(field, p);
-    }
+    FERRY_REQUIRE(take(size_sat, v.size) && take(comp_sat, v.compressed) && take(offset_sat, v.offset) &&
+                      take(disk_sat, v.disk),
+                  checkpoint_errc::zip_malformed, what, ": ZIP64 extra field too short");
   }
-  if (!seen && (size_sat || comp_sat || offset_sat || disk_sat)) {
-    return zip_malformed(what + ": saturated field without a ZIP64 extra field");
-  }
+  FERRY_REQUIRE(seen || !(size_sat || comp_sat || offset_sat || disk_sat), checkpoint_errc::zip_malformed, what,
+                ": saturated field without a ZIP64 extra field");
   return {};
 }
 
@@ -125,12 +114,13 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   const std::uint64_t window = std::min<std::uint64_t>(size, eocd_size + max16 + locator_size + zip64_eocd_size);
   std::vector<std::byte> tail(static_cast<std::size_t>(window));
   FERRY_TRY(read(size - window, tail));
+  const wire::reader t(tail);
   std::vector<std::size_t> ends;  // EOCD candidates whose comment reaches EOF
   bool found_signature = false;
   for (std::size_t at = tail.size() - eocd_size + 1; at-- > 0;) {
-    if (le<std::uint32_t>(tail, at) != eocd_signature) continue;
+    if (t.read_le_at<std::uint32_t>(at).value_or(0) != eocd_signature) continue;
     found_signature = true;
-    if (at + eocd_size + le<std::uint16_t>(tail, at + 20) == tail.size()) ends.push_back(at);
+    if (at + eocd_size + *t.read_le_at<std::uint16_t>(at + 20) == tail.size()) ends.push_back(at);
     if (tail.size() - at > eocd_size + max16) break;
   }
   if (ends.empty()) {
@@ -139,36 +129,47 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   }
   if (ends.size() > 1) return zip_malformed("two zip end records reach the end of the file");
   const std::size_t e = ends.front();
-  const auto eocd = std::span<const std::byte>(tail).subspan(e, eocd_size);
   const std::uint64_t eocd_offset = size - window + e;
 
-  std::uint64_t entries = le<std::uint16_t>(eocd, 10);
-  std::uint64_t dir_size = le<std::uint32_t>(eocd, 12);
-  std::uint64_t dir_offset = le<std::uint32_t>(eocd, 16);
-  if (le<std::uint16_t>(eocd, 4) != 0 || le<std::uint16_t>(eocd, 6) != 0) return zip_malformed("zip spans disks");
-  if (le<std::uint16_t>(eocd, 8) != entries) return zip_malformed("zip end record: entry counts differ");
+  // The end record (APPNOTE 4.3.16), all of it in `tail`.
+  std::uint32_t eocd_sig = 0, dir_size32 = 0, dir_offset32 = 0;
+  std::uint16_t eocd_disk = 0, dir_disk = 0, disk_entries = 0, entries16 = 0, zip_comment_len = 0;
+  FERRY_TRY_ASSIGN(auto eocd, t.sub_at(e, eocd_size));
+  FERRY_TRY(eocd.read_le(eocd_sig, eocd_disk, dir_disk, disk_entries, entries16, dir_size32, dir_offset32,
+                         zip_comment_len));
+  std::uint64_t entries = entries16;
+  std::uint64_t dir_size = dir_size32;
+  std::uint64_t dir_offset = dir_offset32;
+  if (eocd_disk != 0 || dir_disk != 0) return zip_malformed("zip spans disks");
+  if (disk_entries != entries) return zip_malformed("zip end record: entry counts differ");
   std::uint64_t dir_end = eocd_offset;  // where the central directory must end
 
-  const bool has_locator = e >= locator_size && le<std::uint32_t>(tail, e - locator_size) == locator_signature;
+  const bool has_locator = e >= locator_size && t.read_le_at<std::uint32_t>(e - locator_size).value_or(0) == locator_signature;
   if (has_locator) {
-    const auto loc = std::span<const std::byte>(tail).subspan(e - locator_size, locator_size);
-    if (le<std::uint32_t>(loc, 4) != 0 || le<std::uint32_t>(loc, 16) != 1) return zip_malformed("zip spans disks");
-    const std::uint64_t record_offset = le<std::uint64_t>(loc, 8);
+    // The ZIP64 end record locator (4.3.15), just before the end record.
+    std::uint32_t loc_signature = 0, record_disk = 0, disks = 0;
+    std::uint64_t record_offset = 0;
+    FERRY_TRY_ASSIGN(auto loc, t.sub_at(e - locator_size, locator_size));
+    FERRY_TRY(loc.read_le(loc_signature, record_disk, record_offset, disks));
+    if (record_disk != 0 || disks != 1) return zip_malformed("zip spans disks");
     const std::uint64_t locator_offset = eocd_offset - locator_size;
     if (locator_offset < zip64_eocd_size || record_offset != locator_offset - zip64_eocd_size) {
       return zip_malformed("ZIP64 end record does not end where its locator starts");
     }
+    // The ZIP64 end record (4.3.14), without an extensible data sector.
     std::array<std::byte, zip64_eocd_size> z{};
     FERRY_TRY(read(record_offset, z));
-    const std::span<const std::byte> r(z);
-    if (le<std::uint32_t>(r, 0) != zip64_eocd_signature || le<std::uint64_t>(r, 4) != zip64_eocd_size - 12) {
+    wire::reader r(z);
+    std::uint32_t sig64 = 0, disk64 = 0, dir_disk64 = 0;
+    std::uint16_t made_by = 0, needed = 0;
+    std::uint64_t record_size = 0, disk_entries64 = 0, entries64 = 0, size64 = 0, offset64 = 0;
+    FERRY_TRY(r.read_le(sig64, record_size, made_by, needed, disk64, dir_disk64, disk_entries64, entries64, size64,
+                        offset64));
+    if (sig64 != zip64_eocd_signature || record_size != zip64_eocd_size - 12) {
       return zip_malformed("ZIP64 end record");
     }
-    if (le<std::uint32_t>(r, 16) != 0 || le<std::uint32_t>(r, 20) != 0) return zip_malformed("zip spans disks");
-    const auto entries64 = le<std::uint64_t>(r, 32);
-    const auto size64 = le<std::uint64_t>(r, 40);
-    const auto offset64 = le<std::uint64_t>(r, 48);
-    if (le<std::uint64_t>(r, 24) != entries64) return zip_malformed("ZIP64 end record: entry counts differ");
+    if (disk64 != 0 || dir_disk64 != 0) return zip_malformed("zip spans disks");
+    if (disk_entries64 != entries64) return zip_malformed("ZIP64 end record: entry counts differ");
     if ((entries != max16 && entries != entries64) || (dir_size != max32 && dir_size != size64) ||
         (dir_offset != max32 && dir_offset != offset64)) {
       return zip_malformed("zip end record and ZIP64 end record disagree");
@@ -196,36 +197,36 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
   zip_directory out;
   out.offset = dir_offset;
   out.entries.reserve(static_cast<std::size_t>(entries));
-  const std::span<const std::byte> d(dir);
-  std::size_t at = 0;
+  wire::reader d(dir);
   for (std::uint64_t i = 0; i < entries; ++i) {
-    const auto what = [i] { return "central directory entry " + std::to_string(i); };  // built on failure only
-    if (d.size() - at < central_size || le<std::uint32_t>(d, at) != central_signature) return zip_malformed(what());
-    const auto h = d.subspan(at, central_size);
-    const std::size_t name_len = le<std::uint16_t>(h, 28);
-    const std::size_t extra_len = le<std::uint16_t>(h, 30);
-    const std::size_t comment_len = le<std::uint16_t>(h, 32);
-    if (d.size() - at - central_size < name_len + extra_len + comment_len) return zip_malformed(what());
+    // The central directory header (4.3.12), then name, extra and comment.
+    std::uint32_t signature = 0, crc = 0, compressed = 0, size32 = 0, attributes = 0, offset = 0;
+    std::uint16_t made_by = 0, needed = 0, flags = 0, method = 0, time = 0, date = 0, name_len = 0, extra_len = 0,
+                  comment_len = 0, disk = 0, internal = 0;
+    FERRY_REQUIRE(d.read_le(signature, made_by, needed, flags, method, time, date, crc, compressed, size32, name_len,
+                            extra_len, comment_len, disk, internal, attributes, offset) &&
+                      signature == central_signature,
+                  checkpoint_errc::zip_malformed, "central directory entry ", i);
+    const auto name = d.read_bytes(name_len);
+    const auto extra = d.read_bytes(extra_len);
+    FERRY_REQUIRE(name && extra && d.skip(comment_len), checkpoint_errc::zip_malformed, "central directory entry ", i);
     zip_entry entry;
-    entry.record.name.resize(name_len);
-    std::memcpy(entry.record.name.data(), d.data() + at + central_size, name_len);
-    entry.flags = le<std::uint16_t>(h, 8);
-    entry.method = le<std::uint16_t>(h, 10);
-    entry.record.crc32 = le<std::uint32_t>(h, 16);
-    sizes64 v{le<std::uint32_t>(h, 24), le<std::uint32_t>(h, 20), le<std::uint32_t>(h, 42), le<std::uint16_t>(h, 34)};
-    const auto extra = d.subspan(at + central_size + name_len, extra_len);
-    if (v.size == max32 || v.compressed == max32 || v.offset == max32 || v.disk == max16 || !extra.empty()) {
-      FERRY_TRY(apply_zip64_extra(extra, v, v.size == max32, v.compressed == max32, v.offset == max32,
-                                  v.disk == max16, what()));
+    entry.record.name.assign(reinterpret_cast<const char*>(name->data()), name->size());  // char view of the bytes
+    entry.flags = flags;
+    entry.method = method;
+    entry.record.crc32 = crc;
+    sizes64 v{size32, compressed, offset, disk};
+    if (v.size == max32 || v.compressed == max32 || v.offset == max32 || v.disk == max16 || !extra->empty()) {
+      FERRY_TRY(apply_zip64_extra(*extra, v, v.size == max32, v.compressed == max32, v.offset == max32,
+                                  v.disk == max16, context("central directory entry ", i)));
     }
-    if (v.disk != 0) return zip_malformed(what() + ": on another disk");
+    FERRY_REQUIRE(v.disk == 0, checkpoint_errc::zip_malformed, "central directory entry ", i, ": on another disk");
     entry.record.size = v.size;
     entry.compressed_size = v.compressed;
     entry.header_offset = v.offset;
     out.entries.push_back(std::move(entry));
-    at += central_size + name_len + extra_len + comment_len;
   }
-  if (at != d.size()) return zip_malformed("central directory has bytes after its last entry");
+  if (!d.at_end()) return zip_malformed("central directory has bytes after its last entry");
   return out;
 }
 
@@ -290,24 +291,22 @@ result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read
     const zip_entry& e = dir.entries[i];
     zip_record& r = out.records[i];
     if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what(r) + ": encrypted");
-    if (e.method != 0) {
-      return error(checkpoint_errc::unsupported_zip_feature,
-                   what(r) + ": compressed (method " + std::to_string(e.method) + "), never inflated");
-    }
+    FERRY_REQUIRE(e.method == 0, checkpoint_errc::unsupported_zip_feature, record_what(r.name), ": compressed (method ",
+                  e.method, "), never inflated");
     if (e.compressed_size != r.size) return zip_malformed(what(r) + ": stored sizes differ");
 
     if (e.header_offset > dir.offset) return zip_malformed(what(r) + ": local header after the central directory");
     // Every field of the header is taken before the next get(), which may
     // refill the window `h` views.
     FERRY_TRY_ASSIGN(const std::span<const std::byte> h, local.get(e.header_offset, local_size));
-    if (le<std::uint32_t>(h, 0) != local_signature) return zip_malformed(what(r) + ": no local header at its offset");
-    const std::size_t name_len = le<std::uint16_t>(h, 26);
-    const std::size_t extra_len = le<std::uint16_t>(h, 28);
-    const auto flags = le<std::uint16_t>(h, 6);
-    const auto method = le<std::uint16_t>(h, 8);
-    const auto crc = le<std::uint32_t>(h, 14);
-    const std::uint64_t comp = le<std::uint32_t>(h, 18);
-    const std::uint64_t size = le<std::uint32_t>(h, 22);
+    // The local file header (4.3.7).
+    std::uint32_t signature = 0, crc = 0, comp32 = 0, size32 = 0;
+    std::uint16_t needed = 0, flags = 0, method = 0, time = 0, date = 0, name_len = 0, extra_len = 0;
+    FERRY_TRY(wire::reader(h).read_le(signature, needed, flags, method, time, date, crc, comp32, size32, name_len,
+                                      extra_len));
+    if (signature != local_signature) return zip_malformed(what(r) + ": no local header at its offset");
+    const std::uint64_t comp = comp32;
+    const std::uint64_t size = size32;
     if (flags != e.flags || method != e.method || name_len != r.name.size()) {
       return zip_malformed(what(r) + ": local header disagrees with the central directory");
     }

@@ -488,20 +488,25 @@ std::array<std::byte, abort_size> encode_abort(const abort_message& m) noexcept 
 
 result<abort_message> parse_abort(std::span<const std::byte, abort_size> b) noexcept {
   if (!is_abort(b)) return errc::bad_magic;
-  if (b[4] != std::byte{version}) return errc::unsupported_version;
-  const auto flags = static_cast<std::uint8_t>(b[5]);
+  wire::reader in(b);
+  std::uint8_t ver = 0, flags = 0;
+  FERRY_TRY(in.skip(4));
+  FERRY_TRY(in.read_le(ver, flags));
+  if (ver != version) return errc::unsupported_version;
   if ((flags & ~order_bit) != 0) return errc::bad_value;
   const byte_order o = (flags & order_bit) ? byte_order::big : byte_order::little;
-  if (wire::load<std::uint32_t>(b.data() + 28, o) != codec::crc32c(b.first(28))) return errc::checksum_mismatch;
-  if (wire::load<std::uint32_t>(b.data() + 24, o) != 0) return errc::bad_value;
-  abort_message m;
-  const auto code = wire::load<std::uint16_t>(b.data() + 6, o);
+  std::uint16_t code = 0;
+  std::uint32_t reporter = 0, culprit = 0, reserved = 0, crc = 0;
+  std::uint64_t sequence = 0;
+  FERRY_TRY(in.read_fields(o, code, reporter, culprit, sequence, reserved, crc));
+  if (crc != codec::crc32c(b.first(28))) return errc::checksum_mismatch;
+  if (reserved != 0) return errc::bad_value;
   if (code == 0) return errc::bad_value;
+  abort_message m;
   m.code = error_code::from_value(code);
-  m.reporter = wire::load<std::uint32_t>(b.data() + 8, o);
-  const auto culprit = wire::load<std::uint32_t>(b.data() + 12, o);
+  m.reporter = reporter;
   if (culprit != no_culprit) m.culprit = culprit;
-  m.sequence = wire::load<std::uint64_t>(b.data() + 16, o);
+  m.sequence = sequence;
   return m;
 }
 

@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ferry/base/require.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/detail/rendezvous.h"
 #include "ferry/comm/error.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::comm {
 namespace {
@@ -36,11 +38,6 @@ constexpr std::size_t entry_size = 20;
 
 bool has_magic(std::span<const std::byte> b, const magic_t& m) {
   return b.size() >= 4 && std::equal(m.begin(), m.end(), b.begin());
-}
-
-template <class T>
-T get(std::span<const std::byte> b, std::size_t at) {
-  return wire::load<T>(b.data() + at, le);
 }
 
 template <class T>
@@ -69,7 +66,7 @@ magic_t read_magic(const socket& s, clock::time_point deadline, const std::strin
   if (m != reject_magic) return m;
   std::array<std::byte, 4> head{};
   recv_all(s, head, deadline, who);
-  const std::uint16_t len = get<std::uint16_t>(head, 2);
+  const std::uint16_t len = *wire::reader(head).read_le_at<std::uint16_t>(2);  // 4 bytes hold it
   if (len > max_reject_text) fail(comm_errc::protocol_error, who + " sent a malformed REJECT");
   std::vector<std::byte> body(4 + std::size_t{len});
   std::copy(head.begin(), head.end(), body.begin());
@@ -105,15 +102,15 @@ std::array<std::byte, 32> random_nonce() {
 }
 
 std::string version_error(const hello& mine, const hello& theirs) {
-  return describe(mine) + " speaks ferry protocol version " + std::to_string(mine.version) + " but " +
-         describe(theirs) + " speaks version " + std::to_string(theirs.version);
+  return ferry::context(describe(mine), " speaks ferry protocol version ", mine.version, " but ", describe(theirs),
+                        " speaks version ", theirs.version);
 }
 
 }  // namespace
 
 std::string describe(const hello& h) {
-  return "rank " + std::to_string(h.rank) + " (" + (h.arch.empty() ? std::string("?") : h.arch) + ", " +
-         (h.order == byte_order::big ? "big" : "little") + "-endian, " + std::to_string(8 * h.word_size) + "-bit)";
+  return ferry::context("rank ", h.rank, " (", h.arch.empty() ? std::string("?") : h.arch, ", ",
+                        h.order == byte_order::big ? "big" : "little", "-endian, ", 8 * h.word_size, "-bit)");
 }
 
 std::array<std::byte, hello_size> encode_hello(const hello& h) {
@@ -138,32 +135,40 @@ std::array<std::byte, hello_size> encode_hello(const hello& h) {
 
 result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   if (!has_magic(b, hello_magic)) return errc::bad_magic;
+  // The fields in their order (handshake.h), all in the 80 bytes.
+  wire::reader in(b);
+  std::uint8_t version = 0, role = 0, order = 0, word_size = 0, auth = 0, reserved = 0;
+  std::uint32_t rank = 0, world_size = 0, chunk_bytes = 0, max_frame_bytes = 0, crc = 0;
+  std::uint16_t listen_port = 0;
+  FERRY_TRY(in.skip(hello_magic.size()));
+  FERRY_TRY(in.read_le(version, role, order, word_size, rank, world_size, chunk_bytes, max_frame_bytes, listen_port,
+                       auth, reserved));
+  FERRY_TRY_ASSIGN(const auto arch, in.read_bytes(arch_size));
+  FERRY_TRY_ASSIGN(const auto nonce, in.read_bytes(32));
+  const std::size_t covered = in.position();  // what the CRC covers
+  FERRY_TRY(in.read_le(crc));
   hello h;
-  h.version = get<std::uint8_t>(b, 4);
-  const auto role = get<std::uint8_t>(b, 5);
-  const auto order = get<std::uint8_t>(b, 6);
-  h.word_size = get<std::uint8_t>(b, 7);
-  h.rank = get<std::uint32_t>(b, 8);
+  h.version = version;
+  h.word_size = word_size;
+  h.rank = rank;
   if (role < 1 || role > 3 || order > 1) return errc::bad_value;
   h.role = static_cast<comm::role>(role);
   h.order = order == 1 ? byte_order::big : byte_order::little;
-  const auto arch = b.subspan(28, arch_size);
   if (!valid_arch(arch)) return errc::bad_value;
   for (std::byte c : arch) {
     if (c == std::byte{0}) break;
     h.arch.push_back(static_cast<char>(c));
   }
   if (h.version != protocol_version) return h;  // enough to report it
-  if (get<std::uint32_t>(b, 76) != codec::crc32c(b.first(76))) return errc::checksum_mismatch;
+  if (crc != codec::crc32c(b.first(covered))) return errc::checksum_mismatch;
   if (h.word_size != 4 && h.word_size != 8) return errc::bad_value;
-  h.world_size = get<std::uint32_t>(b, 12);
-  h.chunk_bytes = get<std::uint32_t>(b, 16);
-  h.max_frame_bytes = get<std::uint32_t>(b, 20);
-  h.listen_port = get<std::uint16_t>(b, 24);
-  const auto auth = get<std::uint8_t>(b, 26);
-  if (auth > 2 || get<std::uint8_t>(b, 27) != 0) return errc::bad_value;
+  h.world_size = world_size;
+  h.chunk_bytes = chunk_bytes;
+  h.max_frame_bytes = max_frame_bytes;
+  h.listen_port = listen_port;
+  if (auth > 2 || reserved != 0) return errc::bad_value;
   h.auth = static_cast<frame_auth>(auth);
-  std::copy(b.begin() + 44, b.begin() + 76, h.nonce.begin());
+  std::copy(nonce.begin(), nonce.end(), h.nonce.begin());
   if (h.world_size == 0 || h.rank >= h.world_size) return comm_errc::config_mismatch;
   return h;
 }
@@ -172,8 +177,8 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
   std::string diff;
   auto field = [&](const char* name, std::uint32_t a, std::uint32_t b) {
     if (a == b) return;
-    diff += (diff.empty() ? "" : "; ") + std::string(name) + " " + std::to_string(a) + " on " + describe(mine) +
-            " but " + std::to_string(b) + " on " + describe(theirs);
+    diff += ferry::context(diff.empty() ? "" : "; ", name, " ", a, " on ", describe(mine), " but ", b, " on ",
+                           describe(theirs));
   };
   field("world size", mine.world_size, theirs.world_size);
   field("chunk bytes", mine.chunk_bytes, theirs.chunk_bytes);
@@ -183,7 +188,7 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
             " on " + describe(mine) + " but FERRY_AUTH=" + std::string(name(theirs.auth)) + " on " + describe(theirs);
   }
   if (diff.empty() && mine.rank == theirs.rank) {
-    diff = "two processes claim rank " + std::to_string(mine.rank) + ": " + describe(mine) + " and " + describe(theirs);
+    diff = ferry::context("two processes claim rank ", mine.rank, ": ", describe(mine), " and ", describe(theirs));
   }
   return diff.empty() ? diff : "world configuration mismatch: " + diff;
 }
@@ -249,12 +254,12 @@ std::vector<std::byte> encode_reject(error_code code, std::string_view text) {
 }
 
 result<reject> parse_reject(std::span<const std::byte> body) noexcept {
-  if (body.size() < 4) return errc::truncated;
-  const auto code = get<std::uint16_t>(body, 0);
-  const auto len = get<std::uint16_t>(body, 2);
+  wire::reader in(body);
+  std::uint16_t code = 0, len = 0;
+  FERRY_TRY(in.read_le(code, len));
   if (len > max_reject_text) return errc::bad_value;
-  if (body.size() < 4 + std::size_t{len}) return errc::truncated;
-  if (body.size() > 4 + std::size_t{len}) return errc::trailing_bytes;
+  FERRY_TRY_ASSIGN(const auto text, in.read_bytes(len));
+  if (!in.at_end()) return errc::trailing_bytes;
   reject r;
   switch (static_cast<comm_errc>(code)) {
     case comm_errc::auth_failed:
@@ -264,7 +269,7 @@ result<reject> parse_reject(std::span<const std::byte> body) noexcept {
     default: r.code = comm_errc::protocol_error; break;
   }
   try {
-    r.text.assign(reinterpret_cast<const char*>(body.data() + 4), len);
+    r.text.assign(reinterpret_cast<const char*>(text.data()), text.size());
   } catch (...) {
     return errc::limit_exceeded;
   }
@@ -299,12 +304,17 @@ std::vector<std::byte> encode_table(std::span<const table_entry> entries) {
 result<std::vector<table_entry>> parse_table(std::span<const std::byte> b, std::uint32_t world_size) noexcept {
   if (b.size() < 8) return errc::truncated;
   if (!has_magic(b, table_magic)) return errc::bad_magic;
-  const std::uint32_t count = get<std::uint32_t>(b, 4);
+  wire::reader in(b);
+  FERRY_TRY(in.skip(table_magic.size()));
+  FERRY_TRY_ASSIGN(const std::uint32_t count, in.read_le<std::uint32_t>());
   if (count != world_size) return comm_errc::config_mismatch;
-  const std::size_t body = 8 + entry_size * std::size_t{count};
-  if (b.size() < body + 4) return errc::truncated;
-  if (b.size() > body + 4) return errc::trailing_bytes;
-  if (get<std::uint32_t>(b, body) != codec::crc32c(b.first(body))) return errc::checksum_mismatch;
+  // The entries, then the CRC of everything before it, then nothing.
+  if (count > in.remaining() / entry_size) return errc::truncated;
+  FERRY_TRY_ASSIGN(auto entries, in.sub(entry_size * std::size_t{count}));
+  const std::size_t body = in.position();
+  FERRY_TRY_ASSIGN(const std::uint32_t crc, in.read_le<std::uint32_t>());
+  if (!in.at_end()) return errc::trailing_bytes;
+  if (crc != codec::crc32c(b.first(body))) return errc::checksum_mismatch;
   std::vector<table_entry> out;
   try {
     out.resize(count);
@@ -312,26 +322,27 @@ result<std::vector<table_entry>> parse_table(std::span<const std::byte> b, std::
     return errc::limit_exceeded;
   }
   for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t at = 8 + entry_size * i;
-    const auto family = get<std::uint8_t>(b, at);
-    const auto order = get<std::uint8_t>(b, at + 1);  // entry 0: the ring order; else reserved
+    std::uint8_t family = 0, order = 0;  // entry 0: the ring order; else reserved
+    std::uint16_t port = 0;
+    FERRY_TRY(entries.read_le(family, order, port));
+    FERRY_TRY_ASSIGN(const auto address, entries.read_bytes(16));
     if (order > (i == 0 ? 1 : 0)) return errc::bad_value;
     out[i].order = static_cast<ring_order>(order);
     endpoint& e = out[i].at;
     if (family == 4) {
-      auto* in = reinterpret_cast<sockaddr_in*>(&e.storage);
-      in->sin_family = AF_INET;
-      std::memcpy(&in->sin_addr, b.data() + at + 4, 4);
+      auto* in4 = reinterpret_cast<sockaddr_in*>(&e.storage);
+      in4->sin_family = AF_INET;
+      std::memcpy(&in4->sin_addr, address.data(), 4);
       e.length = sizeof(sockaddr_in);
     } else if (family == 6) {
-      auto* in = reinterpret_cast<sockaddr_in6*>(&e.storage);
-      in->sin6_family = AF_INET6;
-      std::memcpy(&in->sin6_addr, b.data() + at + 4, 16);
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&e.storage);
+      in6->sin6_family = AF_INET6;
+      std::memcpy(&in6->sin6_addr, address.data(), 16);
       e.length = sizeof(sockaddr_in6);
     } else if (family != 0) {
       return errc::bad_value;
     }
-    if (family != 0) e.set_port(get<std::uint16_t>(b, at + 2));
+    if (family != 0) e.set_port(port);
   }
   return out;
 }

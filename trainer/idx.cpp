@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "ferry/base/file.h"
+#include "ferry/base/require.h"
 #include "ferry/wire/bulk.h"
 #include "ferry/wire/cursor.h"
 
@@ -39,11 +40,11 @@ result<idx_header, error> parse_header(std::span<const std::byte> bytes, const i
   // bad_magic as soon as a byte that is there is wrong, so that only
   // prefixes of valid files are `truncated`.
   for (std::size_t i = 0; i < 2 && i < bytes.size(); ++i) {
-    if (bytes[i] != std::byte{0}) return error(errc::bad_magic, "IDX magic");
+    FERRY_REQUIRE(bytes[i] == std::byte{0}, errc::bad_magic, "IDX magic");
   }
   wire::reader in(bytes);
-  if (auto m = in.read<std::uint16_t>(big); !m) return error(m.error(), "IDX magic");
-  const auto code = in.read<std::uint8_t>(big);
+  if (auto m = in.read_be<std::uint16_t>(); !m) return error(m.error(), "IDX magic");
+  const auto code = in.read_be<std::uint8_t>();
   if (!code) return error(code.error(), "type code");
   idx_header h;
   if (auto t = idx_type_from_code(*code); t) {
@@ -51,44 +52,32 @@ result<idx_header, error> parse_header(std::span<const std::byte> bytes, const i
   } else {
     return error(t.error(), "type code " + hex(*code));
   }
-  const auto rank = in.read<std::uint8_t>(big);
+  const auto rank = in.read_be<std::uint8_t>();
   if (!rank) return error(rank.error(), "rank");
-  if (*rank == 0) return error(trainer_errc::bad_idx_dimensions, "rank 0");
-  if (*rank > lim.max_dims) {
-    return error(errc::limit_exceeded, "rank " + std::to_string(*rank) + "; the limit is " +
-                                           std::to_string(lim.max_dims));
-  }
+  FERRY_REQUIRE(*rank != 0, trainer_errc::bad_idx_dimensions, "rank 0");
+  FERRY_REQUIRE(*rank <= lim.max_dims, errc::limit_exceeded, "rank ", *rank, "; the limit is ", lim.max_dims);
   // Every field in file order, then the size they announce together.
   h.dims.reserve(*rank);
   for (unsigned k = 0; k < *rank; ++k) {
-    const std::string what = "extent " + std::to_string(k);
-    const auto d = in.read<std::uint32_t>(big);
-    if (!d) return error(d.error(), what);
-    if (*d == 0) return error(trainer_errc::bad_idx_dimensions, what + " is 0");
-    if (*d > lim.max_extent) {
-      return error(errc::limit_exceeded, what + " is " + std::to_string(*d) + "; the limit is " +
-                                             std::to_string(lim.max_extent));
-    }
+    const auto d = in.read_be<std::uint32_t>();
+    if (!d) return make_error(d.error(), "extent ", k);
+    FERRY_REQUIRE(*d != 0, trainer_errc::bad_idx_dimensions, "extent ", k, " is 0");
+    FERRY_REQUIRE(*d <= lim.max_extent, errc::limit_exceeded, "extent ", k, " is ", *d, "; the limit is ",
+                  lim.max_extent);
     h.dims.push_back(*d);
   }
   std::uint64_t data_bytes = codec::size_of(h.type);
   for (const std::uint32_t d : h.dims) {
-    if (__builtin_mul_overflow(data_bytes, std::uint64_t{d}, &data_bytes)) {
-      return error(errc::limit_exceeded, "data size overflows 64 bits");
-    }
+    FERRY_REQUIRE(!__builtin_mul_overflow(data_bytes, std::uint64_t{d}, &data_bytes), errc::limit_exceeded,
+                  "data size overflows 64 bits");
   }
   h.header_bytes = in.position();
-  if (data_bytes > lim.max_bytes || h.header_bytes > lim.max_bytes - data_bytes) {
-    return error(errc::limit_exceeded, std::to_string(data_bytes) + " bytes of data; the limit is " +
-                                           std::to_string(lim.max_bytes) + " bytes with the header");
-  }
-  if (data_bytes > in.remaining()) {
-    return error(errc::truncated, "data: " + std::to_string(data_bytes) + " bytes announced, " +
-                                      std::to_string(in.remaining()) + " present");
-  }
-  if (data_bytes < in.remaining()) {
-    return error(errc::trailing_bytes, std::to_string(in.remaining() - data_bytes) + " bytes after the data");
-  }
+  FERRY_REQUIRE(data_bytes <= lim.max_bytes && h.header_bytes <= lim.max_bytes - data_bytes, errc::limit_exceeded,
+                data_bytes, " bytes of data; the limit is ", lim.max_bytes, " bytes with the header");
+  FERRY_REQUIRE(data_bytes <= in.remaining(), errc::truncated, "data: ", data_bytes, " bytes announced, ",
+                in.remaining(), " present");
+  FERRY_REQUIRE(data_bytes >= in.remaining(), errc::trailing_bytes, in.remaining() - data_bytes,
+                " bytes after the data");
   h.data_bytes = static_cast<std::size_t>(data_bytes);  // <= remaining(), so it fits
   return h;
 }
@@ -127,7 +116,7 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
   // single-member files under 4 GiB), believed only as far as the
   // compressed bytes could make it true.
   std::size_t isize = 0;
-  if (in.size() >= 4) isize = wire::load<std::uint32_t>(in.data() + in.size() - 4, wire::byte_order::little);
+  if (in.size() >= 4) isize = *wire::reader(in).read_le_at<std::uint32_t>(in.size() - 4);
   const std::size_t possible = in.size() > cap / max_ratio ? cap : in.size() * max_ratio;
   const std::size_t guess = std::min({isize != 0 ? isize : min_chunk, possible, cap});
 
@@ -152,9 +141,7 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
     consumed += in_chunk - zs->avail_in;
     const std::size_t made = out_chunk - zs->avail_out;
     if (full && made != 0) {
-      if (out.size() == cap) {
-        return error(errc::limit_exceeded, "gzip: inflates to more than " + std::to_string(cap) + " bytes");
-      }
+      FERRY_REQUIRE(out.size() != cap, errc::limit_exceeded, "gzip: inflates to more than ", cap, " bytes");
       out.resize(out.size() > cap / 2 ? cap : std::min(cap, std::max(out.size() * 2, min_chunk)));
       out[produced] = spare;
     }
@@ -168,10 +155,8 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
           out.resize(produced);
           return out;
         }
-        if (!starts_gzip_member(rest)) {
-          return error(errc::trailing_bytes,
-                       "gzip: " + std::to_string(rest.size()) + " bytes after the last member");
-        }
+        FERRY_REQUIRE(starts_gzip_member(rest), errc::trailing_bytes, "gzip: ", rest.size(),
+                      " bytes after the last member");
         if (inflateReset(zs) != Z_OK) return error(trainer_errc::bad_gzip, "gzip: reset failed");
         break;
       }
@@ -254,10 +239,8 @@ result<idx_array, error> read_idx(const std::filesystem::path& path, const idx_l
   // twice the limit is refused before it is read into memory.
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && limits.max_bytes <= UINTMAX_MAX / 2 && size > 2 * limits.max_bytes) {
-    return file_error(path, errc::limit_exceeded, std::to_string(size) + " bytes; the limit is " +
-                                                      std::to_string(limits.max_bytes) + " decoded");
-  }
+  FERRY_REQUIRE(ec || limits.max_bytes > UINTMAX_MAX / 2 || size <= 2 * limits.max_bytes, errc::limit_exceeded,
+                path.string(), ": ", size, " bytes; the limit is ", limits.max_bytes, " decoded");
   FERRY_TRY_ASSIGN(auto bytes, base::read_file(path));
   auto r = decode_idx_file(std::move(bytes), limits);
   if (!r) return r.error().wrap(path.string());
@@ -275,23 +258,17 @@ result<dataset, error> load_dataset(const std::filesystem::path& dir, std::strin
     return file_error(images_path, trainer_errc::bad_idx_type,
                       "images must be U8, not " + std::string(codec::name(images.type)));
   }
-  if (images.dims.size() != 3) {
-    return file_error(images_path, trainer_errc::bad_idx_dimensions,
-                      "images must have 3 dimensions, not " + std::to_string(images.dims.size()));
-  }
+  FERRY_REQUIRE(images.dims.size() == 3, trainer_errc::bad_idx_dimensions, images_path.string(),
+                ": images must have 3 dimensions, not ", images.dims.size());
   FERRY_TRY_ASSIGN(idx_array labels, read_idx(labels_path, limits));
   if (labels.type != codec::dtype::u8) {
     return file_error(labels_path, trainer_errc::bad_idx_type,
                       "labels must be U8, not " + std::string(codec::name(labels.type)));
   }
-  if (labels.dims.size() != 1) {
-    return file_error(labels_path, trainer_errc::bad_idx_dimensions,
-                      "labels must have 1 dimension, not " + std::to_string(labels.dims.size()));
-  }
-  if (labels.dims[0] != images.dims[0]) {
-    return file_error(labels_path, trainer_errc::count_mismatch,
-                      std::to_string(labels.dims[0]) + " labels for " + std::to_string(images.dims[0]) + " images");
-  }
+  FERRY_REQUIRE(labels.dims.size() == 1, trainer_errc::bad_idx_dimensions, labels_path.string(),
+                ": labels must have 1 dimension, not ", labels.dims.size());
+  FERRY_REQUIRE(labels.dims[0] == images.dims[0], trainer_errc::count_mismatch, labels_path.string(), ": ",
+                labels.dims[0], " labels for ", images.dims[0], " images");
   dataset out;
   out.count = images.dims[0];
   out.rows = images.dims[1];
@@ -299,11 +276,8 @@ result<dataset, error> load_dataset(const std::filesystem::path& dir, std::strin
   out.labels.resize(labels.data.size());
   for (std::size_t i = 0; i < out.labels.size(); ++i) {
     const auto label = std::to_integer<std::uint8_t>(labels.data[i]);
-    if (label >= classes) {
-      return file_error(labels_path, trainer_errc::bad_label,
-                        "sample " + std::to_string(i) + " has label " + std::to_string(label) + "; there are " +
-                            std::to_string(classes) + " classes");
-    }
+    FERRY_REQUIRE(label < classes, trainer_errc::bad_label, labels_path.string(), ": sample ", i, " has label ",
+                  label, "; there are ", classes, " classes");
     out.labels[i] = label;
   }
   labels = {};

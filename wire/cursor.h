@@ -1,20 +1,29 @@
 // ferry/wire/cursor.h: bounds-checked reader and writer over byte spans.
 //
-// The reader is the one place ferry's decoders touch untrusted bytes. Its
-// contract:
+// The reader is the one place ferry's decoders touch untrusted bytes: the
+// graph archive, schema descriptors, frames, the .ferry header and trailer,
+// zip directories, pickles, the handshake messages and IDX files all read
+// through it, so its bounds checks are the ones to audit. Its contract:
 // - Every read either succeeds completely and advances the position, or
 //   fails with an errc and leaves the position where it was.
 // - Every bound check is written so it cannot overflow
 //   (`n <= size - pos`, never `pos + n <= size`), on 32-bit size_t too.
 // - Nothing here allocates; lengths read from the input are checked against
 //   the bytes that remain (and a caller's limit) before anyone can act on them.
-// - No exceptions; errors are the values of ferry::errc documented below.
+// - No exceptions, no virtual calls; errors are the values of ferry::errc
+//   documented below.
+// - The limits a decoder shares with its reader (nesting depth, input
+//   size, alignment) are one reader_options, as FlatBuffers' Verifier has
+//   them.
 //
 // Scalars use the layouts of wire/byte_order.h, varints those of
 // wire/varint.h. A length-prefixed byte string is a varint length followed by
-// that many bytes.
+// that many bytes. A reader made by sub() views part of its parent's bytes
+// and knows where: offset() is a position in the outermost input, for the
+// error a decoder reports.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,10 +38,34 @@
 
 namespace ferry::wire {
 
+/// The limits one reader enforces, each with a safe default (the shape of
+/// FlatBuffers' Verifier::Options).
+struct reader_options {
+  /// enter() beyond this many levels fails with depth_exceeded. A decoder
+  /// of nested input counts its levels here, so no input drives it (or
+  /// its stack) deeper than its caller allowed.
+  std::size_t max_depth = 64;
+  /// reader::open() refuses a larger input with limit_exceeded: the bound
+  /// on what one decode may touch, checked before a byte is read.
+  std::size_t max_size = SIZE_MAX;
+  /// When true, align() refuses a position that is not a multiple of its
+  /// argument (counted from the start of the outermost input); when
+  /// false, align() always succeeds.
+  bool check_alignment = true;
+};
+
 class reader {
  public:
   // The reader views `in`; the bytes must outlive it.
   constexpr explicit reader(std::span<const std::byte> in) noexcept : in_(in) {}
+  constexpr reader(std::span<const std::byte> in, const reader_options& opt) noexcept
+      : in_(in), max_depth_(opt.max_depth), check_alignment_(opt.check_alignment) {}
+
+  /// A reader of `in` under `opt`. Errors: limit_exceeded if in.size() > opt.max_size.
+  static constexpr result<reader> open(std::span<const std::byte> in, const reader_options& opt) noexcept {
+    if (in.size() > opt.max_size) return errc::limit_exceeded;
+    return reader(in, opt);
+  }
 
   [[nodiscard]] constexpr std::size_t position() const noexcept { return pos_; }
   [[nodiscard]] constexpr std::size_t size() const noexcept { return in_.size(); }
@@ -40,6 +73,15 @@ class reader {
   [[nodiscard]] constexpr bool at_end() const noexcept { return pos_ == in_.size(); }
   /// The bytes not read yet.
   [[nodiscard]] constexpr std::span<const std::byte> rest() const noexcept { return in_.subspan(pos_); }
+  /// All the bytes this reader views, read or not.
+  [[nodiscard]] constexpr std::span<const std::byte> bytes() const noexcept { return in_; }
+  /// Where this reader's first byte lies in the outermost input (0 unless
+  /// made by sub()).
+  [[nodiscard]] constexpr std::size_t base() const noexcept { return base_; }
+  /// The position as an offset in the outermost input, for error contexts.
+  [[nodiscard]] constexpr std::size_t offset() const noexcept { return base_ + pos_; }
+  /// Levels entered and not left.
+  [[nodiscard]] constexpr std::size_t depth() const noexcept { return depth_; }
 
   /// One scalar stored in `order`. Errors: truncated.
   template <scalar T>
@@ -49,6 +91,44 @@ class reader {
     pos_ += sizeof(T);
     return v;
   }
+  /// One little-endian scalar. Errors: truncated.
+  template <scalar T>
+  constexpr result<T> read_le() noexcept { return read<T>(byte_order::little); }
+  /// One big-endian scalar. Errors: truncated.
+  template <scalar T>
+  constexpr result<T> read_be() noexcept { return read<T>(byte_order::big); }
+
+  /// Consecutive scalars stored in `order`, one bounds check for all of
+  /// them: the fields of a fixed-size record in their file order.
+  /// Errors: truncated (nothing is read then, and `out` keeps its values).
+  template <scalar... T>
+    requires(sizeof...(T) > 0)
+  constexpr result<void> read_fields(byte_order order, T&... out) noexcept {
+    constexpr std::size_t n = (sizeof(T) + ... + 0);
+    if (remaining() < n) return errc::truncated;
+    const std::byte* p = in_.data() + pos_;
+    ((out = load<T>(p, order), p += sizeof(T)), ...);
+    pos_ += n;
+    return {};
+  }
+  template <scalar... T>
+    requires(sizeof...(T) > 0)
+  constexpr result<void> read_le(T&... out) noexcept { return read_fields(byte_order::little, out...); }
+  template <scalar... T>
+    requires(sizeof...(T) > 0)
+  constexpr result<void> read_be(T&... out) noexcept { return read_fields(byte_order::big, out...); }
+
+  /// The scalar stored in `order` at absolute position `at` of this
+  /// reader; the position does not move. Errors: truncated.
+  template <scalar T>
+  [[nodiscard]] constexpr result<T> read_at(std::size_t at, byte_order order) const noexcept {
+    if (at > in_.size() || sizeof(T) > in_.size() - at) return errc::truncated;
+    return load<T>(in_.data() + at, order);
+  }
+  template <scalar T>
+  [[nodiscard]] constexpr result<T> read_le_at(std::size_t at) const noexcept { return read_at<T>(at, byte_order::little); }
+  template <scalar T>
+  [[nodiscard]] constexpr result<T> read_be_at(std::size_t at) const noexcept { return read_at<T>(at, byte_order::big); }
 
   /// `out.size()` scalars stored contiguously in `order`, through the bulk
   /// kernels. Errors: truncated (out is left unspecified then).
@@ -69,6 +149,42 @@ class reader {
     return s;
   }
 
+  /// A view of the n bytes at absolute position `at`; the position does
+  /// not move. Errors: truncated.
+  [[nodiscard]] constexpr result<std::span<const std::byte>> bytes_at(std::size_t at, std::size_t n) const noexcept {
+    if (at > in_.size() || n > in_.size() - at) return errc::truncated;
+    return in_.subspan(at, n);
+  }
+
+  /// The bytes before the next `delim`, viewed in place; the position moves
+  /// past the delimiter. Errors: truncated if no `delim` remains.
+  constexpr result<std::span<const std::byte>> read_until(std::byte delim) noexcept {
+    for (std::size_t i = pos_; i < in_.size(); ++i) {
+      if (in_[i] == delim) {
+        const auto s = in_.subspan(pos_, i - pos_);
+        pos_ = i + 1;
+        return s;
+      }
+    }
+    return errc::truncated;
+  }
+
+  /// A reader of the next n bytes, which this one skips. The sub-reader
+  /// starts at position 0, keeps this reader's limits and depth, and
+  /// reports offset() in the outermost input. Errors: truncated.
+  constexpr result<reader> sub(std::size_t n) noexcept {
+    if (n > remaining()) return errc::truncated;
+    reader r = sub_unchecked(pos_, n);
+    pos_ += n;
+    return r;
+  }
+  /// A reader of the n bytes at absolute position `at`; this reader does
+  /// not move. Errors: truncated.
+  [[nodiscard]] constexpr result<reader> sub_at(std::size_t at, std::size_t n) const noexcept {
+    if (at > in_.size() || n > in_.size() - at) return errc::truncated;
+    return sub_unchecked(at, n);
+  }
+
   /// Advances n bytes. Errors: truncated.
   constexpr result<void> skip(std::size_t n) noexcept {
     if (n > remaining()) return errc::truncated;
@@ -81,6 +197,28 @@ class reader {
     if (pos > in_.size()) return errc::out_of_range;
     pos_ = pos;
     return {};
+  }
+
+  /// Checks that offset() is a multiple of `alignment` (a power of two),
+  /// when the options ask for alignment checks. The position does not
+  /// move. Errors: out_of_range.
+  [[nodiscard]] constexpr result<void> align(std::size_t alignment) const noexcept {
+    if (check_alignment_ && (offset() & (alignment - 1)) != 0) return errc::out_of_range;
+    return {};
+  }
+
+  /// One level deeper into nested input. Errors: depth_exceeded once
+  /// depth() would pass the options' max_depth (the depth is unchanged then).
+  constexpr result<void> enter() noexcept {
+    if (depth_ >= max_depth_) return errc::depth_exceeded;
+    ++depth_;
+    return {};
+  }
+  /// One level back out.
+  // Requires: depth() > 0 (a leave() without its enter() is a bug).
+  constexpr void leave() noexcept {
+    assert(depth_ > 0);
+    --depth_;
   }
 
   /// One canonical varint. Errors: truncated, varint_overlong, varint_overflow.
@@ -135,8 +273,21 @@ class reader {
   }
 
  private:
+  // Requires: at <= size() and n <= size() - at.
+  [[nodiscard]] constexpr reader sub_unchecked(std::size_t at, std::size_t n) const noexcept {
+    reader r(*this);
+    r.in_ = in_.subspan(at, n);
+    r.pos_ = 0;
+    r.base_ = base_ + at;
+    return r;
+  }
+
   std::span<const std::byte> in_;
   std::size_t pos_ = 0;
+  std::size_t base_ = 0;
+  std::size_t depth_ = 0;
+  std::size_t max_depth_ = reader_options{}.max_depth;
+  bool check_alignment_ = reader_options{}.check_alignment;
 };
 
 namespace detail {

@@ -328,5 +328,27 @@ TEST(FrameDecoder, SealMatchesTheWholeFrame) {
   EXPECT_TRUE(std::equal(e.trailer.begin(), e.trailer.end(), whole.end() - frame_trailer_size));
 }
 
+TEST(Abort, RoundTripsAndRefusesEachBrokenField) {
+  const abort_message m{comm_errc::peer_lost, 2, 7, 0x0102030405060708};
+  const auto b = encode_abort(m);
+  const auto back = parse_abort(b);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->code, m.code);
+  EXPECT_EQ(back->reporter, 2u);
+  EXPECT_EQ(back->culprit, 7u);
+  EXPECT_EQ(back->sequence, 0x0102030405060708u);
+  auto bad = b;
+  bad[4] ^= std::byte{0xFF};  // version
+  EXPECT_EQ(parse_abort(bad).error(), errc::unsupported_version);
+  bad = b;
+  bad[5] |= std::byte{0x40};  // a flag that does not exist
+  EXPECT_EQ(parse_abort(bad).error(), errc::bad_value);
+  for (const std::size_t at : {6u, 8u, 12u, 16u, 24u, 28u}) {
+    bad = b;
+    bad[at] ^= std::byte{1};  // every field after the flags is under the CRC
+    EXPECT_EQ(parse_abort(bad).error(), errc::checksum_mismatch) << at;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::comm

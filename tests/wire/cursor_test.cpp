@@ -136,6 +136,141 @@ TEST(Reader, ReadArrayConvertsOrder) {
   EXPECT_EQ(f[0], 6.342e-5f);
 }
 
+TEST(Reader, ReadsLittleAndBigEndianByName) {
+  const auto in = bytes({0x01, 0x02, 0x03, 0x04, 0x01, 0x02, 0x03, 0x04});
+  reader r(in);
+  EXPECT_EQ(*r.read_le<std::uint32_t>(), 0x04030201u);
+  EXPECT_EQ(*r.read_be<std::uint32_t>(), 0x01020304u);
+  EXPECT_EQ(r.read_le<std::uint8_t>().error(), errc::truncated);
+  EXPECT_EQ(r.read_be<std::uint16_t>().error(), errc::truncated);
+  EXPECT_EQ(r.position(), 8u);
+  // Every 16-bit pattern, both orders, against a hand-written reference.
+  std::array<std::byte, 2> two{};
+  for (unsigned v = 0; v <= 0xFFFF; ++v) {
+    two = {std::byte(v >> 8), std::byte(v & 0xFF)};
+    reader t(two);
+    ASSERT_EQ(*t.read_be_at<std::uint16_t>(0), v);
+    ASSERT_EQ(*t.read_le_at<std::uint16_t>(0), ((v & 0xFF) << 8) | (v >> 8));
+  }
+}
+
+TEST(Reader, ReadFieldsChecksOnceAndReadsNothingOnFailure) {
+  const auto in = bytes({0xAA, 0x34, 0x12, 0x78, 0x56, 0x34, 0x12, 0xFF});
+  reader r(in);
+  std::uint8_t a = 0;
+  std::uint16_t b = 0;
+  std::uint32_t c = 0;
+  ASSERT_TRUE(r.read_le(a, b, c));
+  EXPECT_EQ(a, 0xAA);
+  EXPECT_EQ(b, 0x1234);
+  EXPECT_EQ(c, 0x12345678u);
+  EXPECT_EQ(r.position(), 7u);
+  // Two more bytes than remain: nothing read, nothing written, no move.
+  std::uint8_t x = 7;
+  std::uint16_t y = 9;
+  EXPECT_EQ(r.read_be(x, y).error(), errc::truncated);
+  EXPECT_EQ(x, 7);
+  EXPECT_EQ(y, 9);
+  EXPECT_EQ(r.position(), 7u);
+  ASSERT_TRUE(r.read_be(x));
+  EXPECT_EQ(x, 0xFF);
+  EXPECT_TRUE(r.at_end());
+}
+
+TEST(Reader, AbsoluteReadsDoNotMove) {
+  const auto in = bytes({0, 1, 2, 3, 4, 5});
+  reader r(in);
+  ASSERT_TRUE(r.skip(1));
+  EXPECT_EQ(*r.read_be_at<std::uint16_t>(4), 0x0405);
+  EXPECT_EQ(*r.read_at<std::uint8_t>(0, byte_order::little), 0);
+  EXPECT_EQ(r.read_le_at<std::uint16_t>(5).error(), errc::truncated);
+  EXPECT_EQ(r.read_le_at<std::uint8_t>(6).error(), errc::truncated);
+  EXPECT_EQ(r.read_le_at<std::uint32_t>(SIZE_MAX).error(), errc::truncated);
+  EXPECT_EQ(r.read_le_at<std::uint64_t>(SIZE_MAX - 3).error(), errc::truncated);
+  EXPECT_EQ(r.bytes_at(2, 4)->size(), 4u);
+  EXPECT_EQ(r.bytes_at(6, 0)->size(), 0u);
+  EXPECT_EQ(r.bytes_at(2, 5).error(), errc::truncated);
+  EXPECT_EQ(r.bytes_at(7, 0).error(), errc::truncated);
+  EXPECT_EQ(r.bytes_at(1, SIZE_MAX).error(), errc::truncated);
+  EXPECT_EQ(r.bytes_at(SIZE_MAX, 1).error(), errc::truncated);
+  EXPECT_EQ(r.position(), 1u);
+}
+
+TEST(Reader, SubReadersAreBoundedAndKnowTheirOffset) {
+  const auto in = bytes({0, 1, 2, 3, 4, 5, 6, 7});
+  reader r(in);
+  ASSERT_TRUE(r.skip(2));
+  auto s = r.sub(4);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(r.position(), 6u);
+  EXPECT_EQ(s->size(), 4u);
+  EXPECT_EQ(s->position(), 0u);
+  EXPECT_EQ(s->base(), 2u);
+  EXPECT_EQ(*s->read_be<std::uint16_t>(), 0x0203);
+  EXPECT_EQ(s->offset(), 4u);
+  // The sub-reader ends where it was told to, not where its parent does.
+  EXPECT_EQ(s->read_le<std::uint32_t>().error(), errc::truncated);
+  EXPECT_EQ(s->read_bytes(3).error(), errc::truncated);
+  EXPECT_EQ(s->read_le_at<std::uint8_t>(4).error(), errc::truncated);
+  // A sub-reader of a sub-reader: offsets in the outermost input.
+  auto inner = s->sub_at(3, 1);
+  ASSERT_TRUE(inner);
+  EXPECT_EQ(inner->base(), 5u);
+  EXPECT_EQ(*inner->read_le<std::uint8_t>(), 5);
+  EXPECT_EQ(inner->offset(), 6u);
+  EXPECT_EQ(s->position(), 2u);  // sub_at does not move
+  // Bounds at the SIZE_MAX edges, and nothing moves on failure.
+  EXPECT_EQ(r.sub(3).error(), errc::truncated);
+  EXPECT_EQ(r.sub(SIZE_MAX).error(), errc::truncated);
+  EXPECT_EQ(r.sub_at(SIZE_MAX, 0).error(), errc::truncated);
+  EXPECT_EQ(r.sub_at(1, SIZE_MAX).error(), errc::truncated);
+  EXPECT_EQ(r.sub_at(9, 0).error(), errc::truncated);
+  EXPECT_TRUE(r.sub_at(8, 0));
+  EXPECT_EQ(r.position(), 6u);
+  EXPECT_EQ(r.sub(2)->size(), 2u);
+  EXPECT_TRUE(r.at_end());
+}
+
+TEST(Reader, ReadUntilADelimiter) {
+  const auto in = bytes({'a', 'b', '\n', '\n', 'c'});
+  reader r(in);
+  EXPECT_EQ(r.read_until(std::byte{'\n'})->size(), 2u);
+  EXPECT_EQ(r.position(), 3u);
+  EXPECT_EQ(r.read_until(std::byte{'\n'})->size(), 0u);
+  EXPECT_EQ(r.read_until(std::byte{'\n'}).error(), errc::truncated);
+  EXPECT_EQ(r.position(), 4u);
+}
+
+TEST(Reader, OptionsBoundDepthSizeAndAlignment) {
+  const auto in = bytes({1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(reader::open(in, {.max_size = 7}).error(), errc::limit_exceeded);
+  auto r = reader::open(in, {.max_depth = 2, .max_size = 8});
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->enter());
+  EXPECT_TRUE(r->enter());
+  EXPECT_EQ(r->enter().error(), errc::depth_exceeded);
+  EXPECT_EQ(r->depth(), 2u);
+  r->leave();
+  EXPECT_TRUE(r->enter());
+  // A sub-reader carries the limits and the depth reached.
+  auto s = r->sub(4);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->enter().error(), errc::depth_exceeded);
+  // Alignment counts from the outermost input.
+  EXPECT_TRUE(r->align(4));
+  EXPECT_EQ(r->align(8).error(), errc::out_of_range);
+  ASSERT_TRUE(s->skip(2));
+  EXPECT_TRUE(s->align(2));
+  EXPECT_EQ(s->align(4).error(), errc::out_of_range);
+  reader lax(in, {.check_alignment = false});
+  ASSERT_TRUE(lax.skip(1));
+  EXPECT_TRUE(lax.align(8));
+  // The default, FlatBuffers' max_depth: 64 levels.
+  reader d(in);
+  for (int k = 0; k < 64; ++k) ASSERT_TRUE(d.enter()) << k;
+  EXPECT_EQ(d.enter().error(), errc::depth_exceeded);
+}
+
 TEST(Writer, FixedBufferReportsNoSpaceAndWritesNothing) {
   std::array<std::byte, 5> buf{};
   writer w(buf);
