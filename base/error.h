@@ -17,6 +17,7 @@
 //                                 ferry::comm_errc (comm/error.h)
 //   400..499  checkpoint/         ferry::checkpoint_errc (checkpoint/error.h)
 //   500..599  trainer/            ferry::trainer_errc (trainer/error.h)
+//   600..699  tools/ (the CLI)    ferry::tools_errc (tools/error.h)
 //
 // Failures every format shares (bad magic, a checksum, trailing bytes,
 // I/O) are base codes, ferry::errc. Module enums live in namespace ferry

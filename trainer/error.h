@@ -18,7 +18,6 @@ namespace ferry {
   X(count_mismatch, 503, "images and labels disagree on the number of samples")           \
   X(bad_label, 504, "label is not below the number of classes")                          \
   X(replica_mismatch, 520, "ranks' parameters or buffers are no longer identical")                \
-  X(bad_metrics, 521, "not a ferry-train metrics record (JSON lines of kind step or epoch)")      \
   X(bad_checkpoint, 522, "checkpoint cannot be resumed by this run")                               \
   X(save_failed, 523, "checkpoint not published: a rank could not write its part")
 FERRY_DEFINE_ERRORS(trainer_errc, FERRY_TRAINER_ERRORS);

@@ -17,6 +17,7 @@
 #include "ferry/graph/error.h"
 #include "ferry/schema/error.h"
 #include "ferry/trainer/error.h"
+#include "../../tools/error.h"  // the CLI is not a library: no ferry/tools/ include path
 
 namespace ferry {
 namespace {
@@ -31,7 +32,7 @@ const module_block blocks[] = {
     {"base", detail::errc_table, 0, 99},          {"codec", detail::codec_errc_table, 100, 199},
     {"schema", detail::schema_errc_table, 200, 249}, {"graph", detail::graph_errc_table, 250, 299},
     {"comm", detail::comm_errc_table, 300, 399},  {"checkpoint", detail::checkpoint_errc_table, 400, 499},
-    {"trainer", detail::trainer_errc_table, 500, 599},
+    {"trainer", detail::trainer_errc_table, 500, 599}, {"tools", detail::tools_errc_table, 600, 699},
 };
 
 std::size_t codes_in_blocks() {
