@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-last", c.drop_last, "drop the tail that does not divide evenly between ranks");
   app.add_option("--limit", c.limit, "train on the first N samples only (0: all)");
   app.add_option("--test-limit", c.test_limit, "evaluate on the first N test samples only (0: all)");
+  std::vector<std::string> compressions;
+  for (const auto k : ferry::comm::all_compressions) compressions.emplace_back(ferry::comm::name(k));
   app.add_option("--compress", compress, "gradients travel as f32 (none) or 16-bit with error feedback")
-      ->check(CLI::IsMember({"none", "bf16", "f16"}));
+      ->check(CLI::IsMember(compressions));
   app.add_option("--backend", c.backend, "ferry (any mix of architectures) or gloo (LibTorch's ProcessGroupGloo)")
       ->check(CLI::IsMember({"ferry", "gloo"}));
   app.add_flag("--overlap,!--no-overlap", c.overlap,
@@ -125,9 +127,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferry-train: %s (see --help)\n", e.what());
     return 2;
   }
-  c.compress = compress == "bf16" ? ferry::comm::compression::bf16
-               : compress == "f16" ? ferry::comm::compression::f16
-                                   : ferry::comm::compression::none;
+  c.compress = ferry::comm::compression_from_name(compress).value();  // checked by --compress's IsMember
   c.bucket_bytes = bucket_kb * 1024;
   c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;
   c.hidden.clear();
