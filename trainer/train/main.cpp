@@ -7,7 +7,6 @@
 // data files missing or corrupt), 2 bad options.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include <thread>
 #include <torch/torch.h>
 
+#include "cli11.h"
 #include "collectives.h"
 #include "ferry/comm/error.h"
 #include "trainer.h"
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                "WORLD_SIZE (as torchrun or ferry-run set them; SLURM_PROCID and SLURM_NTASKS also work) and the "
                "shared secret from FERRY_SECRET or FERRY_SECRET_FILE.",
                "ferry-train"};
-  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
+  ferry::tools::share_option_defaults(app);
   app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
   std::string freeze;
@@ -118,15 +118,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "redraw", "plain"}));
   app.add_option("--threads", c.threads, "LibTorch threads (default: OMP_NUM_THREADS, else cores / local ranks)")
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ferry-train: %s (see --help)\n", e.what());
-    return 2;
-  }
+  if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
   c.compress = ferry::comm::compression_from_name(compress).value();  // checked by --compress's IsMember
   c.bucket_bytes = bucket_kb * 1024;
   c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;
