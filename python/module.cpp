@@ -6,6 +6,8 @@
 //     .get(name) -> numpy array     .load() -> {name: numpy array}
 //     .storages() -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
 //   save(path, entries, storages, metadata, format, order, alignment, shared)
+//   dtypes                                       {name: code, bytes, numpy and torch names}
+//   cpu_info() -> {version, cpu_features, enabled_cpu_features, kernels}   base/cpu.h
 //
 // Arrays view the reader's storages without copying (the mapping of the
 // file, or the byte-swapped copy when the file's order is not the host's):
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/base/cpu.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
@@ -107,6 +110,22 @@ const python_dtype& python_names(ferry::codec::dtype t) {
 
 // numpy's dtype for a ferry dtype: bf16 and the float8s as their bits.
 py::dtype numpy_dtype(ferry::codec::dtype t) { return py::dtype(python_names(t).numpy); }
+
+// What ferry.info() reports: the version, the CPU features found and
+// enabled (FERRY_CPU_FEATURES; ferry.Error for an unknown name) and the
+// kernel each dispatcher linked into this module chose.
+py::dict cpu_info() {
+  namespace base = ferry::base;
+  raise_if_error(base::check_cpu_features_env());
+  py::dict kernels;
+  for (const auto& [dispatcher, kernel] : base::kernel_choices()) kernels[py::str(std::string(dispatcher))] = std::string(kernel);
+  py::dict d;
+  d["version"] = FERRY_VERSION;
+  d["cpu_features"] = base::describe_cpu_features(base::detected_cpu_features());
+  d["enabled_cpu_features"] = base::describe_cpu_features(base::enabled_cpu_features());
+  d["kernels"] = kernels;
+  return d;
+}
 
 // {ferry dtype name: {"code", "bytes", "numpy", "numpy_bits", "torch"}}, in code order.
 py::dict dtype_table() {
@@ -329,6 +348,7 @@ PYBIND11_MODULE(_ferry, m) {
       .def("load", &py_reader::load)
       .def("storages", &py_reader::storages);
   m.attr("dtypes") = dtype_table();
+  m.def("cpu_info", &cpu_info);
   m.def("save", &save, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
         py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"));
 }

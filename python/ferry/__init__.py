@@ -24,7 +24,7 @@ import sys
 
 from . import _ferry
 
-__all__ = ["Error", "Checkpoint", "open", "load", "save"]
+__all__ = ["Error", "Checkpoint", "open", "load", "save", "info"]
 
 
 class Error(Exception):
@@ -41,6 +41,21 @@ class Error(Exception):
         self.code = code
         self.name = name
         self.context = context
+
+
+def info():
+    """What this ferry runs with, for bug reports (as `ferry --version`):
+
+        {"version": "0.1.0",
+         "cpu_features": "sse2 ssse3 sse4.2 avx2 f16c",   # found on this CPU
+         "enabled_cpu_features": "sse2 ssse3 sse4.2 avx2 f16c",
+         "kernels": {"byte_swap": "avx2", "crc32c": "sse4.2", ...}}
+
+    FERRY_CPU_FEATURES (read once, at ferry's first kernel dispatch) narrows the enabled
+    features, e.g. "sse2,ssse3" or "none" for the portable paths; it never
+    enables one the CPU lacks. A name ferry does not know raises ferry.Error.
+    """
+    return _ferry.cpu_info()
 
 
 # ferry's dtypes, exported by the extension (python/module.cpp) so there is
