@@ -42,7 +42,7 @@ DEMO_DIR := build/demo
 demo: deps
 	$(call build_preset,native)
 	@mkdir -p $(DEMO_DIR)
-	build/native/trainer/ferry-run -n 2 build/native/trainer/ferry-train \
+	build/native/launch/ferry-run -n 2 build/native/train/ferry-train \
 	  --checkpoint $(DEMO_DIR)/ferry-train.ferry --metrics $(DEMO_DIR)/metrics.jsonl
 	@build/native/tools/ferry plot $(DEMO_DIR)/metrics.jsonl -o $(DEMO_DIR)/curves.svg >/dev/null
 	@echo "curves: $(DEMO_DIR)/curves.svg (open it in a browser); checkpoint: ferry inspect $(DEMO_DIR)/ferry-train.ferry"
@@ -102,7 +102,7 @@ bench: bench-deps
 	$(call build_preset,bench-s390x)
 	scripts/run-s390x-bench message
 	scripts/run-s390x-bench checkpoint
-	bench/train_compare --ferry-train build/bench/trainer/ferry-train --out bench-results/train_compare.json
+	bench/train_compare --ferry-train build/bench/train/ferry-train --out bench-results/train_compare.json
 
 clean:
 	rm -rf build

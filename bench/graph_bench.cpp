@@ -3,7 +3,7 @@
 // issue: a 100,000-node DAG with ~3 references per node, a 100,000-node
 // doubly-linked ring, and a tree of 10,000 records with a string and 64
 // floats each. Reports write time, read time and archive bytes, and ends
-// with the ratio table the README shows.
+// with the ratio table docs/benchmarks.md shows.
 //
 // Boost and cereal recurse along references, so a 100,000-node ring needs a
 // deep stack: every benchmark runs on a thread with a 1 GiB stack (ferry

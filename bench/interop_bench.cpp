@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ferry/checkpoint/reader.h"
+#include "goals.h"
 #include "ratio_table.h"
 
 namespace {
@@ -120,7 +121,7 @@ void BM_load_ferry(benchmark::State& state) { load_all(state, file("model.ferry"
 
 // The floor under a load that reads every byte (CRCs): the .ferry file,
 // mapped and faulted in beforehand, read once by as many threads as
-// get_all() uses, each XOR-ing its share.
+// get_all() uses (bench::read_once, the peer checkpoint_bench measures too).
 void BM_read_ferry_bytes(benchmark::State& state) {
   const int fd = ::open(file("model.ferry").c_str(), O_RDONLY);
   check(fd >= 0, "open model.ferry");
@@ -128,29 +129,8 @@ void BM_read_ferry_bytes(benchmark::State& state) {
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   check(map != MAP_FAILED, "mmap model.ferry");
   ::close(fd);
-  const auto* words = static_cast<const std::uint64_t*>(map);
-  const std::size_t n = size / 8;
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  for (auto _ : state) {
-    std::vector<std::uint64_t> out(threads);
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        std::uint64_t a = 0, b = 0, c = 0, d = 0;
-        const std::size_t end = n * (t + 1) / threads;
-        std::size_t i = n * t / threads;
-        for (; i + 4 <= end; i += 4) {
-          a ^= words[i];
-          b ^= words[i + 1];
-          c ^= words[i + 2];
-          d ^= words[i + 3];
-        }
-        out[t] = a ^ b ^ c ^ d;
-      });
-    }
-    for (auto& p : pool) p.join();
-    benchmark::DoNotOptimize(out.data());
-  }
+  const std::span words(static_cast<const std::uint64_t*>(map), size / 8);
+  for (auto _ : state) benchmark::DoNotOptimize(ferry::bench::read_once(words));
   ::munmap(map, size);
   state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
 }
@@ -259,10 +239,17 @@ void print_tables(const ferry::bench::results& r, const std::map<std::string, py
   row("torch.load(weights_only=True) / ferry.load(.pt)", v, "x", "(reported)", true);
   v = torch_load / py_ms("ferry_load_safetensors");
   row("torch.load / ferry.load(.safetensors)", v, "x", ">= 8x", v >= 8);
+  // The CRC-checked load: one goal, against this machine's ceiling (its
+  // bytes read once); checkpoint_bench states the same goal for its file.
+  // torch.load beside it is reported: it cannot beat the ceiling's ratio.
+  v = ms("BM_read_ferry_bytes") / ms("BM_load_ferry");
+  row("reading the .ferry's bytes once / C++ .ferry load (open + get_all, every CRC)", v, "x",
+      ferry::bench::at_least(ferry::bench::crc_load_of_read_once).c_str(), v >= ferry::bench::crc_load_of_read_once);
   v = torch_load / py_ms("ferry_load_ferry");
-  row("torch.load / ferry.load(.ferry), every CRC", v, "x", ">= 3.5x", v >= 3.5);
+  row("torch.load / ferry.load(.ferry), every CRC", v, "x", "(reported)", true);
   v = torch_load / ms("BM_read_ferry_bytes");
-  row("torch.load / reading the .ferry's bytes once (the floor of any CRC-checked load)", v, "x", "(reported)", true);
+  row("torch.load / reading the .ferry's bytes once (the most any CRC-checked load can reach)", v, "x", "(reported)",
+      true);
   v = py_ms("ferry_load_ferry") / ms("BM_load_ferry");
   row("ferry.load(.ferry) / C++ open + get_all", v, "x", "<= 1.15x", v <= 1.15);
   v = gbps("BM_convert_pt_to_ferry") / gbps("BM_write_fsync");

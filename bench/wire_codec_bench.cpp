@@ -1,6 +1,9 @@
 // wire/ and codec/ against memcpy (the physical limit), Boost.Endian's
 // endian_reverse_inplace loop, a naive byte loop, and zlib's crc32, at
-// 4 KiB, 256 KiB and 64 MiB. Ends with the ratio table the README shows.
+// 4 KiB, 256 KiB and 64 MiB. Ends with the ratio table docs/benchmarks.md
+// shows: the swap kernels' goal is memcpy of the same bytes in the same run
+// (bench/goals.h); their ratios to Boost.Endian's loop are reported, since
+// no kernel can beat that loop by more than memcpy does.
 #include <benchmark/benchmark.h>
 #include <boost/endian/conversion.hpp>
 #include <zlib.h>
@@ -14,6 +17,7 @@
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
 #include "ferry/base/cpu.h"
+#include "goals.h"
 #include "ratio_table.h"
 
 namespace {
@@ -167,19 +171,27 @@ void print_table(const bench::results& r) {
                 gbps(get("zlib_crc32", s)));
   }
   std::printf("\n| goal | measured | target | |\n|---|---|---|---|\n");
-  const std::pair<std::int64_t, double> copy_goals[] = {{4 << 10, 0.9}, {256 << 10, 0.85}, {64 << 20, 0.95}};
-  for (const auto& [s, goal] : copy_goals) {
-    const double ratio = get("ferry_swap32_copy", s) / get("memcpy", s);
-    std::printf("| swap32 copy / memcpy, %lld KiB | %.2fx | >= %.2fx | %s |\n", static_cast<long long>(s >> 10), ratio,
-                goal, verdict(ratio, goal));
+  // One goal per kernel and size, against memcpy of the same bytes measured
+  // in this run: the ceiling of a kernel that reads and writes every byte.
+  const double goal = bench::swap_of_memcpy;
+  const auto target = bench::at_least(goal);
+  for (auto s : sizes) {
+    const std::string size = s >= (1 << 20) ? std::to_string(s >> 20) + " MiB" : std::to_string(s >> 10) + " KiB";
+    for (const auto& [kernel, label] : {std::pair{"ferry_swap32_copy", "swap32 copy"},
+                                        std::pair{"ferry_swap32_inplace", "swap32 in place"}}) {
+      const double ratio = get(kernel, s) / get("memcpy", s);
+      std::printf("| %s / memcpy, %s | %.2fx | %s | %s |\n", label, size.c_str(), ratio, target.c_str(),
+                  verdict(ratio, goal));
+    }
   }
+  // Reported beside their ceiling: a swap at memcpy speed is memcpy / Boost
+  // times Boost's loop, whatever that ratio is on this machine.
   for (std::int64_t s : {std::int64_t{4} << 10, std::int64_t{256} << 10}) {
-    const double copy = get("ferry_swap32_copy", s) / get("boost_endian_reverse_inplace", s);
-    const double inplace = get("ferry_swap32_inplace", s) / get("boost_endian_reverse_inplace", s);
-    std::printf("| swap32 copy / Boost.Endian loop, %lld KiB | %.2fx | >= 5x | %s |\n", static_cast<long long>(s >> 10),
-                copy, verdict(copy, 5));
-    std::printf("| swap32 in place / Boost.Endian loop, %lld KiB | %.2fx | >= 5x | %s |\n",
-                static_cast<long long>(s >> 10), inplace, verdict(inplace, 5));
+    const double boost = get("boost_endian_reverse_inplace", s);
+    std::printf("| swap32 copy / Boost.Endian loop, %lld KiB | %.2fx | reported (memcpy / Boost: %.2fx) | |\n",
+                static_cast<long long>(s >> 10), get("ferry_swap32_copy", s) / boost, get("memcpy", s) / boost);
+    std::printf("| swap32 in place / Boost.Endian loop, %lld KiB | %.2fx | reported | |\n",
+                static_cast<long long>(s >> 10), get("ferry_swap32_inplace", s) / boost);
   }
   const double crc = get("ferry_crc32c", 256 << 10) / get("zlib_crc32", 256 << 10);
   std::printf("| CRC32C / zlib crc32, 256 KiB | %.2fx | >= 3x | %s |\n", crc, verdict(crc, 3));

@@ -49,7 +49,7 @@
 #include "ferry/codec/dtype.h"
 #include "ferry/comm/config.h"
 #include "ferry/comm/error.h"
-#include "ferry/comm/handshake.h"
+#include "ferry/comm/peer.h"
 
 namespace ferry::comm {
 

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ferry/comm/error.h"
+#include "ferry/comm/frame.h"  // frame_header_size, trailer_size
 
 namespace ferry::comm {
 namespace {

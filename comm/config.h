@@ -34,7 +34,7 @@
 #include <string>
 
 #include "ferry/comm/error.h"
-#include "ferry/comm/frame.h"
+#include "ferry/comm/options.h"
 
 namespace ferry::comm {
 

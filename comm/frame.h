@@ -69,6 +69,7 @@
 #include "ferry/codec/dtype.h"
 #include "ferry/wire/byte_order.h"
 #include "ferry/comm/error.h"
+#include "ferry/comm/options.h"  // frame_auth
 
 struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX, used in frame.cpp only
 
@@ -80,16 +81,6 @@ enum class encoding : std::uint8_t {
   bf16 = 1,  ///< F32 values rounded to bf16 (codec/half.h)
   f16 = 2,   ///< F32 values rounded to f16
 };
-
-/// How frames are protected on a link (FERRY_AUTH). Both ends of every
-/// link must agree (checked at the handshake).
-enum class frame_auth : std::uint8_t {
-  none = 0,     ///< CRC32C: catches accidents, not attacks
-  frames = 1,   ///< a ChaCha20-Poly1305 tag over header and payload
-  encrypt = 2,  ///< the same, with the payload encrypted
-};
-/// "none", "frames", "encrypt": FERRY_AUTH's values.
-[[nodiscard]] std::string_view name(frame_auth a) noexcept;
 
 inline constexpr std::size_t frame_header_size = 28;
 inline constexpr std::size_t frame_trailer_size = 4;  ///< the CRC (frame_auth::none)

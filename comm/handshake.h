@@ -83,38 +83,13 @@
 #include "ferry/wire/byte_order.h"
 #include "ferry/comm/error.h"
 #include "ferry/comm/frame.h"
+#include "ferry/comm/peer.h"  // hello, role, protocol_version, describe()
 
 namespace ferry::comm {
 
-inline constexpr std::uint8_t protocol_version = 2;
 inline constexpr std::size_t hello_size = 80;
 inline constexpr std::size_t auth_size = 36;
 inline constexpr std::size_t max_reject_text = 1024;
-
-enum class role : std::uint8_t { join = 1, ring = 2, reply = 3 };
-
-/// What one side says about itself in a HELLO.
-struct hello {
-  std::uint8_t version = protocol_version;
-  comm::role role = role::reply;
-  wire::byte_order order = wire::host_order;
-  std::uint8_t word_size = sizeof(void*);
-  std::uint32_t rank = 0;
-  std::uint32_t world_size = 1;
-  std::uint32_t chunk_bytes = 0;
-  std::uint32_t max_frame_bytes = 0;
-  std::uint16_t listen_port = 0;
-  frame_auth auth = frame_auth::none;
-  std::string arch;  ///< at most 16 ASCII characters
-  std::array<std::byte, 32> nonce{};
-  friend bool operator==(const hello&, const hello&) = default;
-};
-
-/// This machine's architecture name ("x86_64", "aarch64", "armhf", "s390x").
-std::string_view host_arch() noexcept;
-
-/// "rank 2 (s390x, big-endian, 64-bit)".
-std::string describe(const hello& h);
 
 std::array<std::byte, hello_size> encode_hello(const hello& h);
 

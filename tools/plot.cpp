@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ferry/base/file.h"
-#include "ferry/trainer/error.h"
+#include "error.h"
 
 namespace ferry::tools {
 namespace {
@@ -110,7 +110,7 @@ result<void, error> plot(const std::string& metrics, const std::string& svg_path
     const auto j = nlohmann::json::parse(line, nullptr, false);
     const auto where = metrics + ":" + std::to_string(n);
     if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) {
-      return error(trainer_errc::bad_metrics, where);
+      return error(tools_errc::bad_metrics, where);
     }
     // Numbers a plot can place: finite, epochs counted from 1.
     const auto finite = [&](const char* key) {
@@ -134,10 +134,10 @@ result<void, error> plot(const std::string& metrics, const std::string& svg_path
         epochs[count("epoch")] = {finite("train_loss"), finite("train_acc"), finite("test_acc")};
       }
     } catch (const std::exception&) {  // a missing or out-of-range field
-      return error(trainer_errc::bad_metrics, where);
+      return error(tools_errc::bad_metrics, where);
     }
   }
-  if (epochs.empty() && steps.empty()) return error(trainer_errc::bad_metrics, metrics + ": no records");
+  if (epochs.empty() && steps.empty()) return error(tools_errc::bad_metrics, metrics + ": no records");
   series step_loss{"loss (rank 0, per step)", "#9ab", {}, false};
   series train_loss{"train loss (epoch)", "#c33", {}, true};
   series train_acc{"train", "#c33", {}, true};

@@ -13,7 +13,7 @@ namespace ferry::tools {
 /// train_loss, train_acc, test_acc) and writes an SVG with two panels,
 /// loss against epochs and accuracy against epochs, axes labelled.
 /// Records repeated by a resumed run replace the earlier ones. Errors:
-/// io_error, trainer_errc::bad_metrics naming the line that is not a
+/// io_error, tools_errc::bad_metrics (tools/error.h) naming the line that is not a
 /// metrics record.
 [[nodiscard]] result<void, error> plot(const std::string& metrics, const std::string& svg);
 

@@ -18,7 +18,7 @@
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/writer.h"
 
-namespace ferry::torch {
+namespace ferry::libtorch {
 namespace {
 
 namespace ckpt = ferry::checkpoint;
@@ -78,10 +78,10 @@ std::string shape_text(at::IntArrayRef s) {
 // The optimizer kinds the adapter knows, and their per-parameter tensors.
 enum class optimizer_kind { adam, adamw, sgd };
 
-std::optional<optimizer_kind> kind_of(const ::torch::optim::Optimizer& o) {
-  if (dynamic_cast<const ::torch::optim::Adam*>(&o) != nullptr) return optimizer_kind::adam;
-  if (dynamic_cast<const ::torch::optim::AdamW*>(&o) != nullptr) return optimizer_kind::adamw;
-  if (dynamic_cast<const ::torch::optim::SGD*>(&o) != nullptr) return optimizer_kind::sgd;
+std::optional<optimizer_kind> kind_of(const torch::optim::Optimizer& o) {
+  if (dynamic_cast<const torch::optim::Adam*>(&o) != nullptr) return optimizer_kind::adam;
+  if (dynamic_cast<const torch::optim::AdamW*>(&o) != nullptr) return optimizer_kind::adamw;
+  if (dynamic_cast<const torch::optim::SGD*>(&o) != nullptr) return optimizer_kind::sgd;
   return std::nullopt;
 }
 
@@ -92,7 +92,7 @@ const char* kind_name(optimizer_kind k) {
 std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 // Parameter names by TensorImpl (the first name of a tied parameter).
-std::unordered_map<const void*, std::string> parameter_names(const ::torch::nn::Module& module) {
+std::unordered_map<const void*, std::string> parameter_names(const torch::nn::Module& module) {
   std::unordered_map<const void*, std::string> names;
   for (const auto& p : module.named_parameters(true)) names.emplace(p.value().unsafeGetTensorImpl(), p.key());
   return names;
@@ -129,7 +129,7 @@ void adam_options_in(Options& o, const std::string& prefix, const metadata_map& 
 using commit_fn = std::function<void()>;
 
 // Checks `tensors` against the module and returns what copies them in.
-result<commit_fn, error> prepare_state_dict(::torch::nn::Module& module, const tensor_map& tensors, bool strict,
+result<commit_fn, error> prepare_state_dict(torch::nn::Module& module, const tensor_map& tensors, bool strict,
                                             const std::string& where) {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
   std::unordered_map<std::string, bool> used;
@@ -160,12 +160,12 @@ result<commit_fn, error> prepare_state_dict(::torch::nn::Module& module, const t
     }
   }
   return commit_fn([copies = std::move(copies)] {
-    ::torch::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     for (const auto& [target, src] : copies) target.copy_(src);
   });
 }
 
-result<commit_fn, error> prepare_optimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+result<commit_fn, error> prepare_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                                            const tensor_map& tensors, const metadata_map& metadata,
                                            const std::string& where) {
   const auto kind = kind_of(optimizer);
@@ -177,7 +177,7 @@ result<commit_fn, error> prepare_optimizer(::torch::optim::Optimizer& optimizer,
                                       " state, the optimizer is " + kind_name(*kind));
   }
   const auto names = parameter_names(module);
-  std::vector<std::pair<std::string, std::unique_ptr<::torch::optim::OptimizerParamState>>> states;
+  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
   const auto find = [&](const std::string& name, const char* field, const at::Tensor& like,
                         bool required) -> result<at::Tensor, error> {
     const std::string key = "optimizer." + name + "." + field;
@@ -199,7 +199,7 @@ result<commit_fn, error> prepare_optimizer(::torch::optim::Optimizer& optimizer,
       if (*kind == optimizer_kind::sgd) {
         FERRY_TRY_ASSIGN(auto buf, find(name, "momentum_buffer", p, false));
         if (!buf.defined()) continue;
-        auto st = std::make_unique<::torch::optim::SGDParamState>();
+        auto st = std::make_unique<torch::optim::SGDParamState>();
         st->momentum_buffer(buf);
         states.emplace_back(state_key(p), std::move(st));
         continue;
@@ -219,8 +219,8 @@ result<commit_fn, error> prepare_optimizer(::torch::optim::Optimizer& optimizer,
         if (mx.defined()) st->max_exp_avg_sq(mx);
         states.emplace_back(state_key(p), std::move(st));
       };
-      if (*kind == optimizer_kind::adam) fill(std::make_unique<::torch::optim::AdamParamState>());
-      else fill(std::make_unique<::torch::optim::AdamWParamState>());
+      if (*kind == optimizer_kind::adam) fill(std::make_unique<torch::optim::AdamParamState>());
+      else fill(std::make_unique<torch::optim::AdamWParamState>());
     }
   }
   return commit_fn([&optimizer, kind = *kind, &metadata, states = std::make_shared<decltype(states)>(std::move(states))] {
@@ -229,11 +229,11 @@ result<commit_fn, error> prepare_optimizer(::torch::optim::Optimizer& optimizer,
       const std::string prefix = "optimizer.group." + std::to_string(g) + ".";
       auto& o = groups[g].options();
       if (kind == optimizer_kind::adam) {
-        adam_options_in(static_cast<::torch::optim::AdamOptions&>(o), prefix, metadata);
+        adam_options_in(static_cast<torch::optim::AdamOptions&>(o), prefix, metadata);
       } else if (kind == optimizer_kind::adamw) {
-        adam_options_in(static_cast<::torch::optim::AdamWOptions&>(o), prefix, metadata);
+        adam_options_in(static_cast<torch::optim::AdamWOptions&>(o), prefix, metadata);
       } else {
-        auto& s = static_cast<::torch::optim::SGDOptions&>(o);
+        auto& s = static_cast<torch::optim::SGDOptions&>(o);
         if (auto v = meta_number(metadata, prefix + "lr")) s.lr(*v);
         if (auto v = meta_number(metadata, prefix + "momentum")) s.momentum(*v);
         if (auto v = meta_number(metadata, prefix + "dampening")) s.dampening(*v);
@@ -317,20 +317,20 @@ result<loaded, error> load(const std::filesystem::path& path, const checkpoint::
   return out;
 }
 
-tensor_map state_dict(const ::torch::nn::Module& module) {
+tensor_map state_dict(const torch::nn::Module& module) {
   tensor_map m;
   for (const auto& p : module.named_parameters(true)) m.emplace(p.key(), p.value());
   for (const auto& b : module.named_buffers(true)) m.emplace(b.key(), b.value());
   return m;
 }
 
-result<void, error> load_state_dict(::torch::nn::Module& module, const tensor_map& tensors, bool strict) {
+result<void, error> load_state_dict(torch::nn::Module& module, const tensor_map& tensors, bool strict) {
   FERRY_TRY_ASSIGN(auto commit, prepare_state_dict(module, tensors, strict, "state dict"));
   commit();
   return {};
 }
 
-result<void, error> optimizer_state(const ::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                                     tensor_map& tensors, metadata_map& metadata) {
   const auto kind = kind_of(optimizer);
   if (!kind) return error(errc::bad_value, "only Adam, AdamW and SGD state can be saved");
@@ -341,11 +341,11 @@ result<void, error> optimizer_state(const ::torch::optim::Optimizer& optimizer, 
     const std::string prefix = "optimizer.group." + std::to_string(g) + ".";
     const auto& o = groups[g].options();
     if (*kind == optimizer_kind::adam) {
-      adam_options_out(static_cast<const ::torch::optim::AdamOptions&>(o), prefix, metadata);
+      adam_options_out(static_cast<const torch::optim::AdamOptions&>(o), prefix, metadata);
     } else if (*kind == optimizer_kind::adamw) {
-      adam_options_out(static_cast<const ::torch::optim::AdamWOptions&>(o), prefix, metadata);
+      adam_options_out(static_cast<const torch::optim::AdamWOptions&>(o), prefix, metadata);
     } else {
-      const auto& s = static_cast<const ::torch::optim::SGDOptions&>(o);
+      const auto& s = static_cast<const torch::optim::SGDOptions&>(o);
       metadata[prefix + "lr"] = number(s.lr());
       metadata[prefix + "momentum"] = number(s.momentum());
       metadata[prefix + "dampening"] = number(s.dampening());
@@ -361,7 +361,7 @@ result<void, error> optimizer_state(const ::torch::optim::Optimizer& optimizer, 
       if (it == optimizer.state().end()) continue;
       const std::string key = "optimizer." + n->second + ".";
       if (*kind == optimizer_kind::sgd) {
-        const auto& st = static_cast<const ::torch::optim::SGDParamState&>(*it->second);
+        const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
         if (st.momentum_buffer().defined()) tensors[key + "momentum_buffer"] = st.momentum_buffer();
         continue;
       }
@@ -371,23 +371,23 @@ result<void, error> optimizer_state(const ::torch::optim::Optimizer& optimizer, 
         tensors[key + "exp_avg_sq"] = st.exp_avg_sq();
         if (st.max_exp_avg_sq().defined()) tensors[key + "max_exp_avg_sq"] = st.max_exp_avg_sq();
       };
-      if (*kind == optimizer_kind::adam) out(static_cast<const ::torch::optim::AdamParamState&>(*it->second));
-      else out(static_cast<const ::torch::optim::AdamWParamState&>(*it->second));
+      if (*kind == optimizer_kind::adam) out(static_cast<const torch::optim::AdamParamState&>(*it->second));
+      else out(static_cast<const torch::optim::AdamWParamState&>(*it->second));
     }
     metadata[prefix + "params"] = members;
   }
   return {};
 }
 
-result<void, error> load_optimizer_state(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+result<void, error> load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                                          const tensor_map& tensors, const metadata_map& metadata) {
   FERRY_TRY_ASSIGN(auto commit, prepare_optimizer(optimizer, module, tensors, metadata, "optimizer state"));
   commit();
   return {};
 }
 
-result<void, error> save_checkpoint(const std::filesystem::path& path, const ::torch::nn::Module& module,
-                                    const ::torch::optim::Optimizer* optimizer, const metadata_map& metadata,
+result<void, error> save_checkpoint(const std::filesystem::path& path, const torch::nn::Module& module,
+                                    const torch::optim::Optimizer* optimizer, const metadata_map& metadata,
                                     const checkpoint::write_options& opt) {
   tensor_map tensors = state_dict(module);
   metadata_map meta = metadata;
@@ -397,8 +397,8 @@ result<void, error> save_checkpoint(const std::filesystem::path& path, const ::t
   return save(path, tensors, meta, opt);
 }
 
-result<metadata_map, error> load_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& module,
-                                            ::torch::optim::Optimizer* optimizer) {
+result<metadata_map, error> load_checkpoint(const std::filesystem::path& path, torch::nn::Module& module,
+                                            torch::optim::Optimizer* optimizer) {
   FERRY_TRY_ASSIGN(auto l, load(path));
   tensor_map model, optim;
   for (auto& [name, t] : l.tensors) (name.starts_with("optimizer.") ? optim : model).emplace(name, std::move(t));
@@ -413,4 +413,4 @@ result<metadata_map, error> load_checkpoint(const std::filesystem::path& path, :
   return std::move(l.metadata);
 }
 
-}  // namespace ferry::torch
+}  // namespace ferry::libtorch

@@ -1,9 +1,9 @@
 // ferry/checkpoint/torch/torch.h: LibTorch tensors, modules and optimizers
 // through ferry checkpoints (target ferry::torch, built where LibTorch is).
 //
-//   ferry::torch::save_checkpoint("run.ferry", *model, &adam, {{"epoch", "3"}}).value();
+//   ferry::libtorch::save_checkpoint("run.ferry", *model, &adam, {{"epoch", "3"}}).value();
 //   ...
-//   auto meta = ferry::torch::load_checkpoint("run.ferry", *model, &adam).value();
+//   auto meta = ferry::libtorch::load_checkpoint("run.ferry", *model, &adam).value();
 //
 // Any format checkpoint::open() reads can be loaded (.ferry, .safetensors).
 //
@@ -44,7 +44,7 @@
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/tensor.h"
 
-namespace ferry::torch {
+namespace ferry::libtorch {
 
 using tensor_map = std::map<std::string, at::Tensor>;
 using metadata_map = std::map<std::string, std::string>;
@@ -79,32 +79,32 @@ struct loaded {
 [[nodiscard]] result<loaded, error> load(const std::filesystem::path& path, const checkpoint::limits& lim = {});
 
 /// A module's parameters and buffers by name (tensors alias the module's).
-[[nodiscard]] tensor_map state_dict(const ::torch::nn::Module& module);
+[[nodiscard]] tensor_map state_dict(const torch::nn::Module& module);
 /// Copies `tensors` into the module's parameters and buffers. With `strict`,
 /// every name must be present on both sides. Nothing is changed on error.
-[[nodiscard]] result<void, error> load_state_dict(::torch::nn::Module& module, const tensor_map& tensors,
+[[nodiscard]] result<void, error> load_state_dict(torch::nn::Module& module, const tensor_map& tensors,
                                                   bool strict = true);
 
 /// An optimizer's state and hyper-parameters keyed by `module`'s parameter
 /// names. Adam, AdamW and SGD; other optimizers are errc::bad_value.
-[[nodiscard]] result<void, error> optimizer_state(const ::torch::optim::Optimizer& optimizer,
-                                                  const ::torch::nn::Module& module, tensor_map& tensors,
+[[nodiscard]] result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                  const torch::nn::Module& module, tensor_map& tensors,
                                                   metadata_map& metadata);
 /// Restores what optimizer_state() produced into an optimizer of the same
 /// type built over `module`'s parameters.
-[[nodiscard]] result<void, error> load_optimizer_state(::torch::optim::Optimizer& optimizer,
-                                                       const ::torch::nn::Module& module, const tensor_map& tensors,
+[[nodiscard]] result<void, error> load_optimizer_state(torch::optim::Optimizer& optimizer,
+                                                       const torch::nn::Module& module, const tensor_map& tensors,
                                                        const metadata_map& metadata);
 
 /// A module (and optionally its optimizer) in one file, with `metadata`.
-[[nodiscard]] result<void, error> save_checkpoint(const std::filesystem::path& path, const ::torch::nn::Module& module,
-                                                  const ::torch::optim::Optimizer* optimizer = nullptr,
+[[nodiscard]] result<void, error> save_checkpoint(const std::filesystem::path& path, const torch::nn::Module& module,
+                                                  const torch::optim::Optimizer* optimizer = nullptr,
                                                   const metadata_map& metadata = {},
                                                   const checkpoint::write_options& opt = {});
 /// Loads what save_checkpoint() wrote; returns the metadata (optimizer
 /// entries included).
 [[nodiscard]] result<metadata_map, error> load_checkpoint(const std::filesystem::path& path,
-                                                          ::torch::nn::Module& module,
-                                                          ::torch::optim::Optimizer* optimizer = nullptr);
+                                                          torch::nn::Module& module,
+                                                          torch::optim::Optimizer* optimizer = nullptr);
 
-}  // namespace ferry::torch
+}  // namespace ferry::libtorch

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/base/arch.h"
 #include "ferry/comm/error.h"
 
 namespace ferry::comm::detail {
@@ -213,7 +214,7 @@ hello local_hello(const config& c, role r) {
   h.chunk_bytes = c.chunk_bytes;
   h.max_frame_bytes = c.max_frame_bytes;
   h.auth = c.auth;
-  h.arch = std::string(host_arch());
+  h.arch = std::string(base::host_arch());
   return h;
 }
 

@@ -6,7 +6,7 @@ import os
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "torch_cpp: round-trips through ferry::torch (FERRY_TORCH_TIED)")
+    config.addinivalue_line("markers", "torch_cpp: round-trips through ferry::libtorch (FERRY_TORCH_TIED)")
     config.addinivalue_line("markers", "distributed: the torch.distributed backend (ferry._distributed)")
     config.addinivalue_line("markers", "mixed: ranks of other architectures under qemu (FERRY_QEMU_PYTHON, FERRY_CROSS_ROOT)")
     config.addinivalue_line("markers", "trainer: trains with ferry-run and ferry-train (FERRY_RUN, FERRY_TRAIN)")

@@ -1,5 +1,5 @@
 """The Python module: round trips of every dtype, .pt files against
-torch.load, sharing, ferry::torch interop, a ferry-train checkpoint in a
+torch.load, sharing, ferry::libtorch interop, a ferry-train checkpoint in a
 torch.nn model, and hostile files. Run by CTest (python_test), which sets
 PYTHONPATH to the build's package and names the programs below."""
 import gzip
@@ -227,7 +227,7 @@ def test_ferry_train_checkpoint_reaches_its_test_accuracy_in_torch_nn(tmp_path):
     epochs = [json.loads(line) for line in open(metrics) if '"epoch"' in line]
     test_acc = [e for e in epochs if e.get("kind") == "epoch"][-1]["test_acc"]
 
-    class Mlp(torch.nn.Module):  # trainer/train/trainer.cpp's mlp_impl
+    class Mlp(torch.nn.Module):  # train/model.h's mlp_impl
         def __init__(self):
             super().__init__()
             self.fc1, self.bn1 = torch.nn.Linear(784, 32), torch.nn.BatchNorm1d(32)

@@ -1,7 +1,7 @@
 // ferry-torch-tied IN OUT NAME...: the C++ side of the Python module's
-// tied-weights test (test_ferry.py). Loads IN with ferry::torch::load,
+// tied-weights test (test_ferry.py). Loads IN with ferry::libtorch::load,
 // checks that the NAMEd tensors share one storage, and writes everything
-// back to OUT with ferry::torch::save. Exit 0, or 1 with one line saying why.
+// back to OUT with ferry::libtorch::save. Exit 0, or 1 with one line saying why.
 #include <cstdio>
 #include <string>
 
@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: ferry-torch-tied IN OUT NAME...\n");
     return 2;
   }
-  auto loaded = ferry::torch::load(argv[1]);
+  auto loaded = ferry::libtorch::load(argv[1]);
   if (!loaded) {
     std::fprintf(stderr, "ferry-torch-tied: %s\n", loaded.error().what().c_str());
     return 1;
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     }
     storage = mine;
   }
-  if (auto saved = ferry::torch::save(argv[2], loaded->tensors, loaded->metadata); !saved) {
+  if (auto saved = ferry::libtorch::save(argv[2], loaded->tensors, loaded->metadata); !saved) {
     std::fprintf(stderr, "ferry-torch-tied: %s\n", saved.error().what().c_str());
     return 1;
   }

@@ -28,10 +28,14 @@ TEST(Exhaustive, ScalarNarrowingMatchesReference) {
 
 TEST(Exhaustive, BulkNarrowingMatchesScalar) {
   const auto bad = ferry::testing::for_all_u32([](std::uint32_t first, std::uint32_t count) -> std::optional<std::uint32_t> {
-    std::vector<float> in(count);
+    // Reused per thread: allocating per chunk costs more than the checks.
+    thread_local std::vector<float> in;
+    thread_local std::vector<f16> h;
+    thread_local std::vector<bf16> b;
+    in.resize(count);
+    h.resize(count);
+    b.resize(count);
     for (std::uint32_t k = 0; k < count; ++k) in[k] = std::bit_cast<float>(first + k);
-    std::vector<f16> h(count);
-    std::vector<bf16> b(count);
     to_f16(in, h);
     to_bf16(in, b);
     for (std::uint32_t k = 0; k < count; ++k) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ferry/base/arch.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/frame.h"
@@ -281,7 +282,7 @@ TEST(Handshake, VersionMismatchNamesBothSides) {
   const auto r = parse_reject(body);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->code, comm_errc::version_mismatch);
-  EXPECT_NE(r->text.find("rank 1 (" + std::string(host_arch())), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("rank 1 (" + std::string(base::host_arch())), std::string::npos) << r->text;
   EXPECT_NE(r->text.find("rank 0 (s390x, big-endian, 64-bit) speaks version " + std::to_string(protocol_version + 1)), std::string::npos) << r->text;
   acceptor.join();
 }
@@ -299,7 +300,7 @@ TEST(Handshake, InitiatorSeesTheRejectText) {
     FAIL() << "authenticated with a wrong secret";
   } catch (const comm_error& e) {
     EXPECT_EQ(e.code(), comm_errc::auth_failed);
-    EXPECT_NE(std::string(e.what()).find("rank 1 (" + std::string(host_arch())), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 (" + std::string(base::host_arch())), std::string::npos) << e.what();
   }
   acceptor.join();
 }

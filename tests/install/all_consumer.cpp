@@ -1,5 +1,5 @@
-// Uses the whole package through ferry::ferry: one call into each module's
-// library (the graph and comm consumers beside this one test those
+// Uses the whole library through ferry::ferry: one call into each module's
+// library (the graph, comm and trainer consumers beside this one test those
 // components alone, in depth).
 #include <ferry/codec/crc32c.h>
 #include <ferry/comm/communicator.h>

@@ -1,8 +1,9 @@
-# Installs the ferry build at FERRY_BUILD_DIR into a scratch prefix, then
-# configures, builds and runs three consumer projects against it: the whole
-# package (ferry::ferry), the graph component alone (with OpenSSL made
-# unfindable), and the comm component alone. A request for a component
-# ferry does not have must fail to configure.
+# Installs the ferry build at FERRY_BUILD_DIR into a scratch prefix, checks
+# which headers it installed, then configures, builds and runs four consumer
+# projects against it: the whole library (ferry::ferry, without the
+# trainer), the graph component alone (with OpenSSL made unfindable), the
+# comm component alone, and the trainer component. A request for a
+# component ferry does not have must fail to configure.
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc)
@@ -12,8 +13,38 @@ function(run)
 endfunction()
 run(${CMAKE_COMMAND} --install "${FERRY_BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 
+# Only public headers install. Of detail/, only what an installed header
+# includes (graph/archive.h's templates); never the program-internal
+# trees (train/ includes <torch/torch.h>, checkpoint/torch/ is the
+# in-tree LibTorch adapter). Every ferry header an installed header
+# includes is installed too, so each compiles from the prefix alone.
+set(include_dir "${WORK_DIR}/prefix/include")
+file(GLOB_RECURSE installed RELATIVE "${include_dir}" "${include_dir}/ferry/*")
+if(NOT "ferry/graph/archive.h" IN_LIST installed OR NOT "ferry/trainer/idx.h" IN_LIST installed)
+  message(FATAL_ERROR "public headers missing from the install: ${installed}")
+endif()
+set(included "")
+foreach(h IN LISTS installed)
+  if(h MATCHES "^ferry/(trainer/train|checkpoint/torch|comm/detail|checkpoint/detail|codec/detail|wire/detail)/")
+    message(FATAL_ERROR "internal header installed: ${h}")
+  endif()
+  file(STRINGS "${include_dir}/${h}" lines REGEX "^#include [\"<]ferry/")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^#include [\"<](ferry/[^\">]+)[\">].*$" "\\1" inc "${line}")
+    if(NOT inc IN_LIST installed)
+      message(FATAL_ERROR "${h} includes ${inc}, which is not installed")
+    endif()
+    list(APPEND included "${inc}")
+  endforeach()
+endforeach()
+foreach(h IN LISTS installed)
+  if(h MATCHES "/detail/" AND NOT h IN_LIST included)
+    message(FATAL_ERROR "detail header installed that no public header needs: ${h}")
+  endif()
+endforeach()
+
 set(configure_args -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
-foreach(consumer all graph comm)
+foreach(consumer all graph comm trainer)
   set(source "${CONSUMER_SOURCE_DIR}")
   set(program consumer)
   if(NOT consumer STREQUAL "all")

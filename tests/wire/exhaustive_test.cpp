@@ -4,6 +4,7 @@
 #include <boost/endian/conversion.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -22,11 +23,24 @@ std::uint8_t reference_byte(std::uint32_t pattern, std::size_t i, byte_order ord
   return static_cast<std::uint8_t>(pattern >> shift);
 }
 
+// One set of buffers per thread, reused for every chunk: allocating and
+// zeroing them per chunk (and the page faults that brings) cost more than
+// the checks themselves.
+struct buffers {
+  std::vector<float> values, decoded;
+  std::vector<std::byte> little, big, back, in_place;
+  void resize(std::uint32_t count) {
+    values.resize(count);
+    decoded.resize(count);
+    for (auto* v : {&little, &big, &back, &in_place}) v->resize(std::size_t{count} * 4);
+  }
+};
+
 std::optional<std::uint32_t> check_chunk(std::uint32_t first, std::uint32_t count) {
-  std::vector<float> values(count);
+  thread_local buffers b;
+  b.resize(count);
+  auto& [values, decoded, little, big, back, in_place] = b;
   for (std::uint32_t k = 0; k < count; ++k) values[k] = from_bits<float>(first + k);
-  std::vector<std::byte> little(count * 4), big(count * 4), back(count * 4);
-  std::vector<float> decoded(count);
 
   // Scalar store against the reference bytes, and the load back.
   for (std::uint32_t k = 0; k < count; ++k) {
@@ -52,7 +66,7 @@ std::optional<std::uint32_t> check_chunk(std::uint32_t first, std::uint32_t coun
     for (const auto& [to, expected] : encodings) {
       convert(*src, from, back, to, 4);
       if (back != *expected) return first;
-      std::vector<std::byte> in_place = *src;
+      std::copy(src->begin(), src->end(), in_place.begin());
       convert_in_place(in_place, 4, from, to);
       if (in_place != *expected) return first;
     }

@@ -149,9 +149,9 @@ void saver::save(const save_state& state, const std::string& where, std::int64_t
                              incremental_ ? &*previous_ : nullptr);
       record_ = written_->encode();
     } else if (rank_ == 0) {
-      ferry::torch::tensor_map all;
+      ferry::libtorch::tensor_map all;
       for (const auto& e : entries_) all.emplace(e.name, e.values);
-      ferry::torch::save(o_.path, all, metadata_).value();
+      ferry::libtorch::save(o_.path, all, metadata_).value();
     }
   };
   phase_ = phase::writing;

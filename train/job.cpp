@@ -1,28 +1,28 @@
-#include "trainer.h"
+#include "job.h"
 
 #include <signal.h>
 
 #include <algorithm>
-#include <charconv>
+#include <cassert>
 #include <exception>
-#include <limits>
-#include <optional>
 #include <bit>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <utility>
 #include <torch/torch.h>
 
 #include "collectives.h"
 #include "ferry/checkpoint/torch/torch.h"
 #include "ferry/codec/crc32c.h"
-#include "ferry/comm/handshake.h"
+#include "ferry/base/arch.h"
 #include "ferry/trainer/error.h"
-#include "ferry/trainer/residual.h"
 #include "ferry/trainer/sampler.h"
 #include "gradient_sync.h"
 #include "model.h"
+#include "resume.h"
 #include "saver.h"
 #include "ferry/wire/bulk.h"
 #include "report.h"
@@ -55,47 +55,20 @@ void unpack(std::span<const float> flat, const std::vector<at::Tensor>& ts) {
 }
 
 at::Tensor index_tensor(std::span<const std::size_t> idx) {
-  auto t = ::torch::empty({static_cast<std::int64_t>(idx.size())}, ::torch::kInt64);
+  auto t = torch::empty({static_cast<std::int64_t>(idx.size())}, torch::kInt64);
   std::copy(idx.begin(), idx.end(), t.data_ptr<std::int64_t>());
   return t;
 }
 
 class job {
  public:
+  // Setting up: the model, the optimizer, the gradient sync, this rank's
+  // share of the data, the reports and the saver.
   job(const train_config& c, collectives& comm, const train_data& data)
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
-    ::torch::manual_seed(c.seed);
-    const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
-    model_ = std::make_shared<mlp_impl>(train_.images.size(1), c.hidden, std::max<std::int64_t>(classes, 2));
-    params_ = model_->parameters();
-    for (const auto layer : c.freeze) {
-      for (const auto& prefix : {"fc" + std::to_string(layer) + ".", "bn" + std::to_string(layer) + "."}) {
-        for (auto& item : model_->named_parameters()) {
-          if (item.key().starts_with(prefix)) item.value().set_requires_grad(false);
-        }
-      }
-    }
-    std::vector<at::Tensor> trained;
-    for (const auto& p : params_) {
-      if (p.requires_grad()) trained.push_back(p);
-    }
-    for (const auto& item : model_->named_buffers()) {
-      (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
-    }
-    // LibTorch's Adam holds the state ferry's step updates, so checkpoints
-    // carry it under LibTorch's names (ferry::torch::optimizer_state).
-    adam_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(c.lr));
-    for (const auto& p : params_) {
-      auto st = std::make_unique<::torch::optim::AdamParamState>();
-      st->step(0);
-      st->exp_avg(::torch::zeros_like(p));
-      st->exp_avg_sq(::torch::zeros_like(p));
-      moments_.push_back(st->exp_avg());
-      moments_.push_back(st->exp_avg_sq());
-      states_.push_back(st.get());
-      adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
-    }
-    sync_ = std::make_unique<gradient_sync>(trained, comm_, c.compress, c.overlap, c.bucket_bytes);
+    build_model();
+    build_optimizer();
+    sync_ = std::make_unique<gradient_sync>(trained_parameters(), comm_, c.compress, c.overlap, c.bucket_bytes);
     sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
     const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
     steps_ = (per_rank + c.batch - 1) / c.batch;
@@ -114,81 +87,184 @@ class job {
     started_ = started;
     begin();
     train_result result;
-    const std::int64_t steps = steps_;
-    for (; epoch_ < c_.epochs; ++epoch_, step_ = 0) {
-      sampler_->set_epoch(static_cast<std::uint64_t>(epoch_));
-      const auto indices = sampler_->indices();
-      const auto epoch_start = clock_type::now();
-      double compute = 0, wait = 0;
-      std::int64_t window_steps = 0;
-      double window_loss = 0;
-      for (; step_ < steps; ++step_) {
-        const auto t = clock_type::now();
-        const auto first = static_cast<std::size_t>(step_ * c_.batch);
-        const auto idx = std::span(indices).subspan(first, std::min<std::size_t>(static_cast<std::size_t>(c_.batch), indices.size() - first));
-        const auto rows = index_tensor(idx);
-        const auto x = train_.images.index_select(0, rows);
-        const auto y = train_.labels.index_select(0, rows);
-        model_->train();
-        // Gradients from the last step are dropped, not zeroed: backward
-        // then stores new ones instead of adding to zeros.
-        for (auto& p : params_) p.mutable_grad() = at::Tensor();
-        sync_->before_backward();
-        const auto out = model_->forward(x);
-        const auto loss = ::torch::nn::functional::cross_entropy(out, y);
-        loss.backward();
-        const double waited = sync_->after_backward();
-        saver_->before_update();  // a pending asynchronous save has copied what the step changes
-        optimizer_step();
-        const double l = loss.item<double>();
-        partial_[0] += l * static_cast<double>(idx.size());
-        partial_[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<std::int64_t>());
-        partial_[2] += static_cast<double>(idx.size());
-        ++global_step_;
-        compute += since(t) - waited;
-        wait += waited;
-        window_loss += l;
-        ++window_steps;
-        if (rank_ == 0) {
-          if (c_.log_every > 0 && global_step_ % c_.log_every == 0) {
-            report_->step_record(epoch_ + 1, step_ + 1, steps, global_step_, window_loss / static_cast<double>(window_steps));
-            window_loss = 0;
-            window_steps = 0;
-          }
-          const double elapsed = since(epoch_start);
-          const double rate = static_cast<double>((step_ + 1) * c_.batch * world_) / elapsed;
-          const double left = static_cast<double>((steps - step_ - 1) + (c_.epochs - epoch_ - 1) * steps) *
-                              elapsed / static_cast<double>(step_ + 1);
-          report_->progress(epoch_ + 1, c_.epochs, step_ + 1, steps, l, rate, left);
-        }
-        saver_->poll();  // a pending asynchronous save's progress
-        if (c_.die_rank == rank_ && global_step_ == c_.die_at_step) raise(SIGKILL);
-        if (c_.flip_rank == rank_ && global_step_ == c_.flip_at_step) {
-          auto* weight = params_[0].data_ptr<float>();
-          *weight = std::bit_cast<float>(std::bit_cast<std::uint32_t>(*weight) ^ 1u);
-        }
-        if (c_.checkpoint_steps > 0 && (step_ + 1) % c_.checkpoint_steps == 0 && step_ + 1 < steps) {
-          ++step_;
-          save(false);
-          --step_;
-        }
-      }
-      epoch_end(epoch_start, compute, wait, result);
-    }
+    for (; epoch_ < c_.epochs; ++epoch_, step_ = 0) result = train_epoch();
     saver_->finish();
     result.epochs = c_.epochs;
     return result;
   }
 
  private:
+  // The model from the seed (the same on every rank before rank 0's
+  // values arrive), with --freeze's layers not trained; its buffers split
+  // into floating point (averaged over ranks) and integers.
+  void build_model() {
+    torch::manual_seed(c_.seed);
+    const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
+    model_ = std::make_shared<mlp_impl>(train_.images.size(1), c_.hidden, std::max<std::int64_t>(classes, 2));
+    params_ = model_->parameters();
+    for (const auto layer : c_.freeze) {
+      for (const auto& prefix : {"fc" + std::to_string(layer) + ".", "bn" + std::to_string(layer) + "."}) {
+        for (auto& item : model_->named_parameters()) {
+          if (item.key().starts_with(prefix)) item.value().set_requires_grad(false);
+        }
+      }
+    }
+    for (const auto& item : model_->named_buffers()) {
+      (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
+    }
+  }
+
+  // The parameters whose gradients are averaged (those not frozen).
+  std::vector<at::Tensor> trained_parameters() const {
+    std::vector<at::Tensor> trained;
+    for (const auto& p : params_) {
+      if (p.requires_grad()) trained.push_back(p);
+    }
+    return trained;
+  }
+
+  // LibTorch's Adam holds the state ferry's step updates, so checkpoints
+  // carry it under LibTorch's names (ferry::libtorch::optimizer_state).
+  void build_optimizer() {
+    adam_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(c_.lr));
+    for (const auto& p : params_) {
+      auto st = std::make_unique<torch::optim::AdamParamState>();
+      st->step(0);
+      st->exp_avg(torch::zeros_like(p));
+      st->exp_avg_sq(torch::zeros_like(p));
+      adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
+    }
+    bind_adam_state();
+  }
+
+  // Each parameter's Adam state as ferry's step reads it: the moments
+  // contiguous, in parameter order. LibTorch's Adam keys it by the
+  // parameter's TensorImpl; loading a checkpoint replaces the objects, so
+  // they are found again then. Every parameter has one (build_optimizer,
+  // or load_checkpoint checked).
+  void bind_adam_state() {
+    moments_.clear();
+    states_.clear();
+    for (const auto& p : params_) {
+      const auto it = adam_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      assert(it != adam_->state().end());
+      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
+      st.exp_avg(st.exp_avg().contiguous());
+      st.exp_avg_sq(st.exp_avg_sq().contiguous());
+      moments_.push_back(st.exp_avg());
+      moments_.push_back(st.exp_avg_sq());
+      states_.push_back(&st);
+    }
+  }
+
+  // Time and loss within the epoch under way, for the reports.
+  struct epoch_progress {
+    clock_type::time_point start = clock_type::now();
+    double compute = 0, wait = 0;  // this rank's seconds computing, and waiting for the gradients
+    double window_loss = 0;        // the loss summed since the last step record
+    std::int64_t window_steps = 0;
+  };
+
+  // One epoch: this rank's batches in the sampler's order for the epoch,
+  // then the epoch's end.
+  train_result train_epoch() {
+    sampler_->set_epoch(static_cast<std::uint64_t>(epoch_));
+    const auto indices = sampler_->indices();
+    epoch_progress progress;
+    for (; step_ < steps_; ++step_) {
+      const auto t = clock_type::now();
+      const auto [l, waited] = train_step(indices);
+      ++global_step_;
+      progress.compute += since(t) - waited;
+      progress.wait += waited;
+      progress.window_loss += l;
+      ++progress.window_steps;
+      if (rank_ == 0) report_step(progress, l);
+      saver_->poll();  // a pending asynchronous save's progress
+      apply_test_hooks();
+      if (c_.checkpoint_steps > 0 && (step_ + 1) % c_.checkpoint_steps == 0 && step_ + 1 < steps_) {
+        ++step_;
+        save(false);
+        --step_;
+      }
+    }
+    return epoch_end(progress);
+  }
+
+  struct step_result {
+    double loss = 0;    // the batch's mean loss
+    double waited = 0;  // seconds spent waiting for the gradients
+  };
+
+  // One step on this rank's next batch: forward and backward, gradients
+  // averaged over ranks, ferry's Adam step; the batch's loss and correct
+  // answers added to the epoch's counters.
+  step_result train_step(std::span<const std::size_t> indices) {
+    const auto first = static_cast<std::size_t>(step_ * c_.batch);
+    const auto idx = indices.subspan(first, std::min<std::size_t>(static_cast<std::size_t>(c_.batch), indices.size() - first));
+    const auto rows = index_tensor(idx);
+    const auto x = train_.images.index_select(0, rows);
+    const auto y = train_.labels.index_select(0, rows);
+    model_->train();
+    // Gradients from the last step are dropped, not zeroed: backward
+    // then stores new ones instead of adding to zeros.
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+    sync_->before_backward();
+    const auto out = model_->forward(x);
+    const auto loss = torch::nn::functional::cross_entropy(out, y);
+    loss.backward();
+    const double waited = sync_->after_backward();
+    saver_->before_update();  // a pending asynchronous save has copied what the step changes
+    optimizer_step();
+    const double l = loss.item<double>();
+    partial_[0] += l * static_cast<double>(idx.size());
+    partial_[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<std::int64_t>());
+    partial_[2] += static_cast<double>(idx.size());
+    return {l, waited};
+  }
+
+  // Rank 0, after each step: a step record every --log-every steps, and
+  // the progress line.
+  void report_step(epoch_progress& p, double l) {
+    if (c_.log_every > 0 && global_step_ % c_.log_every == 0) {
+      report_->step_record(epoch_ + 1, step_ + 1, steps_, global_step_, p.window_loss / static_cast<double>(p.window_steps));
+      p.window_loss = 0;
+      p.window_steps = 0;
+    }
+    const double elapsed = since(p.start);
+    const double rate = static_cast<double>((step_ + 1) * c_.batch * world_) / elapsed;
+    const double left = static_cast<double>((steps_ - step_ - 1) + (c_.epochs - epoch_ - 1) * steps_) *
+                        elapsed / static_cast<double>(step_ + 1);
+    report_->progress(epoch_ + 1, c_.epochs, step_ + 1, steps_, l, rate, left);
+  }
+
+  // The test hooks (ferry-train-hooked only; -1 in ferry-train): after the
+  // chosen global step, this rank dies as a crash would, or flips one bit
+  // of a parameter as a faulty replica would.
+  void apply_test_hooks() {
+    if (c_.die_rank == rank_ && global_step_ == c_.die_at_step) raise(SIGKILL);
+    if (c_.flip_rank == rank_ && global_step_ == c_.flip_at_step) {
+      auto* weight = params_[0].data_ptr<float>();
+      *weight = std::bit_cast<float>(std::bit_cast<std::uint32_t>(*weight) ^ 1u);
+    }
+  }
+
   // start: rank 0's model, optimizer and position, or its checkpoint's.
   void begin() {
-    // Rank 0 tells the others whether it could, then fails with its reason.
+    restore_on_rank0();
+    share_replicated_state();
+    share_per_rank_state();
+    saver_->prepare(save_state_now());
+  }
+
+  // --resume: rank 0 loads the checkpoint, tells the others whether it
+  // could, then every rank fails when it could not (rank 0 with its reason).
+  void restore_on_rank0() {
     std::int64_t status = 0;
     std::exception_ptr why;
     if (rank_ == 0 && !c_.resume.empty()) {
       try {
-        load(c_.resume);
+        resume(c_.resume);
       } catch (const c10::Error& e) {
         status = 1;
         why = std::make_exception_ptr(
@@ -203,6 +279,24 @@ class job {
       if (rank_ == 0) std::rethrow_exception(why);
       fail(trainer_errc::bad_checkpoint, "rank 0 could not load " + c_.resume.string());
     }
+  }
+
+  // Rank 0 only: the checkpoint at `path` into the model, Adam's state and
+  // the position (resume.h). Throws naming the file.
+  void resume(const std::filesystem::path& path) {
+    auto point = load_checkpoint(path, c_, world_, steps_, *model_, *adam_, sync_->size(), *report_);
+    bind_adam_state();
+    adam_step_ = point.adam_step;
+    epoch_ = point.epoch;
+    step_ = point.step;
+    global_step_ = point.global_step;
+    resumed_residuals_ = std::move(point.residuals);
+    resumed_partial_ = std::move(point.partial);
+  }
+
+  // Every rank takes rank 0's parameters, buffers, Adam moments and steps,
+  // and position: the replicas start identical.
+  void share_replicated_state() {
     auto state = all_float_state();
     auto flat = pack(state);
     comm_.broadcast(std::span(flat));
@@ -210,8 +304,11 @@ class job {
     std::vector<std::int64_t> ints = int_state();
     comm_.broadcast(std::span(ints));
     set_int_state(ints);
-    // Per-rank state (error-feedback residuals, the partial epoch's
-    // counters) continues only with the same number of ranks.
+  }
+
+  // Per-rank state (error-feedback residuals, the partial epoch's
+  // counters) continues only with the same number of ranks.
+  void share_per_rank_state() {
     std::vector<float> residuals(resumed_residuals_.size());
     std::int64_t n_res = static_cast<std::int64_t>(resumed_residuals_.size());
     comm_.broadcast(std::span(&n_res, 1));
@@ -223,7 +320,6 @@ class job {
     if (rank_ == 0 && resumed_partial_.size() == partial.size()) partial = resumed_partial_;
     comm_.broadcast(std::span(partial));
     std::copy_n(partial.begin() + 3 * rank_, 3, partial_.begin());
-    saver_->prepare(save_state_now());
   }
 
   std::vector<at::Tensor> all_float_state() {
@@ -300,7 +396,7 @@ class job {
   }
 
   double evaluate() {
-    ::torch::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     model_->eval();
     const auto shard = exact_shard(test_.count, world_, rank_);
     std::int64_t correct = 0;
@@ -324,14 +420,31 @@ class job {
     return n == 0 ? 0.0 : static_cast<double>(c) / static_cast<double>(n);
   }
 
-  void epoch_end(clock_type::time_point epoch_start, double compute, double wait, train_result& result) {
+  // The end of an epoch, on every rank: BatchNorm statistics averaged, the
+  // ranks' counters gathered, the test set evaluated, the replicas
+  // compared, the epoch reported (rank 0) and saved when due.
+  train_result epoch_end(const epoch_progress& p) {
     average_buffers();
+    auto [s, seen] = gather_epoch_stats(p);
+    s.test_acc = evaluate();
+    s.crc = replica_crc();
+    check_replicas(s.crc);
+    s.seconds = since(p.start);
+    s.images_per_s = seen / s.seconds;
+    s.wall_s = since(started_);
+    partial_ = {0, 0, 0};
+    if (rank_ == 0) report_->epoch_end(s);
+    save_if_due();
+    return {.wall_s = s.wall_s, .train_loss = s.train_loss, .train_acc = s.train_acc, .test_acc = s.test_acc};
+  }
+
+  // Every rank's counters and times for the epoch: the loss and accuracy
+  // over all ranks' samples, compute and wait per rank; and the samples
+  // all ranks trained on.
+  std::pair<epoch_stats, double> gather_epoch_stats(const epoch_progress& p) {
     std::vector<double> all(5 * world_);
-    const double mine[5] = {partial_[0], partial_[1], partial_[2], compute, wait};
+    const double mine[5] = {partial_[0], partial_[1], partial_[2], p.compute, p.wait};
     comm_.allgather(std::span<const double>(mine, 5), all);
-    const double test_acc = evaluate();
-    const auto crc = replica_crc();
-    check_replicas(crc);
     epoch_stats s;
     s.epoch = epoch_ + 1;
     s.epochs = c_.epochs;
@@ -345,16 +458,12 @@ class job {
     }
     s.train_loss = loss / seen;
     s.train_acc = correct / seen;
-    s.test_acc = test_acc;
-    s.seconds = since(epoch_start);
-    s.images_per_s = seen / s.seconds;
-    s.crc = crc;
-    partial_ = {0, 0, 0};
-    result.train_loss = s.train_loss;
-    result.train_acc = s.train_acc;
-    result.test_acc = s.test_acc;
-    result.wall_s = s.wall_s = since(started_);
-    if (rank_ == 0) report_->epoch_end(s);
+    return {s, seen};
+  }
+
+  // A checkpoint at the end of the epoch when --checkpoint-every says so,
+  // and after the last.
+  void save_if_due() {
     const bool last = epoch_ + 1 == c_.epochs;
     if (last || (c_.checkpoint_every > 0 && (epoch_ + 1) % c_.checkpoint_every == 0)) {
       ++epoch_;
@@ -378,23 +487,23 @@ class job {
   // rank 0, its generator.
   save_state save_state_now() {
     save_state s;
-    s.replicated = ferry::torch::state_dict(*model_);
-    ferry::torch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
+    s.replicated = ferry::libtorch::state_dict(*model_);
+    ferry::libtorch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
       // to a host of the same architecture (the job draws nothing from it
       // after start; the sampler's order is seeded by seed + epoch).
       s.alone["trainer.rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-      s.metadata["trainer.rng.cpu.arch"] = std::string(comm::host_arch());
+      s.metadata["trainer.rng.cpu.arch"] = std::string(base::host_arch());
     }
     const auto res = sync_->residuals();
     if (!res.empty()) {
       // residuals() is a copy, gathered from the buckets.
-      s.own.push_back({"trainer.residual", ::torch::from_blob(const_cast<float*>(res.data()),
-                                                             {static_cast<std::int64_t>(res.size())}, ::torch::kFloat32)
+      s.own.push_back({"trainer.residual", torch::from_blob(const_cast<float*>(res.data()),
+                                                             {static_cast<std::int64_t>(res.size())}, torch::kFloat32)
                                                .clone()});
     }
-    s.own.push_back({"trainer.partial", ::torch::from_blob(partial_.data(), {3}, ::torch::kFloat64)});
+    s.own.push_back({"trainer.partial", torch::from_blob(partial_.data(), {3}, torch::kFloat64)});
     position(s.metadata);
     // What only the optimizer step changes: everything but the buffers
     // (BatchNorm's statistics change in every forward).
@@ -404,125 +513,13 @@ class job {
   }
 
   // Where the job is, for a checkpoint's metadata.
-  void position(ferry::torch::metadata_map& meta) const {
+  void position(ferry::libtorch::metadata_map& meta) const {
     meta["trainer.epoch"] = std::to_string(epoch_);
     meta["trainer.step"] = std::to_string(step_);
     meta["trainer.global_step"] = std::to_string(global_step_);
     meta["trainer.world_size"] = std::to_string(world_);
     meta["trainer.config"] = to_json(c_);
     meta["trainer.producer"] = "ferry-train";
-  }
-
-  // Rank 0 only; throws on any problem, naming the file.
-  void load(const std::filesystem::path& path) {
-    auto l = ferry::torch::load(path).value();
-    const auto where = path.string() + ": ";
-    // A whole decimal number in [lo, hi], or bad_checkpoint naming the key.
-    const auto number = [&](const std::string& key, std::int64_t lo, std::int64_t hi) {
-      const auto it = l.metadata.find(key);
-      if (it == l.metadata.end()) fail(trainer_errc::bad_checkpoint, where + "no " + key);
-      std::int64_t v = 0;
-      const auto& text = it->second;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
-        fail(trainer_errc::bad_checkpoint, where + key + " is '" + text + "', not a whole number from " +
-                                               std::to_string(lo) + " to " + std::to_string(hi));
-      }
-      return v;
-    };
-    constexpr auto most = std::numeric_limits<std::int64_t>::max();
-    const auto world = number("trainer.world_size", 1, most);
-    const auto epoch = number("trainer.epoch", 0, most);
-    const auto step = number("trainer.step", 0, most);
-    const auto global = number("trainer.global_step", 0, most);
-    if (epoch >= c_.epochs) {
-      fail(trainer_errc::bad_checkpoint, where + "already trained " + std::to_string(epoch) +
-                                             " epoch(s); ask for more with --epochs");
-    }
-    // A mid-epoch position means a place in this epoch's shards, which
-    // exist only for the world that wrote it.
-    if (step != 0 && (world != world_ || step >= steps_)) {
-      fail(trainer_errc::bad_checkpoint, where + "written in the middle of an epoch by " + std::to_string(world) +
-                                             " rank(s) (step " + std::to_string(step) +
-                                             "): resume it with that many ranks and the same --batch and --limit");
-    }
-    ferry::torch::tensor_map model, optim;
-    at::Tensor rng, residual, partial;
-    for (auto& [name, t] : l.tensors) {
-      if (name == "trainer.rng.cpu") rng = t;
-      else if (name == "trainer.residual") residual = t;
-      else if (name == "trainer.partial") partial = t;
-      else (name.starts_with("optimizer.") ? optim : model).emplace(name, t);
-    }
-    const auto in_file = [&](result<void, error> r) {
-      if (!r) throw ferry::exception(r.error().wrap(path.string()));
-    };
-    in_file(ferry::torch::load_state_dict(*model_, model));
-    in_file(ferry::torch::load_optimizer_state(*adam_, *model_, optim, l.metadata));
-    // load_optimizer_state replaced the state objects: find them again
-    // (every parameter must have one), contiguous for ferry's Adam step.
-    moments_.clear();
-    states_.clear();
-    std::optional<std::int64_t> adam_step;
-    for (const auto& item : model_->named_parameters()) {
-      const auto it = adam_->state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
-      if (it == adam_->state().end()) fail(trainer_errc::bad_checkpoint, where + "no Adam state for " + item.key());
-      auto& st = static_cast<::torch::optim::AdamParamState&>(*it->second);
-      if (adam_step && *adam_step != st.step()) {
-        fail(trainer_errc::bad_checkpoint, where + "the parameters' Adam steps differ (" + item.key() + ")");
-      }
-      adam_step = st.step();
-      st.exp_avg(st.exp_avg().contiguous());
-      st.exp_avg_sq(st.exp_avg_sq().contiguous());
-      moments_.push_back(st.exp_avg());
-      moments_.push_back(st.exp_avg_sq());
-      states_.push_back(&st);
-    }
-    adam_step_ = adam_step.value_or(0);
-    if (adam_step_ < 0) fail(trainer_errc::bad_checkpoint, where + "a negative Adam step");
-    const auto rng_arch = l.metadata.find("trainer.rng.cpu.arch");
-    if (rng.defined() && rng_arch != l.metadata.end() && rng_arch->second == comm::host_arch()) {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      generator.set_state(rng);
-    }
-    epoch_ = epoch;
-    step_ = step;
-    global_step_ = global;
-    // Per-rank state: the residuals carried over (trainer/residual.h), the
-    // partial epoch's counters only by the same world.
-    const auto table = [](const at::Tensor& t, at::ScalarType type, std::int64_t rows, std::int64_t columns) {
-      return t.defined() && t.scalar_type() == type && t.dim() == 2 && t.size(0) == rows && t.size(1) == columns;
-    };
-    if (table(residual, at::kFloat, world, static_cast<std::int64_t>(sync_->size()))) {
-      const auto r = residual.contiguous();
-      resumed_residuals_ = carry_residuals(std::span(r.data_ptr<float>(), static_cast<std::size_t>(r.numel())),
-                                           static_cast<std::size_t>(world), sync_->size(), world_);
-    }
-    if (world == world_ && table(partial, at::kDouble, world_, 3)) {
-      const auto p = partial.contiguous();
-      resumed_partial_.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
-    }
-    // Options that change the result: the run goes on with this run's.
-    const auto saved = l.metadata.find("trainer.config");
-    if (saved != l.metadata.end()) {
-      const auto before = nlohmann::json::parse(saved->second, nullptr, false);
-      const auto now = nlohmann::json::parse(to_json(c_));
-      std::string changed;
-      for (const char* key : {"hidden", "freeze", "lr", "batch", "seed", "drop_last", "limit", "compress"}) {
-        if (before.is_object() && before.contains(key) && before[key] != now[key]) {
-          changed += std::string(changed.empty() ? "" : ", ") + "--" + key + " " + before[key].dump() + " -> " +
-                     now[key].dump();
-        }
-      }
-      if (world != world_) changed += std::string(changed.empty() ? "" : ", ") + std::to_string(world) + " -> " +
-                                      std::to_string(world_) + " ranks";
-      if (!changed.empty()) {
-        report_->line("note: resuming with other settings than the checkpoint's (" + changed +
-                      "): training continues, but not as the uninterrupted run would have");
-      }
-    }
-    report_->line("resumed from " + path.string() + " at epoch " + std::to_string(epoch_ + 1) + ", step " +
-                  std::to_string(step_));
   }
 
   const train_config& c_;
@@ -532,8 +529,8 @@ class job {
   const data_split& test_;
   std::shared_ptr<mlp_impl> model_;
   std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
-  std::unique_ptr<::torch::optim::Adam> adam_;
-  std::vector<::torch::optim::AdamParamState*> states_;
+  std::unique_ptr<torch::optim::Adam> adam_;
+  std::vector<torch::optim::AdamParamState*> states_;
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;

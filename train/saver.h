@@ -47,10 +47,10 @@ class reporter;
 
 /// What a checkpoint holds, as the live tensors (nothing is copied).
 struct save_state {
-  ferry::torch::tensor_map replicated;  ///< the same bits on every rank
+  ferry::libtorch::tensor_map replicated;  ///< the same bits on every rank
   std::vector<rank_row> own;            ///< this rank's rows of per-rank tables
-  ferry::torch::tensor_map alone;       ///< written by this rank only, whole
-  ferry::torch::metadata_map metadata;  ///< rank 0's is the one written
+  ferry::libtorch::tensor_map alone;       ///< written by this rank only, whole
+  ferry::libtorch::metadata_map metadata;  ///< rank 0's is the one written
   /// Names of `replicated` that change only at the optimizer step (see
   /// saver::before_update).
   std::set<std::string> until_update;
@@ -135,7 +135,7 @@ class saver {
   std::vector<shard_item> entries_;
   // The snapshot's copies by source, so that aliases stay aliased.
   std::map<std::tuple<const void*, std::vector<std::int64_t>, std::vector<std::int64_t>, int>, at::Tensor> copies_;
-  ferry::torch::metadata_map metadata_;
+  ferry::libtorch::metadata_map metadata_;
   std::vector<std::byte> record_;
   // Incremental sets: this rank's record of the last published save, the
   // pending one's, and the incremental saves published since a whole one.

@@ -15,6 +15,9 @@
 //               checkpoint when due: by rank 0, or a set of shards every
 //               rank writes (--checkpoint-sharded); at once, or from a
 //               snapshot in the background (--checkpoint-async, saver.h).
+//
+// job.cpp holds the job, one function per step of the above; resume.h
+// reads the checkpoint a run resumes from (--resume).
 #pragma once
 
 #include <chrono>

@@ -33,9 +33,9 @@ std::vector<std::byte> from_words(std::span<const std::int64_t> words, std::size
 }  // namespace
 
 std::vector<shard_item> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
-                                       const ferry::torch::tensor_map& replicated, std::span<const rank_row> own,
-                                       const ferry::torch::tensor_map& alone) {
-  const auto refs = ferry::torch::tensor_refs::make(replicated, index).value();
+                                       const ferry::libtorch::tensor_map& replicated, std::span<const rank_row> own,
+                                       const ferry::libtorch::tensor_map& alone) {
+  const auto refs = ferry::libtorch::tensor_refs::make(replicated, index).value();
   const auto plan = ckpt::plan_shards(refs.refs(), world);
   std::vector<shard_item> out;
   for (const auto& p : plan[rank]) {
@@ -73,16 +73,16 @@ ckpt::shard_record write_shard(const std::filesystem::path& index, const std::st
   if (track) w.base_on(previous);
   // Whole tensors together, so that those sharing a storage share it in
   // the shard too; parts one by one.
-  ferry::torch::tensor_map whole;
+  ferry::libtorch::tensor_map whole;
   for (const auto& e : entries) {
     if (e.whole) whole.emplace(e.name, e.values);
   }
-  const auto refs = ferry::torch::tensor_refs::make(whole, index).value();
+  const auto refs = ferry::libtorch::tensor_refs::make(whole, index).value();
   for (const auto& ref : refs.refs()) w.add(ref).value();
   for (const auto& e : entries) {
     if (e.whole) continue;
-    const ferry::torch::tensor_map one{{e.name, e.values.contiguous()}};
-    const auto part = ferry::torch::tensor_refs::make(one, index).value();
+    const ferry::libtorch::tensor_map one{{e.name, e.values.contiguous()}};
+    const auto part = ferry::libtorch::tensor_refs::make(one, index).value();
     const auto& ref = part.refs().front();
     const std::size_t width = codec::size_of(ref.dtype);
     w.add_part(e.name, ref.dtype, e.shape, e.begin,

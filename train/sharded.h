@@ -51,8 +51,8 @@ struct shard_item {
 /// (tensors only it writes, whole). The values alias the arguments'
 /// tensors. Throws ferry::exception naming `index` (an unsupported dtype).
 std::vector<shard_item> shard_entries(const std::filesystem::path& index, std::uint32_t rank, std::uint32_t world,
-                                       const ferry::torch::tensor_map& replicated, std::span<const rank_row> own,
-                                       const ferry::torch::tensor_map& alone);
+                                       const ferry::libtorch::tensor_map& replicated, std::span<const rank_row> own,
+                                       const ferry::libtorch::tensor_map& alone);
 
 /// A new save id from rank 0, on every rank (a collective).
 std::string agree_save_id(collectives& comm);

@@ -21,7 +21,7 @@
 #include "cli11.h"
 #include "collectives.h"
 #include "ferry/comm/error.h"
-#include "trainer.h"
+#include "job.h"
 
 namespace {
 

@@ -50,7 +50,7 @@ class gradient_sync {
     for (auto& b : buckets_) feedback_.emplace_back(comp_ == comm::compression::none ? 0 : b.count);
     if (overlap_) {
       for (std::size_t i = 0; i < order_.size(); ++i) {
-        auto acc = ::torch::autograd::impl::grad_accumulator(order_[i]);
+        auto acc = torch::autograd::impl::grad_accumulator(order_[i]);
         acc->add_post_hook(std::make_unique<ready_hook>(this, i));
         accumulators_.push_back(std::move(acc));
       }
@@ -102,10 +102,10 @@ class gradient_sync {
   }
 
  private:
-  struct ready_hook final : ::torch::autograd::FunctionPostHook {
+  struct ready_hook final : torch::autograd::FunctionPostHook {
     ready_hook(gradient_sync* s, std::size_t i) : sync(s), index(i) {}
-    ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
-                                              const ::torch::autograd::variable_list&) override {
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
       sync->ready(index);
       return outputs;
     }
@@ -143,7 +143,7 @@ class gradient_sync {
   std::vector<float> flat_;
   std::vector<comm::error_feedback> feedback_;
   std::vector<std::function<void()>> waits_;
-  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::size_t next_ = 0;
 };
 

@@ -1,0 +1,66 @@
+// The goals ferry's benchmarks print, each stated against the machine's own
+// ceiling measured in the same run, and each stated once: a benchmark that
+// measures the same thing as another takes its target from here, so two
+// benchmarks cannot state different goals for one measurement.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ferry::bench {
+
+/// A byte-swap kernel (copy or in place) against memcpy of the same bytes at
+/// the same size: memcpy is the ceiling of any kernel that reads and writes
+/// every byte once. Peers slower than memcpy (Boost.Endian's loop) are
+/// reported, never a goal: a ratio to them is bounded by memcpy / peer.
+inline constexpr double swap_of_memcpy = 0.95;
+
+/// A load that reads every byte (every CRC32C checked, one thread per core)
+/// against reading the same file's bytes once, mapped and faulted in
+/// beforehand, with as many threads (read_once below): no CRC-checked load can
+/// beat it. torch.load and read() are reported beside it, not goals.
+inline constexpr double crc_load_of_read_once = 0.85;
+
+/// ">= 0.85x": a goal's target as the tables print it.
+inline std::string at_least(double goal) {
+  char text[32];
+  std::snprintf(text, sizeof text, ">= %.2fx", goal);
+  return text;
+}
+
+/// The ceiling under a CRC-checked load: `words` read once by `threads`
+/// threads, each XOR-ing its share. Returns the XOR so that the reads cannot
+/// be optimised away.
+inline std::uint64_t read_once(std::span<const std::uint64_t> words,
+                               unsigned threads = std::max(1u, std::thread::hardware_concurrency())) {
+  const std::size_t n = words.size();
+  std::vector<std::uint64_t> out(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::uint64_t a = 0, b = 0, c = 0, d = 0;
+      const std::size_t end = n * (t + 1) / threads;
+      std::size_t i = n * t / threads;
+      for (; i + 4 <= end; i += 4) {
+        a ^= words[i];
+        b ^= words[i + 1];
+        c ^= words[i + 2];
+        d ^= words[i + 3];
+      }
+      for (; i < end; ++i) a ^= words[i];
+      out[t] = a ^ b ^ c ^ d;
+    });
+  }
+  for (auto& p : pool) p.join();
+  std::uint64_t x = 0;
+  for (const auto v : out) x ^= v;
+  return x;
+}
+
+}  // namespace ferry::bench
