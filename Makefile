@@ -4,6 +4,7 @@
 #
 #   make demo    build, then train the reference MLP on Fashion-MNIST with
 #                two ranks (ferry-run + ferry-train) and draw its curves
+#                (build/native/tools/ferry-codec-demo shows the codecs' speeds)
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
 #                qemu-user, and the fuzz corpora under libFuzzer
 #   make cross   only the cross-architecture tests

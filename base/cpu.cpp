@@ -1,6 +1,10 @@
 #include "ferry/base/cpu.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #if defined(__x86_64__)
@@ -43,6 +47,50 @@ cpu_feature_set detect() noexcept {
 // Constant-initialised, so it is valid before any dynamic initialiser runs.
 std::atomic<cpu_feature_set> allowed_mask{all_cpu_features};
 
+// Every feature's name, as describe_cpu_features() writes it and
+// FERRY_CPU_FEATURES reads it.
+constexpr std::pair<cpu_feature, std::string_view> feature_names[] = {
+    {cpu_feature::sse2, "sse2"}, {cpu_feature::ssse3, "ssse3"},
+    {cpu_feature::sse4_2, "sse4.2"}, {cpu_feature::avx2, "avx2"},
+    {cpu_feature::f16c, "f16c"}, {cpu_feature::avx512bw, "avx512bw"}, {cpu_feature::vpclmulqdq, "vpclmulqdq"},
+    {cpu_feature::neon, "neon"},
+    {cpu_feature::arm_crc32, "crc32"},
+};
+constexpr std::string_view no_features = "none (portable paths)";
+
+// The detected features narrowed by FERRY_CPU_FEATURES, read once; an
+// invalid value narrows nothing and is kept for check_cpu_features_env().
+struct env_features {
+  cpu_feature_set usable = 0;
+  std::optional<error> problem;
+};
+
+const env_features& features_from_env() noexcept {
+  static const env_features e = []() noexcept {
+    const cpu_feature_set detected = detected_cpu_features();
+    try {
+      auto narrowed = narrow_cpu_features(detected, std::getenv("FERRY_CPU_FEATURES"));
+      if (narrowed) return env_features{*narrowed, std::nullopt};
+      return env_features{detected, std::move(narrowed).error()};
+    } catch (...) {  // std::bad_alloc building the error's text
+      return env_features{detected, std::nullopt};
+    }
+  }();
+  return e;
+}
+
+struct dispatcher_registry {
+  std::mutex m;
+  std::vector<std::pair<std::string_view, std::string_view (*)() noexcept>> entries;
+};
+
+// A function-local static: dispatchers register from their files' dynamic
+// initialisers, in any order.
+dispatcher_registry& dispatchers() {
+  static dispatcher_registry r;
+  return r;
+}
+
 }  // namespace
 
 cpu_feature_set detected_cpu_features() noexcept {
@@ -51,7 +99,7 @@ cpu_feature_set detected_cpu_features() noexcept {
 }
 
 cpu_feature_set enabled_cpu_features() noexcept {
-  return detected_cpu_features() & allowed_mask.load(std::memory_order_relaxed);
+  return features_from_env().usable & allowed_mask.load(std::memory_order_relaxed);
 }
 
 void limit_cpu_features(cpu_feature_set allowed) noexcept {
@@ -59,20 +107,65 @@ void limit_cpu_features(cpu_feature_set allowed) noexcept {
 }
 
 std::string describe_cpu_features(cpu_feature_set set) {
-  static constexpr std::pair<cpu_feature, const char*> names[] = {
-      {cpu_feature::sse2, "sse2"}, {cpu_feature::ssse3, "ssse3"},
-      {cpu_feature::sse4_2, "sse4.2"}, {cpu_feature::avx2, "avx2"},
-      {cpu_feature::f16c, "f16c"}, {cpu_feature::avx512bw, "avx512bw"}, {cpu_feature::vpclmulqdq, "vpclmulqdq"},
-      {cpu_feature::neon, "neon"},
-      {cpu_feature::arm_crc32, "crc32"},
-  };
   std::string out;
-  for (const auto& [f, n] : names) {
+  for (const auto& [f, n] : feature_names) {
     if (!has(set, f)) continue;
     if (!out.empty()) out += ' ';
     out += n;
   }
-  return out.empty() ? "none (portable paths)" : out;
+  return out.empty() ? std::string(no_features) : out;
+}
+
+result<cpu_feature_set, error> parse_cpu_features(std::string_view text) {
+  if (text == no_features) return cpu_feature_set{0};
+  cpu_feature_set set = 0;
+  constexpr std::string_view separators = ", \t";
+  for (std::size_t at = text.find_first_not_of(separators); at != std::string_view::npos;
+       at = text.find_first_not_of(separators, at)) {
+    const std::size_t end = std::min(text.find_first_of(separators, at), text.size());
+    const std::string_view word = text.substr(at, end - at);
+    at = end;
+    if (word == "none") continue;
+    const auto* known = std::find_if(std::begin(feature_names), std::end(feature_names),
+                                     [&](const auto& fn) { return fn.second == word; });
+    if (known == std::end(feature_names)) {
+      std::string names = "none";
+      for (const auto& fn : feature_names) names += ", " + std::string(fn.second);
+      return error(errc::bad_value, "unknown CPU feature " + quote(word) + " (known: " + names + ")");
+    }
+    set = set | known->first;
+  }
+  return set;
+}
+
+result<cpu_feature_set, error> narrow_cpu_features(cpu_feature_set detected, const char* value) {
+  if (value == nullptr) return detected;
+  auto set = parse_cpu_features(value);
+  if (!set) return std::move(set).error().wrap("FERRY_CPU_FEATURES");
+  return detected & *set;
+}
+
+result<void, error> check_cpu_features_env() {
+  if (const auto& problem = features_from_env().problem) return *problem;
+  return {};
+}
+
+bool register_dispatcher(std::string_view dispatcher, std::string_view (*kernel)() noexcept) {
+  auto& r = dispatchers();
+  const std::lock_guard lock(r.m);
+  r.entries.emplace_back(dispatcher, kernel);
+  return true;
+}
+
+std::vector<kernel_choice> kernel_choices() {
+  std::vector<kernel_choice> out;
+  {
+    auto& r = dispatchers();
+    const std::lock_guard lock(r.m);
+    for (const auto& [dispatcher, kernel] : r.entries) out.push_back({dispatcher, kernel()});
+  }
+  std::sort(out.begin(), out.end(), [](const kernel_choice& a, const kernel_choice& b) { return a.dispatcher < b.dispatcher; });
+  return out;
 }
 
 }  // namespace ferry::base

@@ -6,10 +6,26 @@
 // the same binary still runs on the oldest CPU of its architecture. All paths
 // of one operation produce identical bytes; tests check that by narrowing the
 // enabled set with limit_cpu_features().
+//
+// FERRY_CPU_FEATURES narrows the set for a whole process, as simdjson's
+// SIMDJSON_FORCE_IMPLEMENTATION does, so a bug report can name the path it
+// saw and anyone can run the same path: a list of feature names
+// (describe_cpu_features()'s: "sse2 ssse3", "sse4.2,avx2"), or "none" for
+// the portable paths. It can only take features away: one the CPU lacks
+// stays off. Read once, at the first dispatch; a value naming an unknown
+// feature narrows nothing, and ferry's programs (`ferry`, ferry.info())
+// refuse it with one line (check_cpu_features_env()).
+//
+// Each dispatcher registers itself with register_dispatcher(), so
+// `ferry --version` and ferry.info() list the kernel each one picks.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/base/error.h"
 
 namespace ferry::base {
 
@@ -42,8 +58,8 @@ inline constexpr cpu_feature_set all_cpu_features = ~cpu_feature_set{0};
 /// What this CPU and OS support (detected once).
 [[nodiscard]] cpu_feature_set detected_cpu_features() noexcept;
 
-/// What the dispatchers may use: detected features narrowed by the last
-/// limit_cpu_features() call. One relaxed atomic load.
+/// What the dispatchers may use: detected features narrowed by
+/// FERRY_CPU_FEATURES and by the last limit_cpu_features() call.
 [[nodiscard]] cpu_feature_set enabled_cpu_features() noexcept;
 
 [[nodiscard]] inline bool has(cpu_feature_set set, cpu_feature f) noexcept {
@@ -57,7 +73,42 @@ inline constexpr cpu_feature_set all_cpu_features = ~cpu_feature_set{0};
 /// conversions may let an in-flight call use either path.
 void limit_cpu_features(cpu_feature_set allowed) noexcept;
 
-/// Names of the enabled features, space-separated, e.g. "sse2 ssse3 avx2".
+/// Names of the features in `set`, space-separated, e.g. "sse2 ssse3 avx2";
+/// "none (portable paths)" for the empty set.
 [[nodiscard]] std::string describe_cpu_features(cpu_feature_set set);
+
+/// FERRY_CPU_FEATURES's grammar: feature names as describe_cpu_features()
+/// writes them, separated by commas and/or spaces, or "none" (also "" and
+/// describe_cpu_features(0)): the empty set. Errors: bad_value, naming the
+/// unknown word and the known ones.
+[[nodiscard]] result<cpu_feature_set, error> parse_cpu_features(std::string_view text);
+
+/// The features FERRY_CPU_FEATURES=`value` leaves on a CPU with `detected`:
+/// detected & parse_cpu_features(value), never more than detected; all of
+/// `detected` for a null `value` (the variable unset). Errors: as
+/// parse_cpu_features, with "FERRY_CPU_FEATURES" in the context.
+[[nodiscard]] result<cpu_feature_set, error> narrow_cpu_features(cpu_feature_set detected, const char* value);
+
+/// Whether this process's FERRY_CPU_FEATURES (as read at the first
+/// dispatch) is valid: the error a program reports before it does anything.
+[[nodiscard]] result<void, error> check_cpu_features_env();
+
+/// A dispatcher's kernel choice: the operation, and the kernel it runs
+/// under enabled_cpu_features() now.
+struct kernel_choice {
+  std::string_view dispatcher;  ///< e.g. "crc32c"
+  std::string_view kernel;      ///< e.g. "sse4.2", or the portable "table"
+};
+
+/// Adds a dispatcher to kernel_choices(). Each dispatcher's file calls it
+/// once, from a namespace-scope initialiser, so a program lists exactly the
+/// dispatchers linked into it. `kernel` names the kernel the dispatcher
+/// would pick now; it and `dispatcher` must live as long as the program.
+/// Returns true.
+bool register_dispatcher(std::string_view dispatcher, std::string_view (*kernel)() noexcept);
+
+/// Every registered dispatcher with the kernel it picks now, sorted by
+/// dispatcher name.
+[[nodiscard]] std::vector<kernel_choice> kernel_choices();
 
 }  // namespace ferry::base

@@ -13,9 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <utility>
+
+#include "ferry/base/random_id.h"
 
 namespace ferry::base {
 namespace {
@@ -68,19 +69,9 @@ std::filesystem::path folder_of(const std::filesystem::path& target) {
   return target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
 }
 
-// A name no other writer picks: pid, then 64 random bits (the clock if
-// the system has no random device).
+// A name no other writer picks: pid, then a random id.
 std::string temporary_name(const std::filesystem::path& target) {
-  std::uint64_t r = 0;
-  try {
-    std::random_device rd;
-    r = (std::uint64_t{rd()} << 32) ^ rd();
-  } catch (...) {
-    r = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(r));
-  return "." + target.filename().string() + ".ferry-tmp." + std::to_string(::getpid()) + "." + suffix;
+  return "." + target.filename().string() + ".ferry-tmp." + std::to_string(::getpid()) + "." + random_hex_id();
 }
 
 }  // namespace

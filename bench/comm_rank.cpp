@@ -196,8 +196,10 @@ int run(const options& o) {
     gloo.emplace(o.gloo_store, rank, n, o.gloo_addr);
   } else {
     comm.emplace(comm::communicator::from_env());
-    if (o.contender == "ferry-bf16") comp = comm::compression::bf16;
-    if (o.contender == "ferry-f16") comp = comm::compression::f16;
+    // "ferry-<compression>": ferry-bf16, ferry-f16.
+    if (o.contender.starts_with("ferry-")) {
+      comp = comm::compression_from_name(std::string_view(o.contender).substr(6)).value_or(comm::compression::none);
+    }
   }
   // The ring as it was formed: each rank's successor, gathered on every rank.
   std::vector<std::uint32_t> ring;

@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "ferry/base/file.h"
+#include "ferry/base/random_id.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/set.h"
 #include "ferry/checkpoint/writer.h"
@@ -114,18 +114,7 @@ result<void, error> write_index(const std::filesystem::path& index, const set_ma
 
 }  // namespace
 
-std::string new_save_id() {
-  std::uint64_t r = 0;
-  try {
-    std::random_device rd;
-    r = (std::uint64_t{rd()} << 32) ^ rd();
-  } catch (...) {
-    r = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(r));
-  return out;
-}
+std::string new_save_id() { return base::random_hex_id(); }
 
 std::filesystem::path shard_path(const std::filesystem::path& index, std::string_view save_id, std::uint32_t rank,
                                  std::uint32_t world) {

@@ -40,6 +40,7 @@
 #include <optional>
 #include <ranges>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -56,6 +57,28 @@ enum class reduce_op : std::uint8_t { sum, avg };
 
 /// How values travel: as f32, or rounded to 16 bits (half the bytes).
 enum class compression : std::uint8_t { none, bf16, f16 };
+
+/// "none", "bf16" or "f16": ferry-train's --compress values, the names
+/// ferry.distributed's hooks pass and ferry-train's summary records.
+[[nodiscard]] constexpr std::string_view name(compression c) noexcept {
+  switch (c) {
+    case compression::none: break;
+    case compression::bf16: return "bf16";
+    case compression::f16: return "f16";
+  }
+  return "none";
+}
+
+/// Every compression, for lists of the accepted names.
+inline constexpr compression all_compressions[] = {compression::none, compression::bf16, compression::f16};
+
+/// The compression name() gives `s`; nullopt for any other text.
+[[nodiscard]] constexpr std::optional<compression> compression_from_name(std::string_view s) noexcept {
+  for (const compression c : all_compressions) {
+    if (name(c) == s) return c;
+  }
+  return std::nullopt;
+}
 
 /// The rounding residual of a compressed allreduce, kept between calls for
 /// one buffer (one gradient bucket): each call adds it to what this rank

@@ -16,7 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -27,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli11.h"
 #include "ranks.h"
 
 namespace {
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                "and FERRY_SECRET (a fresh random one on a single node unless FERRY_SECRET or FERRY_SECRET_FILE "
                "is set). When one rank fails the others are stopped, and ferry-run exits with its status.",
                "ferry-run"};
-  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
+  ferry::tools::share_option_defaults(app);
   app.add_option("-n,--nproc-per-node", nproc, "ranks on this machine")->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", nnodes, "machines in the job")->check(CLI::Range(1, 65536));
   app.add_option("--node-rank", node_rank, "this machine's index, 0 .. nnodes-1")->check(CLI::NonNegativeNumber);
@@ -93,15 +93,7 @@ int main(int argc, char** argv) {
   // program and its own arguments.
   app.prefix_command();
   app.footer("Usage: ferry-run [OPTIONS] PROGRAM [ARGS...]");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ferry-run: %s (see --help)\n", e.what());
-    return 2;
-  }
+  if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
   command = app.remaining();
   if (command.empty()) {
     std::fputs("ferry-run: no program to run (usage: ferry-run [OPTIONS] PROGRAM [ARGS...])\n", stderr);

@@ -6,6 +6,8 @@
 //     .get(name) -> numpy array     .load() -> {name: numpy array}
 //     .storages() -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
 //   save(path, entries, storages, metadata, format, order, alignment, shared)
+//   dtypes                                       {name: code, bytes, numpy and torch names}
+//   cpu_info() -> {version, cpu_features, enabled_cpu_features, kernels}   base/cpu.h
 //
 // Arrays view the reader's storages without copying (the mapping of the
 // file, or the byte-swapped copy when the file's order is not the host's):
@@ -20,11 +22,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ferry/base/cpu.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
@@ -74,27 +79,67 @@ void translate(std::exception_ptr p) {
   }
 }
 
-// numpy's dtype for a ferry dtype: bf16 and the float8s as their bits.
-py::dtype numpy_dtype(ferry::codec::dtype t) {
-  using ferry::codec::dtype;
-  switch (t) {
-    case dtype::boolean: return py::dtype("?");
-    case dtype::u8:
-    case dtype::f8_e4m3:
-    case dtype::f8_e5m2: return py::dtype("u1");
-    case dtype::i8: return py::dtype("i1");
-    case dtype::u16:
-    case dtype::bf16: return py::dtype("u2");
-    case dtype::i16: return py::dtype("i2");
-    case dtype::u32: return py::dtype("u4");
-    case dtype::i32: return py::dtype("i4");
-    case dtype::u64: return py::dtype("u8");
-    case dtype::i64: return py::dtype("i8");
-    case dtype::f16: return py::dtype("f2");
-    case dtype::f32: return py::dtype("f4");
-    case dtype::f64: return py::dtype("f8");
+// Every ferry dtype as Python sees it, the one table ferry/__init__.py
+// reads (as _ferry.dtypes): numpy's type, "<kind><bytes>" as numpy's
+// dtype.kind and itemsize give it; whether numpy holds only the element's
+// bits (bf16 and the float8s, which numpy lacks); torch's attribute name.
+struct python_dtype {
+  ferry::codec::dtype dtype;
+  const char* numpy;
+  bool numpy_bits;
+  const char* torch;
+};
+constexpr python_dtype python_dtypes[] = {
+    {ferry::codec::dtype::boolean, "b1", false, "bool"},   {ferry::codec::dtype::u8, "u1", false, "uint8"},
+    {ferry::codec::dtype::i8, "i1", false, "int8"},        {ferry::codec::dtype::u16, "u2", false, "uint16"},
+    {ferry::codec::dtype::i16, "i2", false, "int16"},      {ferry::codec::dtype::u32, "u4", false, "uint32"},
+    {ferry::codec::dtype::i32, "i4", false, "int32"},      {ferry::codec::dtype::u64, "u8", false, "uint64"},
+    {ferry::codec::dtype::i64, "i8", false, "int64"},      {ferry::codec::dtype::f16, "f2", false, "float16"},
+    {ferry::codec::dtype::bf16, "u2", true, "bfloat16"},   {ferry::codec::dtype::f32, "f4", false, "float32"},
+    {ferry::codec::dtype::f64, "f8", false, "float64"},    {ferry::codec::dtype::f8_e4m3, "u1", true, "float8_e4m3fn"},
+    {ferry::codec::dtype::f8_e5m2, "u1", true, "float8_e5m2"},
+};
+static_assert(std::size(python_dtypes) == std::size(ferry::codec::all_dtypes), "a dtype without its Python names");
+
+const python_dtype& python_names(ferry::codec::dtype t) {
+  for (const auto& d : python_dtypes) {
+    if (d.dtype == t) return d;
   }
-  return py::dtype("u1");
+  throw std::logic_error("ferry: no Python names for dtype code " + std::to_string(ferry::codec::code(t)));
+}
+
+// numpy's dtype for a ferry dtype: bf16 and the float8s as their bits.
+py::dtype numpy_dtype(ferry::codec::dtype t) { return py::dtype(python_names(t).numpy); }
+
+// What ferry.info() reports: the version, the CPU features found and
+// enabled (FERRY_CPU_FEATURES; ferry.Error for an unknown name) and the
+// kernel each dispatcher linked into this module chose.
+py::dict cpu_info() {
+  namespace base = ferry::base;
+  raise_if_error(base::check_cpu_features_env());
+  py::dict kernels;
+  for (const auto& [dispatcher, kernel] : base::kernel_choices()) kernels[py::str(std::string(dispatcher))] = std::string(kernel);
+  py::dict d;
+  d["version"] = FERRY_VERSION;
+  d["cpu_features"] = base::describe_cpu_features(base::detected_cpu_features());
+  d["enabled_cpu_features"] = base::describe_cpu_features(base::enabled_cpu_features());
+  d["kernels"] = kernels;
+  return d;
+}
+
+// {ferry dtype name: {"code", "bytes", "numpy", "numpy_bits", "torch"}}, in code order.
+py::dict dtype_table() {
+  py::dict out;
+  for (const auto& d : python_dtypes) {
+    py::dict e;
+    e["code"] = ferry::codec::code(d.dtype);
+    e["bytes"] = ferry::codec::size_of(d.dtype);
+    e["numpy"] = d.numpy;
+    e["numpy_bits"] = d.numpy_bits;
+    e["torch"] = d.torch;
+    out[py::str(std::string(ferry::codec::name(d.dtype)))] = e;
+  }
+  return out;
 }
 
 // One uint8 array over a storage's bytes, owning a reference to it:
@@ -302,6 +347,8 @@ PYBIND11_MODULE(_ferry, m) {
       .def("get", &py_reader::get)
       .def("load", &py_reader::load)
       .def("storages", &py_reader::storages);
+  m.attr("dtypes") = dtype_table();
+  m.def("cpu_info", &cpu_info);
   m.def("save", &save, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
         py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"));
 }

@@ -12,6 +12,11 @@
 // differ; 2 for a usage error, and for diff when a file cannot be read (as
 // diff(1)). --help prints usage to stdout. Progress bars go to stderr, and
 // only when it is a terminal.
+//
+// ferry --version prints the version, the CPU features found and enabled,
+// and the kernel each dispatcher chose (base/cpu.h), for bug reports.
+// FERRY_CPU_FEATURES narrows the features every command may use; a value
+// naming an unknown feature is a usage error.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "ferry/base/cpu.h"
 #include "ferry/base/file.h"
 #include "ferry/graph/dump.h"
 #include "plot.h"
@@ -157,6 +163,19 @@ int dump(const std::string& path) {
   return flush_stdout();
 }
 
+// --- version ----------------------------------------------------------------
+
+std::string version_text() {
+  namespace base = ferry::base;
+  std::string out = "ferry " FERRY_VERSION "\n";
+  out += "cpu features: " + base::describe_cpu_features(base::detected_cpu_features()) + "\n";
+  out += "enabled: " + base::describe_cpu_features(base::enabled_cpu_features());
+  for (const auto& [dispatcher, kernel] : base::kernel_choices()) {
+    out += "\nkernel " + std::string(dispatcher) + ": " + std::string(kernel);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace ferry::tools
 
@@ -165,6 +184,14 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry: inspect, verify, convert and compare tensor checkpoints (.ferry, .safetensors, PyTorch .pt)"};
   app.name("ferry");
   app.require_subcommand(1);
+  app.set_version_flag("--version", &version_text,
+                       "print the version, the CPU features found and enabled, and the kernel each dispatcher chose");
+  app.footer("Environment:\n  FERRY_CPU_FEATURES  use only these CPU features (names as --version prints them, comma- or "
+             "space-separated; \"none\": the portable paths), to reproduce a report; never more than the CPU has");
+  if (auto env = ferry::base::check_cpu_features_env(); !env) {
+    std::fprintf(stderr, "ferry: %s\n", env.error().what().c_str());
+    return 2;
+  }
 
   std::string file, second;
   bool as_json = false;
@@ -238,6 +265,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "ferry: %s (see ferry --help)\n", e.what());

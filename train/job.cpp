@@ -546,7 +546,7 @@ class job {
 }  // namespace
 
 std::string to_json(const train_config& c) {
-  const char* comp = c.compress == comm::compression::bf16 ? "bf16" : c.compress == comm::compression::f16 ? "f16" : "none";
+  const std::string comp(comm::name(c.compress));
   return nlohmann::json{{"data", c.data.string()}, {"hidden", c.hidden}, {"lr", c.lr}, {"batch", c.batch},
                         {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},

@@ -7,7 +7,6 @@
 // data files missing or corrupt), 2 bad options.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include <thread>
 #include <torch/torch.h>
 
+#include "cli11.h"
 #include "collectives.h"
 #include "ferry/comm/error.h"
 #include "job.h"
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                "WORLD_SIZE (as torchrun or ferry-run set them; SLURM_PROCID and SLURM_NTASKS also work) and the "
                "shared secret from FERRY_SECRET or FERRY_SECRET_FILE.",
                "ferry-train"};
-  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last of a repeated option wins
+  ferry::tools::share_option_defaults(app);
   app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
   std::string freeze;
@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-last", c.drop_last, "drop the tail that does not divide evenly between ranks");
   app.add_option("--limit", c.limit, "train on the first N samples only (0: all)");
   app.add_option("--test-limit", c.test_limit, "evaluate on the first N test samples only (0: all)");
+  std::vector<std::string> compressions;
+  for (const auto k : ferry::comm::all_compressions) compressions.emplace_back(ferry::comm::name(k));
   app.add_option("--compress", compress, "gradients travel as f32 (none) or 16-bit with error feedback")
-      ->check(CLI::IsMember({"none", "bf16", "f16"}));
+      ->check(CLI::IsMember(compressions));
   app.add_option("--backend", c.backend, "ferry (any mix of architectures) or gloo (LibTorch's ProcessGroupGloo)")
       ->check(CLI::IsMember({"ferry", "gloo"}));
   app.add_flag("--overlap,!--no-overlap", c.overlap,
@@ -116,18 +118,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "redraw", "plain"}));
   app.add_option("--threads", c.threads, "LibTorch threads (default: OMP_NUM_THREADS, else cores / local ranks)")
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ferry-train: %s (see --help)\n", e.what());
-    return 2;
-  }
-  c.compress = compress == "bf16" ? ferry::comm::compression::bf16
-               : compress == "f16" ? ferry::comm::compression::f16
-                                   : ferry::comm::compression::none;
+  if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
+  c.compress = ferry::comm::compression_from_name(compress).value();  // checked by --compress's IsMember
   c.bucket_bytes = bucket_kb * 1024;
   c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;
   c.hidden.clear();

@@ -1,5 +1,7 @@
 #include "ferry/comm/detail/worker.h"
 
+#include <cassert>
+
 namespace ferry::comm {
 
 void work::wait() {
@@ -17,7 +19,9 @@ bool work::done() const {
 
 namespace detail {
 
-worker::~worker() {
+worker::~worker() { stop(); }
+
+void worker::stop() {
   {
     std::lock_guard lock(queue_m_);
     stopping_ = true;
@@ -26,10 +30,16 @@ worker::~worker() {
   if (thread_.joinable()) thread_.join();
 }
 
+void worker::drain() {
+  std::unique_lock lock(queue_m_);
+  queue_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
 std::shared_ptr<work::state> worker::submit(std::function<void()> task) {
   auto st = std::make_shared<work::state>();
   {
     std::lock_guard lock(queue_m_);
+    assert(!stopping_ && "worker::submit after stop()");
     queue_.emplace_back(std::move(task), st);
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
@@ -53,6 +63,7 @@ void worker::loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    task = nullptr;  // what it captured goes before the worker counts as idle
     {
       std::lock_guard done(st->m);
       st->done = true;

@@ -1,6 +1,8 @@
 // ferry/comm/detail/worker.h: INTERNAL. The queue that runs a
 // communicator's collectives one at a time, in call order, and the state
-// behind a `work` handle. Not part of the API.
+// behind a `work` handle. The torch backend's process group
+// (python/distributed/process_group.h) runs its collectives on one too.
+// Not part of the API.
 #pragma once
 
 #include <condition_variable>
@@ -33,10 +35,19 @@ class worker {
   worker() = default;
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
-  /// Runs what is queued, then joins the thread.
+  /// stop().
   ~worker();
 
+  /// Queues `task`; the state is marked done when it has run, with what it
+  /// threw. Requires: stop() has not been called.
   std::shared_ptr<work::state> submit(std::function<void()> task);
+
+  /// Blocks until every task submitted before the call has run and been
+  /// destroyed (so what it captured is released).
+  void drain();
+
+  /// Runs what is queued, then joins the thread. Idempotent.
+  void stop();
 
   template <class F>
   void run_inline(F&& task) {

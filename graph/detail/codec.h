@@ -194,9 +194,6 @@ void describe_struct(desc_context& ctx, schema::descriptor& out) {
   put_varint(out, *index);
 }
 
-
-// ------------------------------------------------------------ writing
-
 // ------------------------------------------------------------ writing
 
 struct field_writer {

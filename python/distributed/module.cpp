@@ -63,11 +63,12 @@ process_group& ferry_group(c10d::ProcessGroup& group) {
 }
 
 ferry::comm::compression compression_named(const std::string& name) {
-  if (name == "bf16") return ferry::comm::compression::bf16;
-  if (name == "f16") return ferry::comm::compression::f16;
-  if (name == "none") return ferry::comm::compression::none;
-  throw ferry::exception(ferry::error(ferry::comm_errc::bad_argument,
-                                      "ferry: compression " + ferry::quote(name) + " is not one of bf16, f16, none"));
+  const auto c = ferry::comm::compression_from_name(name);
+  if (!c) {
+    throw ferry::exception(ferry::error(ferry::comm_errc::bad_argument,
+                                        "ferry: compression " + ferry::quote(name) + " is not one of none, bf16, f16"));
+  }
+  return *c;
 }
 
 }  // namespace

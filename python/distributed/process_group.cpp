@@ -246,8 +246,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusiv
 
 process_group::process_group(comm::communicator comm)
     : c10d::ProcessGroup(static_cast<int>(comm.rank()), static_cast<int>(comm.world_size())),
-      comm_(std::move(comm)),
-      worker_([this] { run(); }) {
+      comm_(std::move(comm)) {
   std::lock_guard lock(live_mutex);
   live.insert(this);
 }
@@ -271,44 +270,12 @@ void process_group::stop() {
     std::lock_guard lock(live_mutex);
     live.erase(this);
   }
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  ready_.notify_one();
-  worker_.join();
-}
-
-void process_group::run() {
-  // Outputs are written in place, as by any backend: not an autograd op,
-  // even on a leaf that requires grad.
-  const at::NoGradGuard no_grad;
-  for (;;) {
-    task next;
-    {
-      std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
-    }
-    next();
-    next = nullptr;  // its tensors go before the group counts as idle
-    {
-      std::lock_guard lock(mutex_);
-      running_ = false;
-    }
-    idle_.notify_all();
-  }
+  worker_.stop();
 }
 
 void process_group::drain_all() {
   std::lock_guard hold(live_mutex);
-  for (process_group* group : live) {
-    std::unique_lock lock(group->mutex_);
-    group->idle_.wait(lock, [&] { return group->queue_.empty() && !group->running_; });
-  }
+  for (process_group* group : live) group->worker_.drain();
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<at::Tensor> outputs,
@@ -329,19 +296,19 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
     future->markCompleted(c10::IValue(outputs));
     return handle;
   }
-  {
-    std::lock_guard lock(mutex_);
-    queue_.emplace_back([future, outputs = std::move(outputs), body = std::move(body)] {
-      try {
-        body();
-      } catch (...) {
-        future->setError(std::current_exception());
-        return;
-      }
-      future->markCompleted(c10::IValue(outputs));
-    });
-  }
-  ready_.notify_one();
+  // The future carries the outcome; the worker's own state goes unused.
+  (void)worker_.submit([future, outputs = std::move(outputs), body = std::move(body)] {
+    // Outputs are written in place, as by any backend: not an autograd op,
+    // even on a leaf that requires grad.
+    const at::NoGradGuard no_grad;
+    try {
+      body();
+    } catch (...) {
+      future->setError(std::current_exception());
+      return;
+    }
+    future->markCompleted(c10::IValue(outputs));
+  });
   return handle;
 }
 

@@ -53,13 +53,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -67,6 +64,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ferry/comm/communicator.h"
+#include "ferry/comm/detail/worker.h"
 
 namespace ferry::distributed {
 
@@ -129,10 +127,8 @@ class process_group final : public c10d::ProcessGroup {
   static void drain_all();
 
  private:
-  using task = std::function<void()>;
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> body);
-  void run();
   void stop();
   void check_root(std::int64_t root, const char* what) const;
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
@@ -142,13 +138,9 @@ class process_group final : public c10d::ProcessGroup {
 
   comm::communicator comm_;
   std::unordered_map<std::int64_t, comm::error_feedback> feedback_;  // worker thread only
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::condition_variable idle_;
-  std::deque<task> queue_;
-  bool running_ = false;  // the worker is running a task
-  bool stopping_ = false;
-  std::thread worker_;
+  // Runs the collectives, one at a time in call order. Declared last, so
+  // it stops before what its tasks use goes.
+  comm::detail::worker worker_;
 };
 
 }  // namespace ferry::distributed

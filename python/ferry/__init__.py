@@ -26,7 +26,7 @@ import sys
 
 from . import _ferry
 
-__all__ = ["Error", "CommError", "Checkpoint", "open", "load", "save"]
+__all__ = ["Error", "CommError", "Checkpoint", "open", "load", "save", "info"]
 
 
 class Error(Exception):
@@ -61,13 +61,27 @@ class CommError(Error, RuntimeError):
         self.peer = peer
 
 
+def info():
+    """What this ferry runs with, for bug reports (as `ferry --version`):
+
+        {"version": "0.1.0",
+         "cpu_features": "sse2 ssse3 sse4.2 avx2 f16c",   # found on this CPU
+         "enabled_cpu_features": "sse2 ssse3 sse4.2 avx2 f16c",
+         "kernels": {"byte_swap": "avx2", "crc32c": "sse4.2", ...}}
+
+    FERRY_CPU_FEATURES (read once, at ferry's first kernel dispatch) narrows the enabled
+    features, e.g. "sse2,ssse3" or "none" for the portable paths; it never
+    enables one the CPU lacks. A name ferry does not know raises ferry.Error.
+    """
+    return _ferry.cpu_info()
+
+
+# ferry's dtypes, exported by the extension (python/module.cpp) so there is
+# one table: {name: {"code", "bytes", "numpy", "numpy_bits", "torch"}}.
+_DTYPES = _ferry.dtypes
 # ferry's dtype names, torch's names for them and their widths in bytes.
-_TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
-                "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-                "F64": "float64", "U16": "uint16", "U32": "uint32", "U64": "uint64",
-                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-_WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8, "F16": 2, "BF16": 2, "F32": 4,
-           "F64": 8, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+_TORCH_NAMES = {name: d["torch"] for name, d in _DTYPES.items()}
+_WIDTHS = {name: d["bytes"] for name, d in _DTYPES.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,8 +96,9 @@ def _ferry_dtype_names(torch):
     return {v: k for k, v in _torch_dtypes(torch).items()}
 
 
-_NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32",
-                 "i4": "I32", "u8": "U64", "i8": "I64", "f2": "F16", "f4": "F32", "f8": "F64"}
+# {numpy "<kind><bytes>": the ferry dtype saved for it}: the dtypes numpy
+# holds as themselves, not as their bits.
+_NUMPY_DTYPES = {d["numpy"]: name for name, d in _DTYPES.items() if not d["numpy_bits"]}
 
 
 def _as_torch(reader):

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import subprocess
+import sys
 import threading
 import zipfile
 
@@ -366,3 +367,42 @@ def test_loading_releases_the_gil(tmp_path):
         count[0] += 1
     thread.join()
     assert max(during) > 0, during
+
+
+def test_dtype_table_comes_from_the_extension():
+    table = ferry._ferry.dtypes
+    assert list(table) == ["BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32",
+                           "F64", "F8_E4M3", "F8_E5M2"]  # code order
+    assert [d["code"] for d in table.values()] == list(range(1, 16))
+    for name, d in table.items():
+        assert np.dtype(d["numpy"]).itemsize == d["bytes"], name
+        if hasattr(torch, d["torch"]):  # the float8s and wide unsigned types came in later torch releases
+            assert torch.empty(0, dtype=getattr(torch, d["torch"])).element_size() == d["bytes"], name
+    assert ferry._NUMPY_DTYPES["u2"] == "U16" and ferry._NUMPY_DTYPES["b1"] == "BOOL"
+    assert {n for n, d in table.items() if d["numpy_bits"]} == {"BF16", "F8_E4M3", "F8_E5M2"}
+
+
+def test_info_names_the_cpu_features_and_kernels():
+    info = ferry.info()
+    assert info["version"].count(".") == 2
+    enabled = info["enabled_cpu_features"]
+    assert enabled == "none (portable paths)" or set(enabled.split()) <= set(info["cpu_features"].split()), info
+    assert {"byte_swap", "crc32c"} <= set(info["kernels"]), info
+    assert all(info["kernels"].values()), info
+
+
+def run_python_with_cpu_features(value, code):
+    env = dict(os.environ, FERRY_CPU_FEATURES=value)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def test_ferry_cpu_features_narrows_and_refuses_unknown_names():
+    r = run_python_with_cpu_features("none", "import ferry, json; print(json.dumps(ferry.info()))")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["enabled_cpu_features"] == "none (portable paths)"
+    assert info["kernels"]["byte_swap"] == "scalar" and info["kernels"]["crc32c"] == "table", info
+    r = run_python_with_cpu_features("avx9", "import ferry\ntry:\n    ferry.info()\nexcept ferry.Error as e:\n"
+                                     "    print(e.context)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("FERRY_CPU_FEATURES: unknown CPU feature 'avx9'"), r.stdout

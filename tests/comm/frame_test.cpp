@@ -8,6 +8,7 @@
 #include <random>
 
 #include "ferry/codec/crc32c.h"
+#include "ferry/comm/communicator.h"
 #include "ferry/codec/half.h"
 #include "ferry/wire/bulk.h"
 #include "collect_sink.h"
@@ -348,6 +349,16 @@ TEST(Abort, RoundTripsAndRefusesEachBrokenField) {
     bad[at] ^= std::byte{1};  // every field after the flags is under the CRC
     EXPECT_EQ(parse_abort(bad).error(), errc::checksum_mismatch) << at;
   }
+}
+
+// The names ferry-train's --compress and ferry.distributed's hooks use.
+TEST(Compression, NamesRoundTrip) {
+  EXPECT_EQ(name(compression::none), "none");
+  EXPECT_EQ(name(compression::bf16), "bf16");
+  EXPECT_EQ(name(compression::f16), "f16");
+  for (const compression c : all_compressions) EXPECT_EQ(compression_from_name(name(c)), c);
+  for (const char* s : {"", "BF16", "fp16", "f32", "none "}) EXPECT_EQ(compression_from_name(s), std::nullopt) << s;
+  static_assert(compression_from_name("f16") == compression::f16);
 }
 
 }  // namespace

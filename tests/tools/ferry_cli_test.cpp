@@ -50,6 +50,38 @@ TEST_F(Cli, HelpGoesToStdoutAndExitsZero) {
   EXPECT_EQ(run("convert --help").status, 0);
 }
 
+// --version: the version, the CPU features and each dispatcher's kernel;
+// FERRY_CPU_FEATURES narrows them, and an unknown name is a usage error.
+TEST_F(Cli, VersionNamesTheFeaturesAndKernels) {
+  const auto r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("ferry 0.", 0), 0u) << r.out;
+  for (const char* line : {"\ncpu features: ", "\nenabled: ", "\nkernel byte_swap: ", "\nkernel crc32c: ",
+                           "\nkernel f16_bf16: "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in " << r.out;
+  }
+
+  const std::string cli = "'" + std::string(FERRY_CLI) + "'";
+  const auto portable = shell("FERRY_CPU_FEATURES=none " + cli + " --version");
+  EXPECT_EQ(portable.status, 0);
+  for (const char* line : {"\nenabled: none (portable paths)\n", "\nkernel byte_swap: scalar\n",
+                           "\nkernel crc32c: table\n", "\nkernel f16_bf16: scalar\n"}) {
+    EXPECT_NE(portable.out.find(line), std::string::npos) << line << " in " << portable.out;
+  }
+
+  const auto unknown = shell("FERRY_CPU_FEATURES=sse2,avx9 " + cli + " --version");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_EQ(unknown.out, "");
+  EXPECT_EQ(unknown.err.rfind("ferry: FERRY_CPU_FEATURES: unknown CPU feature 'avx9' (known: none, ", 0), 0u)
+      << unknown.err;
+  EXPECT_EQ(std::count(unknown.err.begin(), unknown.err.end(), '\n'), 1) << unknown.err;
+
+  const auto help = run("--help");
+  EXPECT_NE(help.out.find("FERRY_CPU_FEATURES"), std::string::npos);
+  EXPECT_NE(help.out.find("--version"), std::string::npos);
+}
+
 TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
   for (const char* args : {"", "dunp x", "inspect", "convert a", "convert a b --order middle"}) {
     const auto r = run(args);

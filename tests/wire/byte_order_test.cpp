@@ -21,7 +21,7 @@ std::array<std::byte, N> bytes(const std::uint8_t (&b)[N]) {
   return out;
 }
 
-// The worked example of MISSION.md, byte for byte.
+// The worked example of docs/wire-and-codec.md (section 1), byte for byte.
 TEST(WorkedExample, FloatTravelsThroughNetworkOrder) {
   const float value = 6.342e-5f;
   ASSERT_EQ(to_bits(value), 0x3885005Au);

@@ -1,6 +1,7 @@
-// ferry-demo: the codecs at work. Prints the worked example of MISSION.md
-// byte by byte, then converts a 64 MiB array of floats to network order and
-// back, to bf16 and to f16, and checksums it, with measured speeds.
+// ferry-codec-demo: the codecs at work. Prints the worked example of
+// docs/wire-and-codec.md (section 1, Scalars) byte by byte, then converts a
+// 64 MiB array of floats to network order and back, to bf16 and to f16, and
+// checksums it, with measured speeds.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -40,11 +41,13 @@ double best_gbps(std::size_t bytes, int reps, Fn fn) {
 }  // namespace
 
 int main() {
-  std::printf("ferry demo\n\nCPU features: %s\n", base::describe_cpu_features(base::detected_cpu_features()).c_str());
-  std::printf("kernels: bulk=%.*s crc32c=%.*s half=%.*s\n\n",
-              static_cast<int>(wire::bulk_kernel_name().size()), wire::bulk_kernel_name().data(),
-              static_cast<int>(codec::crc32c_kernel_name().size()), codec::crc32c_kernel_name().data(),
-              static_cast<int>(codec::half_kernel_name().size()), codec::half_kernel_name().data());
+  std::printf("ferry codec demo\n\nCPU features: %s\n", base::describe_cpu_features(base::enabled_cpu_features()).c_str());
+  std::printf("kernels:");
+  for (const auto& [dispatcher, kernel] : base::kernel_choices()) {
+    std::printf(" %.*s=%.*s", static_cast<int>(dispatcher.size()), dispatcher.data(), static_cast<int>(kernel.size()),
+                kernel.data());
+  }
+  std::printf("\n\n");
 
   std::printf("The worked example:\n");
   const float value = 6.342e-5f;
