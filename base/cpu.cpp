@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -79,18 +78,6 @@ const env_features& features_from_env() noexcept {
   return e;
 }
 
-struct dispatcher_registry {
-  std::mutex m;
-  std::vector<std::pair<std::string_view, std::string_view (*)() noexcept>> entries;
-};
-
-// A function-local static: dispatchers register from their files' dynamic
-// initialisers, in any order.
-dispatcher_registry& dispatchers() {
-  static dispatcher_registry r;
-  return r;
-}
-
 }  // namespace
 
 cpu_feature_set detected_cpu_features() noexcept {
@@ -150,22 +137,5 @@ result<void, error> check_cpu_features_env() {
   return {};
 }
 
-bool register_dispatcher(std::string_view dispatcher, std::string_view (*kernel)() noexcept) {
-  auto& r = dispatchers();
-  const std::lock_guard lock(r.m);
-  r.entries.emplace_back(dispatcher, kernel);
-  return true;
-}
-
-std::vector<kernel_choice> kernel_choices() {
-  std::vector<kernel_choice> out;
-  {
-    auto& r = dispatchers();
-    const std::lock_guard lock(r.m);
-    for (const auto& [dispatcher, kernel] : r.entries) out.push_back({dispatcher, kernel()});
-  }
-  std::sort(out.begin(), out.end(), [](const kernel_choice& a, const kernel_choice& b) { return a.dispatcher < b.dispatcher; });
-  return out;
-}
 
 }  // namespace ferry::base

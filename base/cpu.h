@@ -16,8 +16,8 @@
 // feature narrows nothing, and ferry's programs (`ferry`, ferry.info())
 // refuse it with one line (check_cpu_features_env()).
 //
-// Each dispatcher registers itself with register_dispatcher(), so
-// `ferry --version` and ferry.info() list the kernel each one picks.
+// codec/kernels.h lists every dispatcher and the kernel each picks, for
+// `ferry --version` and ferry.info().
 #pragma once
 
 #include <cstdint>
@@ -93,22 +93,5 @@ void limit_cpu_features(cpu_feature_set allowed) noexcept;
 /// dispatch) is valid: the error a program reports before it does anything.
 [[nodiscard]] result<void, error> check_cpu_features_env();
 
-/// A dispatcher's kernel choice: the operation, and the kernel it runs
-/// under enabled_cpu_features() now.
-struct kernel_choice {
-  std::string_view dispatcher;  ///< e.g. "crc32c"
-  std::string_view kernel;      ///< e.g. "sse4.2", or the portable "table"
-};
-
-/// Adds a dispatcher to kernel_choices(). Each dispatcher's file calls it
-/// once, from a namespace-scope initialiser, so a program lists exactly the
-/// dispatchers linked into it. `kernel` names the kernel the dispatcher
-/// would pick now; it and `dispatcher` must live as long as the program.
-/// Returns true.
-bool register_dispatcher(std::string_view dispatcher, std::string_view (*kernel)() noexcept);
-
-/// Every registered dispatcher with the kernel it picks now, sorted by
-/// dispatcher name.
-[[nodiscard]] std::vector<kernel_choice> kernel_choices();
 
 }  // namespace ferry::base

@@ -65,16 +65,16 @@ struct sizes64 {
   std::uint32_t disk;
 };
 result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64& v, bool size_sat, bool comp_sat,
-                                      bool offset_sat, bool disk_sat, const std::string& what) {
+                                      bool offset_sat, bool disk_sat, std::uint64_t entry) {
   bool seen = false;
   wire::reader in(extra);
   while (!in.at_end()) {
     std::uint16_t id = 0, n = 0;
-    FERRY_REQUIRE(in.read_le(id, n), checkpoint_errc::zip_malformed, what, ": extra fields");
+    FERRY_REQUIRE(in.read_le(id, n), checkpoint_errc::zip_malformed, "central directory entry ", entry, ": extra fields");
     auto field = in.sub(n);
-    FERRY_REQUIRE(field, checkpoint_errc::zip_malformed, what, ": extra fields");
+    FERRY_REQUIRE(field, checkpoint_errc::zip_malformed, "central directory entry ", entry, ": extra fields");
     if (id != zip64_extra_id) continue;
-    FERRY_REQUIRE(!seen, checkpoint_errc::zip_malformed, what, ": two ZIP64 extra fields");
+    FERRY_REQUIRE(!seen, checkpoint_errc::zip_malformed, "central directory entry ", entry, ": two ZIP64 extra fields");
     seen = true;
     const auto take = [&](bool saturated, auto& out) {
       if (!saturated) return true;
@@ -84,9 +84,9 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
     };
     FERRY_REQUIRE(take(size_sat, v.size) && take(comp_sat, v.compressed) && take(offset_sat, v.offset) &&
                       take(disk_sat, v.disk),
-                  checkpoint_errc::zip_malformed, what, ": ZIP64 extra field too short");
+                  checkpoint_errc::zip_malformed, "central directory entry ", entry, ": ZIP64 extra field too short");
   }
-  FERRY_REQUIRE(seen || !(size_sat || comp_sat || offset_sat || disk_sat), checkpoint_errc::zip_malformed, what,
+  FERRY_REQUIRE(seen || !(size_sat || comp_sat || offset_sat || disk_sat), checkpoint_errc::zip_malformed, "central directory entry ", entry,
                 ": saturated field without a ZIP64 extra field");
   return {};
 }
@@ -218,7 +218,7 @@ result<zip_directory, error> read_zip_directory(std::uint64_t size, const zip_re
     sizes64 v{size32, compressed, offset, disk};
     if (v.size == max32 || v.compressed == max32 || v.offset == max32 || v.disk == max16 || !extra->empty()) {
       FERRY_TRY(apply_zip64_extra(*extra, v, v.size == max32, v.compressed == max32, v.offset == max32,
-                                  v.disk == max16, context("central directory entry ", i)));
+                                  v.disk == max16, i));
     }
     FERRY_REQUIRE(v.disk == 0, checkpoint_errc::zip_malformed, "central directory entry ", i, ": on another disk");
     entry.record.size = v.size;

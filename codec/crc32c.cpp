@@ -81,9 +81,5 @@ std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint
 
 std::string_view crc32c_kernel_name() noexcept { return choose().name; }
 
-namespace {
-// ferry --version and ferry.info() list this dispatcher's choice (base/cpu.h).
-[[maybe_unused]] const bool registered = base::register_dispatcher("crc32c", &crc32c_kernel_name);
-}  // namespace
 
 }  // namespace ferry::codec

@@ -75,9 +75,5 @@ std::string_view half_kernel_name() noexcept {
   return "scalar";
 }
 
-namespace {
-// ferry --version and ferry.info() list this dispatcher's choice (base/cpu.h).
-[[maybe_unused]] const bool registered = base::register_dispatcher("f16_bf16", &half_kernel_name);
-}  // namespace
 
 }  // namespace ferry::codec

@@ -14,7 +14,8 @@
 
 namespace ferry::comm {
 
-inline constexpr std::uint8_t protocol_version = 2;
+// 3 since error codes were renumbered (ABORT carries them; docs/errors.md).
+inline constexpr std::uint8_t protocol_version = 3;
 
 enum class role : std::uint8_t { join = 1, ring = 2, reply = 3 };
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ferry/base/cpu.h"
+#include "ferry/codec/kernels.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
@@ -113,12 +114,12 @@ py::dtype numpy_dtype(ferry::codec::dtype t) { return py::dtype(python_names(t).
 
 // What ferry.info() reports: the version, the CPU features found and
 // enabled (FERRY_CPU_FEATURES; ferry.Error for an unknown name) and the
-// kernel each dispatcher linked into this module chose.
+// kernel each dispatcher chose (codec/kernels.h).
 py::dict cpu_info() {
   namespace base = ferry::base;
   raise_if_error(base::check_cpu_features_env());
   py::dict kernels;
-  for (const auto& [dispatcher, kernel] : base::kernel_choices()) kernels[py::str(std::string(dispatcher))] = std::string(kernel);
+  for (const auto& [dispatcher, kernel] : ferry::codec::kernel_choices()) kernels[py::str(std::string(dispatcher))] = std::string(kernel);
   py::dict d;
   d["version"] = FERRY_VERSION;
   d["cpu_features"] = base::describe_cpu_features(base::detected_cpu_features());

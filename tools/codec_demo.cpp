@@ -11,6 +11,7 @@
 
 #include "ferry/codec/crc32c.h"
 #include "ferry/codec/half.h"
+#include "ferry/codec/kernels.h"
 #include "ferry/wire/bulk.h"
 #include "ferry/base/cpu.h"
 
@@ -43,7 +44,7 @@ double best_gbps(std::size_t bytes, int reps, Fn fn) {
 int main() {
   std::printf("ferry codec demo\n\nCPU features: %s\n", base::describe_cpu_features(base::enabled_cpu_features()).c_str());
   std::printf("kernels:");
-  for (const auto& [dispatcher, kernel] : base::kernel_choices()) {
+  for (const auto& [dispatcher, kernel] : codec::kernel_choices()) {
     std::printf(" %.*s=%.*s", static_cast<int>(dispatcher.size()), dispatcher.data(), static_cast<int>(kernel.size()),
                 kernel.data());
   }

@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "ferry/base/cpu.h"
+#include "ferry/codec/kernels.h"
 #include "ferry/base/file.h"
 #include "ferry/graph/dump.h"
 #include "plot.h"
@@ -170,7 +171,7 @@ std::string version_text() {
   std::string out = "ferry " FERRY_VERSION "\n";
   out += "cpu features: " + base::describe_cpu_features(base::detected_cpu_features()) + "\n";
   out += "enabled: " + base::describe_cpu_features(base::enabled_cpu_features());
-  for (const auto& [dispatcher, kernel] : base::kernel_choices()) {
+  for (const auto& [dispatcher, kernel] : ferry::codec::kernel_choices()) {
     out += "\nkernel " + std::string(dispatcher) + ": " + std::string(kernel);
   }
   return out;

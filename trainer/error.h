@@ -1,5 +1,6 @@
 // ferry/trainer/error.h: the error codes of the trainer (trainer/): its
-// dataset decoder (IDX files), its launcher and its training loop.
+// dataset decoder (IDX files, 500..519) and the training loop of
+// ferry-train (train/, 520..).
 //
 // Numbers are stable (see ferry/base/error.h); new codes take the next free
 // number of the 500..599 block: 500..519 the data decoders, 520.. the

@@ -79,9 +79,5 @@ void convert_in_place(std::span<std::byte> data, std::size_t width, byte_order f
 
 std::string_view bulk_kernel_name() noexcept { return kernels().name; }
 
-namespace {
-// ferry --version and ferry.info() list this dispatcher's choice (base/cpu.h).
-[[maybe_unused]] const bool registered = base::register_dispatcher("byte_swap", &bulk_kernel_name);
-}  // namespace
 
 }  // namespace ferry::wire

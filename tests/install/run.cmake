@@ -4,6 +4,7 @@
 # trainer), the graph component alone (with OpenSSL made unfindable), the
 # comm component alone, and the trainer component. A request for a
 # component ferry does not have must fail to configure.
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in script mode
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc)
@@ -25,7 +26,7 @@ if(NOT "ferry/graph/archive.h" IN_LIST installed OR NOT "ferry/trainer/idx.h" IN
 endif()
 set(included "")
 foreach(h IN LISTS installed)
-  if(h MATCHES "^ferry/(trainer/train|checkpoint/torch|comm/detail|checkpoint/detail|codec/detail|wire/detail)/")
+  if(h MATCHES "^ferry/(train|launch|checkpoint/torch|comm/detail|checkpoint/detail|codec/detail|wire/detail)/")
     message(FATAL_ERROR "internal header installed: ${h}")
   endif()
   file(STRINGS "${include_dir}/${h}" lines REGEX "^#include [\"<]ferry/")
