@@ -167,19 +167,7 @@ void BM_read_whole_file(benchmark::State& state) {
 // The ceiling under a load that checks every CRC: the file mapped and faulted
 // in before timing, its bytes read once by one thread per core (the peer
 // interop_bench measures too).
-void BM_read_bytes_once(benchmark::State& state) {
-  const auto p = file("model.ferry");
-  const std::size_t size = fs::file_size(p);
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  check(fd >= 0, "open for read once");
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  check(m != MAP_FAILED, "mmap");
-  ::close(fd);
-  const std::span words(static_cast<const std::uint64_t*>(m), size / 8);
-  for (auto _ : state) benchmark::DoNotOptimize(ferry::bench::read_once(words));
-  ::munmap(m, size);
-  state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
-}
+void BM_read_bytes_once(benchmark::State& state) { ferry::bench::time_read_once(state, file("model.ferry").string()); }
 
 void BM_mmap_touch_pages(benchmark::State& state) {
   const auto p = file("model.ferry");

@@ -4,10 +4,17 @@
 // benchmarks cannot state different goals for one measurement.
 #pragma once
 
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <thread>
@@ -61,6 +68,28 @@ inline std::uint64_t read_once(std::span<const std::uint64_t> words,
   std::uint64_t x = 0;
   for (const auto v : out) x ^= v;
   return x;
+}
+
+/// The benchmark loop of the read-once ceiling over the file at `path`:
+/// mapped and faulted in before timing, then read_once each iteration.
+inline void time_read_once(benchmark::State& state, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    std::fprintf(stderr, "read once: cannot open %s\n", path.c_str());
+    std::exit(1);
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    std::fprintf(stderr, "read once: cannot map %s\n", path.c_str());
+    std::exit(1);
+  }
+  const std::span words(static_cast<const std::uint64_t*>(map), size / 8);
+  for (auto _ : state) benchmark::DoNotOptimize(read_once(words));
+  ::munmap(map, size);
+  state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
 }
 
 }  // namespace ferry::bench

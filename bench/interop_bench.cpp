@@ -122,18 +122,7 @@ void BM_load_ferry(benchmark::State& state) { load_all(state, file("model.ferry"
 // The floor under a load that reads every byte (CRCs): the .ferry file,
 // mapped and faulted in beforehand, read once by as many threads as
 // get_all() uses (bench::read_once, the peer checkpoint_bench measures too).
-void BM_read_ferry_bytes(benchmark::State& state) {
-  const int fd = ::open(file("model.ferry").c_str(), O_RDONLY);
-  check(fd >= 0, "open model.ferry");
-  const auto size = static_cast<std::size_t>(fs::file_size(file("model.ferry")));
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  check(map != MAP_FAILED, "mmap model.ferry");
-  ::close(fd);
-  const std::span words(static_cast<const std::uint64_t*>(map), size / 8);
-  for (auto _ : state) benchmark::DoNotOptimize(ferry::bench::read_once(words));
-  ::munmap(map, size);
-  state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
-}
+void BM_read_ferry_bytes(benchmark::State& state) { ferry::bench::time_read_once(state, file("model.ferry").string()); }
 
 std::uint64_t storage_bytes() {
   auto r = ckpt::open(file("model.pt"));

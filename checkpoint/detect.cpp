@@ -8,7 +8,7 @@
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/set.h"
-#include "ferry/wire/byte_order.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint::detail {
 
@@ -38,7 +38,7 @@ head_format detect_format(std::span<const std::byte> head, std::uint64_t file_si
   if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) return head_format::pytorch_zip;
   if (legacy_pytorch(head)) return head_format::pytorch_legacy;
   // have > 8, so file_size - 8 does not wrap.
-  if (is(8, '{') && !(is(0, '{') && wire::load<std::uint64_t>(head.data(), wire::byte_order::little) > file_size - 8)) {
+  if (is(8, '{') && !(is(0, '{') && *wire::reader(head).read_le<std::uint64_t>() > file_size - 8)) {
     return head_format::safetensors;
   }
   const auto first = std::find_if(head.begin(), head.end(), [](std::byte b) {

@@ -22,6 +22,7 @@
 #include "ferry/checkpoint/detail/set.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/wire/bulk.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -105,9 +106,9 @@ result<parsed_file, error> parse_file(const sniffed& s, const std::filesystem::p
     case head_format::pytorch_zip:
       return in_file(path, detail::parse_pytorch(s.file.size(), zip_reader(s.file), opt));
     case head_format::safetensors:
+      // The header's length: the head's first 8 bytes (it holds header_size).
       return in_file(path, detail::parse_safetensors(s.file.fd(), s.file.size(),
-                                                     wire::load<std::uint64_t>(head.data(), wire::byte_order::little),
-                                                     opt.lim));
+                                                     *wire::reader(head).read_le<std::uint64_t>(), opt.lim));
     case head_format::pytorch_legacy:
       return file_error(path, checkpoint_errc::unsupported_pytorch, 0,
                         "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");

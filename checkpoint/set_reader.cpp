@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/set.h"
 
@@ -59,7 +60,7 @@ bool valid_save_id(std::string_view id) noexcept {
 }
 
 result<void, error> check_set(const set_manifest& m, const limits& lim, const std::string& where) {
-  const auto fail = [&](error_code c, std::string_view what) { return error(c, where + ": " + std::string(what)); };
+  const auto fail = [&](error_code c, const auto&... what) { return make_error(c, where, ": ", what...); };
   if (!valid_save_id(m.save_id)) return fail(checkpoint_errc::bad_index, "save id is not 16 hex digits");
   if (m.world == 0) return fail(checkpoint_errc::bad_index, "world of 0 ranks");
   if (m.shards.empty()) return fail(checkpoint_errc::bad_index, "no shards");
@@ -68,7 +69,7 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
   for (std::size_t k = 0; k < m.shards.size(); ++k) {
     const auto& s = m.shards[k];
     if (!valid_shard_file(s.file, lim.max_name_bytes)) {
-      return fail(checkpoint_errc::bad_index, "shard #" + std::to_string(k) + ": not a file name");
+      return fail(checkpoint_errc::bad_index, "shard #", k, ": not a file name");
     }
     if (!files.insert(s.file).second) return error(errc::duplicate_key, shard_context(where, s.file));
     if (s.order > 1) return error(errc::bad_byte_order, shard_context(where, s.file));
@@ -77,19 +78,20 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
     }
     const std::uint32_t world = s.world == 0 ? m.world : s.world;
     if (s.rank >= world) {
-      return error(checkpoint_errc::bad_index,
-                   shard_context(where, s.file) + ": rank " + std::to_string(s.rank) + " of " + std::to_string(world));
+      return make_error(checkpoint_errc::bad_index, shard_context(where, s.file), ": rank ", s.rank, " of ", world);
     }
   }
   if (m.tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
   std::unordered_set<std::string_view> names;
   for (std::size_t i = 0; i < m.tensors.size(); ++i) {
     const auto& t = m.tensors[i];
-    if (!valid_name(t.name, lim.max_name_bytes)) return fail(checkpoint_errc::bad_name, "tensor #" + std::to_string(i));
-    const auto tfail = [&](error_code c, std::string_view what = {}) {
-      std::string ctx = tensor_context(where, t.name);
-      if (!what.empty()) ctx += ": " + std::string(what);
-      return error(c, std::move(ctx));
+    if (!valid_name(t.name, lim.max_name_bytes)) return fail(checkpoint_errc::bad_name, "tensor #", i);
+    const auto tfail = [&](error_code c, const auto&... what) {
+      if constexpr (sizeof...(what) == 0) {
+        return error(c, tensor_context(where, t.name));
+      } else {
+        return make_error(c, tensor_context(where, t.name), ": ", what...);
+      }
     };
     if (!names.insert(t.name).second) return tfail(errc::duplicate_key);
     auto dtype = codec::dtype_from_code(t.dtype);
@@ -107,15 +109,15 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
     std::uint64_t next = 0;
     std::set<std::uint32_t> used;
     for (const auto& p : t.pieces) {
-      const std::string what = "piece at element " + std::to_string(p.begin);
-      if (p.shard >= m.shards.size()) return tfail(checkpoint_errc::bad_index, what + ": no such shard");
-      if (!used.insert(p.shard).second) return tfail(checkpoint_errc::bad_pieces, what + ": a second piece in its shard");
+      const auto piece = [&](error_code c, const auto&... what) { return tfail(c, "piece at element ", p.begin, what...); };
+      if (p.shard >= m.shards.size()) return piece(checkpoint_errc::bad_index, ": no such shard");
+      if (!used.insert(p.shard).second) return piece(checkpoint_errc::bad_pieces, ": a second piece in its shard");
       if (p.begin != next || p.count > numel - next || (p.count == 0 && numel != 0)) {
-        return tfail(checkpoint_errc::bad_pieces, what);
+        return piece(checkpoint_errc::bad_pieces);
       }
       next += p.count;
     }
-    if (next != numel) return tfail(checkpoint_errc::bad_pieces, "pieces end at element " + std::to_string(next));
+    if (next != numel) return tfail(checkpoint_errc::bad_pieces, "pieces end at element ", next);
   }
   for (const auto& [k, v] : m.metadata) {
     if (!valid_name(k, lim.max_name_bytes) || !valid_utf8(v)) return fail(checkpoint_errc::bad_metadata, "metadata");
@@ -150,8 +152,9 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
     const tensor_info* only = nullptr;
     for (const auto& p : t.pieces) {
       const reader& shard = set->shards[p.shard];
-      const auto bad = [&](const std::string& what) {
-        return error(checkpoint_errc::bad_shard, tensor_context(shard_context(where, files[p.shard]), t.name) + ": " + what);
+      const auto bad = [&](const auto&... what) {
+        return make_error(checkpoint_errc::bad_shard, tensor_context(shard_context(where, files[p.shard]), t.name), ": ",
+                          what...);
       };
       const tensor_info* st = shard.find(t.name);
       if (st == nullptr) return bad("not in the shard");
@@ -164,7 +167,7 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
         if (st->shape != t.shape) return bad("shape differs from the index's");
         only = st;
       } else if (st->shape.size() != 1 || st->shape[0] != p.count || !st->is_contiguous()) {
-        return bad("not a 1-d piece of " + std::to_string(p.count) + " elements");
+        return bad("not a 1-d piece of ", p.count, " elements");
       }
       sources.push_back({p.shard, static_cast<std::uint32_t>(st - shard.tensors().data()),
                          p.begin * codec::size_of(st->dtype)});
@@ -237,16 +240,16 @@ result<std::unique_ptr<shard_set>, error> open_set(const std::filesystem::path& 
   for (const auto& s : m->shards) files.push_back(s.file);
   const shard_check check = [&](std::size_t k, const reader& r) -> result<void, error> {
     const auto& s = m->shards[k];
-    const auto bad = [](std::string what) { return error(checkpoint_errc::bad_shard, std::move(what)); };
+    const auto bad = [](const auto&... what) { return make_error(checkpoint_errc::bad_shard, what...); };
     if (r.format() != file_format::ferry) return bad("not a .ferry file");
     const auto meta = r.metadata().find("ferry.set.save_id");
     const std::string& id = s.save_id.empty() ? m->save_id : s.save_id;
     if (meta == r.metadata().end() || meta->second != id) {
-      return bad("from another save (save id " + (meta == r.metadata().end() ? std::string("none") : meta->second) +
-                 ", the index records " + id + ")");
+      return bad("from another save (save id ", meta == r.metadata().end() ? std::string("none") : meta->second,
+                 ", the index records ", id, ")");
     }
     if (r.file_size() != s.size) {
-      return bad(std::to_string(r.file_size()) + " bytes, the index records " + std::to_string(s.size));
+      return bad(r.file_size(), " bytes, the index records ", s.size);
     }
     if (r.manifest_crc32c() != s.manifest_crc32c) return bad("manifest CRC32C differs from the index's");
     if (static_cast<std::uint8_t>(r.order()) != s.order) return bad("byte order differs from the index's");

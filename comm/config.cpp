@@ -1,9 +1,11 @@
 #include "ferry/comm/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string_view>
 
@@ -89,15 +91,9 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
   FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes));
   FERRY_TRY(read_number<std::uint32_t>({"FERRY_SEND_BUFFER"}, 0, 1u << 30, c.send_buffer_bytes));
   if (const char* a = env("FERRY_AUTH")) {
-    const std::string_view text(a);
-    bool known = false;
-    for (const frame_auth mode : {frame_auth::none, frame_auth::frames, frame_auth::encrypt}) {
-      if (text == name(mode)) {
-        c.auth = mode;
-        known = true;
-      }
-    }
-    if (!known) return bad("FERRY_AUTH='" + std::string(text) + "' is not one of none, frames, encrypt");
+    const auto mode = frame_auth_from_name(a);
+    if (!mode) return bad("FERRY_AUTH=" + quote(a) + " is not one of none, frames, encrypt");
+    c.auth = *mode;
   }
   if (const char* a = env("FERRY_RING_ORDER")) {
     const std::string_view text(a);
@@ -123,7 +119,7 @@ result<void, error> config::validate() const {
   }
   if (timeout.count() <= 0) return bad("the timeout must be positive");
   if (chunk_bytes < 4 || chunk_bytes % 4 != 0) return bad("chunk_bytes must be a positive multiple of 4");
-  if (auth != frame_auth::none && auth != frame_auth::frames && auth != frame_auth::encrypt) {
+  if (std::find(std::begin(all_frame_auths), std::end(all_frame_auths), auth) == std::end(all_frame_auths)) {
     return bad("auth is not one of none, frames, encrypt");
   }
   const std::size_t overhead = frame_header_size + trailer_size(auth);

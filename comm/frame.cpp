@@ -43,15 +43,6 @@ std::uint8_t auth_bits(frame_auth a) {
 
 }  // namespace
 
-std::string_view name(frame_auth a) noexcept {
-  switch (a) {
-    case frame_auth::none: break;
-    case frame_auth::frames: return "frames";
-    case frame_auth::encrypt: return "encrypt";
-  }
-  return "none";
-}
-
 void encode_header(const frame_header& h, std::span<std::byte, frame_header_size> out) noexcept {
   const byte_order o = h.order;
   std::byte* p = out.data();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace ferry::comm {
@@ -16,6 +17,24 @@ enum class frame_auth : std::uint8_t {
   encrypt = 2,  ///< the same, with the payload encrypted
 };
 /// "none", "frames", "encrypt": FERRY_AUTH's values.
-[[nodiscard]] std::string_view name(frame_auth a) noexcept;
+[[nodiscard]] constexpr std::string_view name(frame_auth a) noexcept {
+  switch (a) {
+    case frame_auth::none: break;
+    case frame_auth::frames: return "frames";
+    case frame_auth::encrypt: return "encrypt";
+  }
+  return "none";
+}
+
+/// Every mode, for lists of the accepted names.
+inline constexpr frame_auth all_frame_auths[] = {frame_auth::none, frame_auth::frames, frame_auth::encrypt};
+
+/// The mode name() gives `s`; nullopt for any other text.
+[[nodiscard]] constexpr std::optional<frame_auth> frame_auth_from_name(std::string_view s) noexcept {
+  for (const frame_auth a : all_frame_auths) {
+    if (name(a) == s) return a;
+  }
+  return std::nullopt;
+}
 
 }  // namespace ferry::comm

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "cli11.h"
 #include "ferry/base/cpu.h"
 #include "ferry/codec/kernels.h"
 #include "ferry/base/file.h"
@@ -261,18 +262,7 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("METRICS", file, "the file of ferry-train --metrics")->required();
   plot_cmd->add_option("-o,--output", svg, "the SVG to write")->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ferry: %s (see ferry --help)\n", e.what());
-    return 2;
-  }
+  if (const auto status = parse_command_line(app, argc, argv)) return *status;
   try {
     if (inspect_cmd->parsed()) return inspect(file, as_json, rf);
     if (verify_cmd->parsed()) return verify(file, rf);

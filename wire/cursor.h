@@ -46,7 +46,10 @@ struct reader_options {
   /// its stack) deeper than its caller allowed.
   std::size_t max_depth = 64;
   /// reader::open() refuses a larger input with limit_exceeded: the bound
-  /// on what one decode may touch, checked before a byte is read.
+  /// on what one decode may touch, checked before a byte is read. (The
+  /// constructor taking options does not check it: it serves decoders
+  /// whose input their caller has already bounded, such as the pickle
+  /// interpreter under limits::max_pickle_bytes.)
   std::size_t max_size = SIZE_MAX;
   /// When true, align() refuses a position that is not a multiple of its
   /// argument (counted from the start of the outermost input); when

@@ -9,6 +9,7 @@
 
 #include "ferry/base/arch.h"
 #include "ferry/comm/error.h"
+#include "ferry/wire/cursor.h"
 
 namespace ferry::comm::detail {
 namespace {
@@ -143,7 +144,7 @@ ring_links join(const config& c, clock::time_point deadline) {
 
   std::vector<std::byte> table_bytes(8);
   recv_all(to_master, table_bytes, deadline, master);
-  const auto count = wire::load<std::uint32_t>(table_bytes.data() + 4, wire::byte_order::little);
+  const std::uint32_t count = wire::reader(table_bytes).read_le_at<std::uint32_t>(4).value();  // 8 bytes: cannot fail
   if (count != n) {  // checked before the rest is allocated
     fail(comm_errc::config_mismatch, 0, "rank 0 sent a table of " + std::to_string(count) + " ranks to a world of " + std::to_string(n));
   }

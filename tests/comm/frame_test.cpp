@@ -361,5 +361,14 @@ TEST(Compression, NamesRoundTrip) {
   static_assert(compression_from_name("f16") == compression::f16);
 }
 
+// FERRY_AUTH's names.
+TEST(FrameAuth, NamesRoundTrip) {
+  EXPECT_EQ(name(frame_auth::none), "none");
+  EXPECT_EQ(name(frame_auth::frames), "frames");
+  EXPECT_EQ(name(frame_auth::encrypt), "encrypt");
+  for (const frame_auth a : all_frame_auths) EXPECT_EQ(frame_auth_from_name(name(a)), a);
+  for (const char* s : {"", "hmac", "Frames", "encrypt "}) EXPECT_EQ(frame_auth_from_name(s), std::nullopt) << s;
+}
+
 }  // namespace
 }  // namespace ferry::comm

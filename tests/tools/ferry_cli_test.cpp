@@ -339,5 +339,30 @@ TEST_F(Cli, ConvertAFileWithoutTensors) {
   EXPECT_NE(r.out.find("0 tensors"), std::string::npos) << r.out;
 }
 
+// ferry plot reads ferry-train's metrics itself (tools/plot.cpp; no
+// trainer headers): a good file draws, a bad record is one line naming it.
+TEST_F(Cli, PlotDrawsMetricsAndNamesABadRecord) {
+  std::ofstream(path("m.jsonl")) << R"({"kind": "step", "epoch": 1, "step": 1, "steps": 2, "global_step": 1, "loss": 2.5})"
+                                 << "\n"
+                                 << R"({"kind": "epoch", "epoch": 1, "train_loss": 2, "train_acc": 40, "test_acc": 45})"
+                                 << "\n";
+  const auto good = run("plot '" + path("m.jsonl") + "' -o '" + path("curves.svg") + "'");
+  ASSERT_EQ(good.status, 0) << good.err;
+  EXPECT_EQ(read_text(dir_ / "curves.svg").rfind("<?xml", 0), 0u);
+
+  for (const char* record : {R"({"kind": "epoch"})", R"({"kind": "step", "epoch": 1, "step": 1, "steps": 0, "global_step": 1, "loss": 1})",
+                             R"({"kind": "epoch", "epoch": 1, "train_loss": 1e999, "train_acc": 1, "test_acc": 1})", "[1, 2]", "{"}) {
+    std::ofstream(path("bad.jsonl")) << "\n" << record << "\n";
+    const auto bad = run("plot '" + path("bad.jsonl") + "' -o '" + path("x.svg") + "'");
+    EXPECT_EQ(bad.status, 1) << record;
+    EXPECT_EQ(bad.err, "ferry: " + path("bad.jsonl") +
+                           ":2: not a ferry-train metrics record (JSON lines of kind step or epoch)\n")
+        << record;
+  }
+  std::ofstream(path("empty.jsonl")) << "\n";
+  EXPECT_EQ(run("plot '" + path("empty.jsonl") + "' -o '" + path("x.svg") + "'").err,
+            "ferry: " + path("empty.jsonl") + ": no records: not a ferry-train metrics record (JSON lines of kind step or epoch)\n");
+}
+
 }  // namespace
 }  // namespace ferry::checkpoint::testing
