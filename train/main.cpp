@@ -20,6 +20,7 @@
 
 #include "cli11.h"
 #include "collectives.h"
+#include "ferry/base/cpu.h"
 #include "ferry/comm/error.h"
 #include "job.h"
 
@@ -119,6 +120,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads, "LibTorch threads (default: OMP_NUM_THREADS, else cores / local ranks)")
       ->check(CLI::NonNegativeNumber);
   if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
+  if (auto env = ferry::base::check_cpu_features_env(); !env) {  // an unknown name in FERRY_CPU_FEATURES
+    std::fprintf(stderr, "ferry-train: %s\n", env.error().what().c_str());
+    return 2;
+  }
   c.compress = ferry::comm::compression_from_name(compress).value();  // checked by --compress's IsMember
   c.bucket_bytes = bucket_kb * 1024;
   c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;

@@ -62,7 +62,7 @@ TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
                            train() + " --compress f8", train() + " --hidden 32,x", train() + " --bogus",
                            train() + " --backend gloo --compress bf16", train() + " --freeze 2",
                            train() + " --checkpoint-full-every 0",
-                           train() + " --checkpoint-full-every 4"}) {
+                           train() + " --checkpoint-full-every 4", "FERRY_CPU_FEATURES=avx9 " + train()}) {
     const auto r = shell(line);
     EXPECT_EQ(r.status, 2) << line;
     EXPECT_EQ(lines(r.err), 1u) << line << ": " << r.err;
