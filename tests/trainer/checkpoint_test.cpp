@@ -19,6 +19,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -159,6 +160,25 @@ std::vector<pid_t> children(pid_t parent) {
   return out;
 }
 
+// The save temporaries (".ck….ferry-tmp.…") in the folder.
+std::set<std::string> temporaries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    auto name = e.path().filename().string();
+    if (name.starts_with(".ck") && name.find(".ferry-tmp.") != std::string::npos) out.insert(std::move(name));
+  }
+  return out;
+}
+
+// A save is writing: a temporary not among `before` (those a killed job
+// left) is in the folder.
+bool saving(const fs::path& dir, const std::set<std::string>& before) {
+  for (const auto& name : temporaries(dir)) {
+    if (!before.contains(name)) return true;
+  }
+  return false;
+}
+
 // 50 SIGKILLs, at random moments of jobs that save every other step a
 // model whose saves take most of their time (a sharded set, in the
 // background or not, one file in the background, an incremental set in
@@ -180,13 +200,31 @@ TEST_F(TrainerCheckpoint, KillsDuringSavesLeaveTheNewestPublishedCheckpoint) {
     // A new metrics file per round: what this job reported published.
     std::string line = run() + " -n 2 " + job(1024, 1000) + " --hidden 512,512 --checkpoint-steps 2" + mode +
                        " --checkpoint ck.ferry --metrics m.jsonl";
-    if (fs::exists(dir_ / "ck.ferry")) line += " --resume ck.ferry";
+    const bool resuming = fs::exists(dir_ / "ck.ferry");
+    if (resuming) line += " --resume ck.ferry";
+    const auto left = temporaries(dir_);
     const std::string cmd = "cd '" + dir_.string() + "' && exec " + line + " >/dev/null 2>&1";
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     pid_t pid = 0;
     ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-    // Past start-up (data, rendezvous, the first save), then anywhere.
-    std::this_thread::sleep_for(std::chrono::milliseconds(900 + rng() % 1500));
+    // Past start-up (data, rendezvous, the first save: a fresh job is waited
+    // for until it publishes one, which takes 1-3 s), then anywhere; or,
+    // every other round once a checkpoint exists, when a save is writing (a
+    // new temporary is on disk), so that enough kills land mid-save on a fast
+    // machine too.
+    if (resuming) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    } else {
+      for (int i = 0; i < 3000 && !fs::exists(dir_ / "ck.ferry"); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    if (rng() % 2 == 0 || !resuming) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 1500));
+    } else {
+      for (int i = 0; i < 1500 && !saving(dir_, left); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 20));
+    }
     const auto ranks = children(pid);
     if (whole || ranks.empty()) {
       kill(pid, SIGKILL);  // the ranks die with the launcher (PR_SET_PDEATHSIG)
@@ -216,7 +254,7 @@ TEST_F(TrainerCheckpoint, KillsDuringSavesLeaveTheNewestPublishedCheckpoint) {
     // name.
     std::size_t files = 0;
     for (const auto& e : fs::directory_iterator(dir_)) files += e.path().filename().string().starts_with("ck");
-    mid_save += files > 1 + ck->shards().size();
+    mid_save += files > 1 + ck->shards().size() || saving(dir_, left);
   }
   EXPECT_GT(loaded, 40);
   EXPECT_GT(mid_save, 10) << "few kills landed during a save";
