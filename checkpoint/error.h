@@ -19,7 +19,7 @@
 namespace ferry {
 
 #define FERRY_CHECKPOINT_ERRORS(X)                                                                         \
-  X(not_a_checkpoint, 400, "neither a ferry checkpoint or set, a safetensors file nor a PyTorch .pt file") \
+  X(not_a_checkpoint, 400, "neither a ferry checkpoint or set, a safetensors, PyTorch .pt nor NumPy .npy/.npz file") \
   X(bad_alignment, 401, "alignment is not a power of two in the allowed range")                            \
   X(bad_layout, 402, "storages overlap, leave a gap, or lie outside the data area")                        \
   X(view_out_of_bounds, 403, "tensor view reaches past the end of its storage")                            \
@@ -42,12 +42,15 @@ namespace ferry {
   X(pickle_malformed, 420, "pickle does not describe a state dict of tensors")                            \
   X(unsupported_pytorch, 421, "a kind of PyTorch file that ferry does not read")                          \
   X(zip_malformed, 422, "zip structure is inconsistent")                                                  \
-  X(unsupported_zip_feature, 423, "zip feature that ferry does not read (only stored records)")           \
+  X(unsupported_zip_feature, 423, "zip feature that ferry does not read (only stored, and in .npz deflated, records)")           \
   X(record_not_found, 424, "the zip has no record of this name")                                          \
   X(crc32_mismatch, 425, "zip CRC-32 does not match the record's bytes")                                 \
   X(bad_shard, 426, "a shard is missing, from another save, or disagrees with the set's index")          \
   X(bad_pieces, 427, "a tensor's pieces overlap, leave a hole, or reach past it")                         \
-  X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")
+  X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")                               \
+  X(bad_npy_header, 429, ".npy header is not a dictionary of the specified grammar")                        \
+  X(unsupported_npy_dtype, 430, "a NumPy dtype ferry does not hold (structured, object, complex, ...)")     \
+  X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry

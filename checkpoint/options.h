@@ -65,6 +65,12 @@ struct limits {
   /// Shards of a checkpoint set (set.h), and pieces of one tensor. Each
   /// shard opened costs a file descriptor: the process's limit may be lower.
   std::size_t max_shards = std::size_t{1} << 16;
+
+  /// Bytes of a .npy header's text (npy.h), in a .npy file or in each
+  /// record of an .npz. NumPy's own loader refuses headers over 10,000
+  /// characters unless told to trust the file; so does ferry. numpy.save
+  /// writes at most 118 + 23 per extent for the dtypes ferry reads.
+  std::uint64_t max_npy_header_bytes = 10'000;
 };
 
 /// Which checksums reader::get() checks the first time it fetches a
@@ -90,6 +96,11 @@ struct read_options {
   /// writer's native order). The record, when present, wins. Unset: little,
   /// as PyTorch >= 2.1 assumes.
   std::optional<wire::byte_order> pytorch_order;
+  /// The order of a .npy array whose descr says '=' or '|' for elements
+  /// wider than a byte (the writer's native order, which the file does not
+  /// record; numpy.save never writes it, other writers may). Unset: such a
+  /// file is refused with bad_byte_order (npy.h).
+  std::optional<wire::byte_order> npy_native_order;
   /// Storages are handed out writable (storage_buffer::mutable_bytes()):
   /// private copy-on-write mappings of the file or private copies. Writes
   /// never reach the file; they are seen by every tensor over the storage
