@@ -1,5 +1,6 @@
 // ferry/checkpoint/reader.h: opening checkpoints, .ferry (format.h),
-// .safetensors (safetensors.h) or PyTorch .pt (pytorch.h), lazily.
+// .safetensors (safetensors.h), PyTorch .pt (pytorch.h) or NumPy .npy and
+// .npz (npy.h), lazily.
 //
 //   auto ckpt = ferry::checkpoint::open("model.ferry").value();
 //   for (const auto& t : ckpt.tensors()) std::cout << t.name << '\n';
@@ -45,10 +46,12 @@
 namespace ferry::checkpoint {
 
 /// ferry_set: the index of a sharded checkpoint (set.h);
-/// safetensors_sharded: a Hugging Face `model.safetensors.index.json`.
-enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded };
+/// safetensors_sharded: a Hugging Face `model.safetensors.index.json`;
+/// npy, npz: NumPy's (npy.h).
+enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded, npy, npz };
 
-/// "ferry", "safetensors", "pytorch", "ferry-set" or "safetensors-sharded".
+/// "ferry", "safetensors", "pytorch", "ferry-set", "safetensors-sharded",
+/// "npy" or "npz".
 [[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
 /// Where a storage lies in the file.
@@ -59,16 +62,20 @@ struct storage_info {
   std::optional<std::uint32_t> crc32c;    ///< .ferry only: safetensors has none
   /// .pt only: the zip record's CRC-32 (zlib's polynomial), checked by
   /// verify(); none when the writer stored 0 (torch.save with
-  /// compute_crc32=False), and then unchecked.
+  /// compute_crc32=False), and then unchecked. .npz: none here (the
+  /// record's CRC-32 covers its .npy header too); verify() checks it.
   std::optional<std::uint32_t> crc32;
+  /// This storage's own byte order where a file's storages differ (.npz
+  /// records may); empty: reader::order().
+  std::optional<wire::byte_order> order;
 };
 
 class reader {
  public:
-  /// Opens `path`, of any of the three formats or a set's index (.ferry
+  /// Opens `path`, of any of the five formats or a set's index (.ferry
   /// set or Hugging Face sharded safetensors), told apart by their first
   /// bytes; a zip is taken for a .pt file when it
-  /// holds a `P/data.pkl` record). An index opens every shard it names and
+  /// holds a `P/data.pkl` record, for an .npz when every record is a .npy). An index opens every shard it names and
   /// checks each against it (bad_shard, bad_pieces, bad_index). Errors: io_error (with the OS's reason), not_a_checkpoint (a
   /// zip of something else, an HTML page, a Git LFS pointer, ...), and
   /// every structural error of the formats.
@@ -83,7 +90,8 @@ class reader {
   [[nodiscard]] file_format format() const noexcept;
   /// The order the storages are stored in (little for safetensors; for .pt
   /// the `byteorder` record, else read_options::pytorch_order; for a set,
-  /// its first shard's: shards() tells each).
+  /// its first shard's: shards() tells each; for .npy its descr's, for .npz
+  /// its first record's: storage_info::order tells each).
   [[nodiscard]] wire::byte_order order() const noexcept;
   /// The file's storage alignment (for safetensors, the largest power of two
   /// up to 4096 that divides the data area's offset).

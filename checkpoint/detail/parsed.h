@@ -22,6 +22,18 @@
 
 namespace ferry::checkpoint::detail {
 
+/// Where an .npz tensor's bytes lie (npy.h): its zip record, and the
+/// array data inside the record after the .npy header.
+struct npz_source {
+  std::uint16_t method = 0;              ///< 0 stored, 8 deflated
+  std::uint64_t record_offset = 0;       ///< the record's first (compressed) byte in the file
+  std::uint64_t compressed_size = 0;
+  std::uint64_t record_size = 0;         ///< uncompressed: the .npy header and data
+  std::uint32_t crc32 = 0;               ///< of the uncompressed record
+  std::uint64_t header_bytes = 0;        ///< the .npy header: data starts here in the record
+  std::string name;                      ///< the zip record's name, for errors
+};
+
 struct parsed_file {
   file_format format = file_format::ferry;
   wire::byte_order order = wire::byte_order::little;
@@ -35,6 +47,8 @@ struct parsed_file {
   std::vector<zip_record> other_records;
   /// .ferry: the trailer's manifest_crc32c (what a set's index records).
   std::uint32_t manifest_crc32c = 0;
+  /// .npz: per storage, its record (empty for every other format).
+  std::vector<npz_source> npz;
 };
 
 /// A .ferry file's (or set index's) header and trailer, checked, and its
