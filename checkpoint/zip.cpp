@@ -262,7 +262,7 @@ std::size_t record_index::duplicate(std::span<const zip_record> records) const n
   return found;
 }
 
-result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read) {
+result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read, bool allow_deflate) {
   const auto what = [](const zip_record& r) { return record_what(r.name); };  // built on failure only
   // Names first, unique, from the directory alone: nothing of the file
   // is read for a zip of a million copies of one name.
@@ -291,9 +291,11 @@ result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read
     const zip_entry& e = dir.entries[i];
     zip_record& r = out.records[i];
     if ((e.flags & 0x41) != 0) return error(checkpoint_errc::unsupported_zip_feature, what(r) + ": encrypted");
-    FERRY_REQUIRE(e.method == 0, checkpoint_errc::unsupported_zip_feature, record_what(r.name), ": compressed (method ",
-                  e.method, "), never inflated");
-    if (e.compressed_size != r.size) return zip_malformed(what(r) + ": stored sizes differ");
+    FERRY_REQUIRE(e.method == 0 || (allow_deflate && e.method == 8), checkpoint_errc::unsupported_zip_feature,
+                  record_what(r.name), ": compressed (method ", e.method, allow_deflate ? "), not deflated" : "), never inflated");
+    if (e.method == 0 && e.compressed_size != r.size) return zip_malformed(what(r) + ": stored sizes differ");
+    r.method = e.method;
+    r.compressed_size = e.compressed_size;
 
     if (e.header_offset > dir.offset) return zip_malformed(what(r) + ": local header after the central directory");
     // Every field of the header is taken before the next get(), which may
@@ -320,14 +322,14 @@ result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read
       }
     }
     r.data_offset = e.header_offset + local_size + name_len + extra_len;
-    if (r.data_offset > dir.offset || r.size > dir.offset - r.data_offset) {
+    if (r.data_offset > dir.offset || r.compressed_size > dir.offset - r.data_offset) {
       return zip_malformed(what(r) + ": data runs into the central directory");
     }
     if (previous != nullptr && e.header_offset < previous_end) {
       return zip_malformed(what(r) + ": overlaps record " + quote(previous->name));
     }
     previous = &r;
-    previous_end = r.data_offset + r.size;
+    previous_end = r.data_offset + r.compressed_size;
   }
   return out;
 }

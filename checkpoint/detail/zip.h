@@ -1,5 +1,6 @@
 // ferry/checkpoint/detail/zip.h: INTERNAL. The zip container of PyTorch
-// .pt files, read for its stored records by offset; nothing is inflated.
+// .pt files and NumPy .npz files, read for its records by offset; .pt
+// records are stored, .npz ones stored or deflated (inflated by npz.cpp).
 // Not part of the API (pytorch.h states the rules; docs/checkpoint-format.md
 // repeats them).
 //
@@ -41,7 +42,8 @@
 //   descriptor after the data, which is not read) or they are saturated
 //   (ZIP64) [zip_malformed].
 //
-// RECORDS: method 0 (stored) only, compressed size = size; no encryption
+// RECORDS: method 0 (stored), compressed size = size, or where the caller
+// allows it (.npz) method 8 (deflated); no encryption
 // (flag bits 0 and 6) [unsupported_zip_feature]. Each record's span, local
 // header to the end of its data, lies before the central directory and
 // overlaps no other [zip_malformed]. Names are unique [zip_malformed].
@@ -66,6 +68,8 @@ struct zip_record {
   std::uint64_t data_offset = 0;  ///< absolute offset of the first data byte
   std::uint64_t size = 0;
   std::uint32_t crc32 = 0;        ///< as the central directory records it
+  std::uint16_t method = 0;       ///< 0 stored, 8 deflated (.npz only)
+  std::uint64_t compressed_size = 0;  ///< bytes at data_offset (= size when stored)
 };
 
 /// A zip_malformed error with `what` as its context.
@@ -128,7 +132,9 @@ struct zip_records {
 /// `dir`'s entries. Errors: unsupported_zip_feature, zip_malformed,
 /// truncated, io_error; contexts name the record. Time and memory grow
 /// with the number of records, never with its square.
-[[nodiscard]] result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read);
+/// `allow_deflate`: method 8 is accepted too (.npz; never for .pt).
+[[nodiscard]] result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read_at& read,
+                                                           bool allow_deflate = false);
 
 /// zlib's CRC-32 of `bytes`, continued from `crc` (0 to start): what a
 /// zip record's CRC field holds.

@@ -1,0 +1,445 @@
+// NumPy .npz files (npy.h): the zip of .npy records read (records checked
+// by detail/zip.h, deflated ones inflated with zlib) and written by
+// save_npz() (a sequential zip writer: see NOTES-npy.md for why it is not
+// libzip).
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <climits>
+#include <cstring>
+#include <set>
+
+#include "ferry/base/file.h"
+#include "ferry/base/require.h"
+#include "ferry/checkpoint/detail/npy.h"
+#include "ferry/wire/cursor.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using detail::npz_source;
+using detail::zip_read_at;
+
+constexpr std::uint32_t max32 = 0xFFFFFFFF;
+constexpr std::size_t input_window = 256 * 1024;  // compressed bytes read at a time
+
+std::string record_what(std::string_view name) { return "record " + quote(name); }
+
+// A deflated record inflated a piece at a time into the caller's memory:
+// never more than the record's declared size comes out (the caller's
+// spans add up to at most that), so a record cannot inflate past its bound.
+class inflater {
+ public:
+  inflater(const npz_source& src, const zip_read_at& read) : src_(src), read_(read) {}
+  inflater(const inflater&) = delete;
+  inflater& operator=(const inflater&) = delete;
+  ~inflater() {
+    if (live_) inflateEnd(&z_);
+  }
+
+  // Fills `out` exactly. Errors: bad_deflate (the stream ends first or is
+  // corrupt), truncated, io_error.
+  result<void, error> produce(std::span<std::byte> out) {
+    if (!live_) {
+      if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) return fail("zlib could not start");  // raw deflate
+      live_ = true;
+    }
+    z_.next_out = reinterpret_cast<Bytef*>(out.data());  // zlib's byte type
+    std::size_t left = out.size();
+    while (left > 0) {
+      if (z_.avail_in == 0) {
+        FERRY_TRY(refill());
+      }
+      const auto chunk = static_cast<uInt>(std::min<std::size_t>(left, UINT32_MAX));
+      z_.avail_out = chunk;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      left -= chunk - z_.avail_out;
+      if (rc == Z_STREAM_END && left > 0) return fail("inflates to fewer bytes than the record's size");
+      if (rc != Z_OK && rc != Z_STREAM_END && !(rc == Z_BUF_ERROR && z_.avail_in == 0)) return fail("corrupt deflate stream");
+    }
+    crc_ = static_cast<std::uint32_t>(crc32_z(crc_, reinterpret_cast<const Bytef*>(out.data()), out.size()));
+    return {};
+  }
+
+  // After every declared byte: the stream MUST end here, having used
+  // exactly the record's compressed bytes; returns the CRC-32 of all the
+  // bytes produced.
+  result<std::uint32_t, error> finish() {
+    std::byte extra{};
+    z_.next_out = reinterpret_cast<Bytef*>(&extra);  // zlib's byte type
+    z_.avail_out = 1;
+    for (;;) {
+      if (z_.avail_in == 0 && consumed_ < src_.compressed_size) {
+        FERRY_TRY(refill());
+      }
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      if (z_.avail_out == 0) return fail("inflates to more bytes than the record's size");
+      if (rc == Z_STREAM_END) break;
+      const bool more_input = z_.avail_in == 0 && consumed_ < src_.compressed_size;
+      if (rc != Z_OK && !(rc == Z_BUF_ERROR && more_input)) return fail("deflate stream does not end with the record");
+      if (rc == Z_BUF_ERROR && !more_input) return fail("deflate stream does not end with the record");
+    }
+    if (z_.avail_in != 0 || consumed_ != src_.compressed_size) return fail("bytes after the deflate stream");
+    return crc_;
+  }
+
+ private:
+  error fail(std::string_view why) const { return make_error(checkpoint_errc::bad_deflate, record_what(src_.name), ": ", why); }
+
+  result<void, error> refill() {
+    if (consumed_ == src_.compressed_size) return fail("inflates to fewer bytes than the record's size");
+    buf_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(input_window, src_.compressed_size - consumed_)));
+    FERRY_TRY(read_(src_.record_offset + consumed_, buf_));
+    consumed_ += buf_.size();
+    z_.next_in = reinterpret_cast<Bytef*>(buf_.data());  // zlib's byte type; inflate only reads it
+    z_.avail_in = static_cast<uInt>(buf_.size());
+    return {};
+  }
+
+  const npz_source& src_;
+  const zip_read_at& read_;
+  z_stream z_{};
+  bool live_ = false;
+  std::vector<std::byte> buf_;
+  std::uint64_t consumed_ = 0;
+  std::uint32_t crc_ = 0;
+};
+
+// The first `n` bytes of a record, as stored or inflated.
+result<std::vector<std::byte>, error> record_head(const npz_source& src, const zip_read_at& read, std::size_t n) {
+  std::vector<std::byte> head(n);
+  if (src.method == 0) {
+    FERRY_TRY(read(src.record_offset, head));
+  } else {
+    inflater z(src, read);
+    FERRY_TRY(z.produce(head));
+  }
+  return head;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool looks_like_npz(const zip_directory& dir) noexcept {
+  return std::all_of(dir.entries.begin(), dir.entries.end(), [](const zip_entry& e) {
+    const std::string& n = e.record.name;
+    return n.ends_with(".npy") && !n.ends_with("/data.pkl");
+  });
+}
+
+result<parsed_file, error> parse_npz(zip_directory&& dir, const zip_read_at& read, const read_options& opt) {
+  const limits& lim = opt.lim;
+  if (dir.entries.size() > lim.max_tensors) return make_error(errc::limit_exceeded, "npz records");
+  const std::uint64_t dir_offset = dir.offset;
+  FERRY_TRY_ASSIGN(zip_records zip, check_zip_records(std::move(dir), read, /*allow_deflate=*/true));
+  parsed_file out;
+  out.format = file_format::npz;
+  out.data_end = dir_offset;
+  out.alignment = 1;  // records lie where the zip put them: no promise
+  for (const zip_record& r : zip.records) {
+    const std::string_view name = std::string_view(r.name).substr(0, r.name.size() - 4);  // without ".npy"
+    FERRY_REQUIRE(valid_name(name, lim.max_name_bytes), checkpoint_errc::bad_name, record_what(r.name));
+    npz_source src;
+    src.method = r.method;
+    src.record_offset = r.data_offset;
+    src.compressed_size = r.compressed_size;
+    src.record_size = r.size;
+    src.crc32 = r.crc32;
+    src.name = r.name;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(r.size, 12 + lim.max_npy_header_bytes));
+    FERRY_TRY_ASSIGN(const std::vector<std::byte> head, record_head(src, read, n));
+    auto h = parse_npy_header(head, lim);
+    if (!h) return h.error().wrap(record_what(r.name));
+    auto order = npy_order(*h, opt.npy_native_order);
+    if (!order) return order.error().wrap(record_what(r.name));
+    const std::uint64_t present = r.size - h->data_offset;  // data_offset <= n <= size
+    FERRY_REQUIRE(h->data_bytes <= present, errc::truncated, record_what(r.name), ": npy data of ", h->data_bytes,
+                  " bytes announced, ", present, " present");
+    FERRY_REQUIRE(h->data_bytes == present, errc::trailing_bytes, record_what(r.name), ": after the npy data");
+    src.header_bytes = h->data_offset;
+    const auto index = static_cast<std::uint32_t>(out.storages.size());
+    auto t = npy_tensor(*h, std::string(name), index);
+    if (!t) return t.error().wrap(record_what(r.name));
+    storage_info st;
+    st.offset = r.method == 0 ? r.data_offset + h->data_offset : r.data_offset;  // deflated: never mapped
+    st.nbytes = h->data_bytes;
+    st.dtype = t->dtype;
+    st.order = *order;
+    if (out.storages.empty()) out.order = *order;
+    out.tensors.push_back(std::move(*t));
+    out.storages.push_back(st);
+    out.npz.push_back(std::move(src));
+  }
+  return out;
+}
+
+result<void, error> inflate_npz_data(const npz_source& src, const zip_read_at& read, std::span<std::byte> data) {
+  assert(src.method == 8 && data.size() == src.record_size - src.header_bytes);
+  inflater z(src, read);
+  std::vector<std::byte> header(static_cast<std::size_t>(src.header_bytes));
+  FERRY_TRY(z.produce(header));
+  FERRY_TRY(z.produce(data));
+  FERRY_TRY_ASSIGN(const std::uint32_t crc, z.finish());
+  FERRY_REQUIRE(crc == src.crc32, checkpoint_errc::crc32_mismatch, record_what(src.name));
+  return {};
+}
+
+result<std::uint32_t, error> npz_record_crc32(const npz_source& src, const zip_read_at& read) {
+  std::vector<std::byte> piece(static_cast<std::size_t>(std::min<std::uint64_t>(input_window, src.record_size)));
+  if (src.method == 0) {
+    std::uint32_t crc = 0;
+    for (std::uint64_t at = 0; at < src.record_size; at += piece.size()) {
+      const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), src.record_size - at));
+      FERRY_TRY(read(src.record_offset + at, std::span(piece).first(k)));
+      crc = zip_crc32(std::span(piece).first(k), crc);
+    }
+    return crc;
+  }
+  inflater z(src, read);
+  for (std::uint64_t at = 0; at < src.record_size; at += piece.size()) {
+    const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), src.record_size - at));
+    FERRY_TRY(z.produce(std::span(piece).first(k)));
+  }
+  return z.finish();
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Writing: local header, data, ..., central directory, (ZIP64 end record and
+// locator,) end record; the fields detail/zip.h lists, little-endian.
+namespace {
+
+constexpr std::uint16_t zip64_id = 0x0001;
+constexpr std::uint16_t align_id = 0xD935;  // Android zipalign's padding field
+constexpr std::uint16_t dos_date_1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01
+constexpr std::uint64_t data_align = 64;
+
+struct written_record {
+  std::string name;
+  std::uint16_t method = 0;
+  std::uint32_t crc = 0;
+  std::uint64_t size = 0, compressed = 0, offset = 0;
+};
+
+bool ascii(std::string_view s) noexcept {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// The header fields shared by local and central headers, 6..30 (APPNOTE
+// 4.3.7): version needed, flags, method, time, date, CRC, sizes (saturated
+// where a ZIP64 field carries them), name length, extra length.
+void common_fields(wire::vector_writer& w, const written_record& r, bool zip64, std::size_t extra_len) {
+  constexpr auto le = wire::byte_order::little;
+  w.write<std::uint16_t>(zip64 ? 45 : 20, le);
+  w.write<std::uint16_t>(ascii(r.name) ? 0 : 0x0800, le);  // bit 11: the name is UTF-8
+  w.write<std::uint16_t>(r.method, le);
+  w.write<std::uint16_t>(0, le);  // 00:00
+  w.write<std::uint16_t>(dos_date_1980, le);
+  w.write<std::uint32_t>(r.crc, le);
+  w.write<std::uint32_t>(r.compressed >= max32 ? max32 : static_cast<std::uint32_t>(r.compressed), le);
+  w.write<std::uint32_t>(r.size >= max32 ? max32 : static_cast<std::uint32_t>(r.size), le);
+  w.write<std::uint16_t>(static_cast<std::uint16_t>(r.name.size()), le);
+  w.write<std::uint16_t>(static_cast<std::uint16_t>(extra_len), le);
+}
+
+// The local header of `r` at r.offset, padded so that its data starts on a
+// multiple of 64 when stored.
+std::vector<std::byte> local_header(const written_record& r) {
+  constexpr auto le = wire::byte_order::little;
+  const bool zip64 = r.size >= max32 || r.compressed >= max32;
+  std::vector<std::byte> extra;
+  {
+    wire::vector_writer x(extra);
+    if (zip64) {  // a local ZIP64 field holds both sizes
+      x.write<std::uint16_t>(zip64_id, le);
+      x.write<std::uint16_t>(16, le);
+      x.write<std::uint64_t>(r.size, le);
+      x.write<std::uint64_t>(r.compressed, le);
+    }
+  }
+  if (r.method == 0) {
+    const std::uint64_t before = r.offset + 30 + r.name.size() + extra.size() + 6;  // 6: the padding field's head
+    const auto pad = static_cast<std::size_t>((data_align - before % data_align) % data_align);
+    wire::vector_writer x(extra);
+    x.write<std::uint16_t>(align_id, le);
+    x.write<std::uint16_t>(static_cast<std::uint16_t>(2 + pad), le);
+    x.write<std::uint16_t>(static_cast<std::uint16_t>(data_align), le);
+    x.flush();
+    extra.resize(extra.size() + pad, std::byte{0});
+  }
+  std::vector<std::byte> out;
+  wire::vector_writer w(out);
+  w.write<std::uint32_t>(0x04034b50, le);
+  common_fields(w, r, zip64, extra.size());
+  w.write_bytes(std::as_bytes(std::span(r.name)));
+  w.write_bytes(extra);
+  w.flush();
+  return out;
+}
+
+// The central directory, ZIP64 end record and locator where needed, and
+// the end record, for records written up to `dir_offset`.
+std::vector<std::byte> directory(std::span<const written_record> records, std::uint64_t dir_offset) {
+  constexpr auto le = wire::byte_order::little;
+  std::vector<std::byte> out;
+  wire::vector_writer w(out);
+  bool any64 = false;
+  for (const written_record& r : records) {
+    std::vector<std::byte> extra;
+    {
+      wire::vector_writer x(extra);
+      std::uint16_t n = 0;
+      for (const std::uint64_t v : {r.size, r.compressed, r.offset}) n = static_cast<std::uint16_t>(n + (v >= max32 ? 8 : 0));
+      if (n > 0) {  // in APPNOTE's order, only the saturated fields
+        x.write<std::uint16_t>(zip64_id, le);
+        x.write<std::uint16_t>(n, le);
+        if (r.size >= max32) x.write<std::uint64_t>(r.size, le);
+        if (r.compressed >= max32) x.write<std::uint64_t>(r.compressed, le);
+        if (r.offset >= max32) x.write<std::uint64_t>(r.offset, le);
+      }
+    }
+    const bool zip64 = !extra.empty();
+    any64 = any64 || zip64;
+    w.write<std::uint32_t>(0x02014b50, le);
+    w.write<std::uint16_t>(static_cast<std::uint16_t>((3 << 8) | (zip64 ? 45 : 20)), le);  // made by: Unix
+    common_fields(w, r, zip64, extra.size());
+    w.write<std::uint16_t>(0, le);  // comment length
+    w.write<std::uint16_t>(0, le);  // disk
+    w.write<std::uint16_t>(0, le);  // internal attributes
+    w.write<std::uint32_t>(std::uint32_t{0100644} << 16, le);  // a regular file, rw-r--r--
+    w.write<std::uint32_t>(r.offset >= max32 ? max32 : static_cast<std::uint32_t>(r.offset), le);
+    w.write_bytes(std::as_bytes(std::span(r.name)));
+    w.write_bytes(extra);
+  }
+  const std::uint64_t dir_size = w.position();
+  const std::uint64_t n = records.size();
+  const bool end64 = any64 || n >= 0xFFFF || dir_size >= max32 || dir_offset >= max32;
+  if (end64) {
+    const std::uint64_t record_offset = dir_offset + dir_size;
+    w.write<std::uint32_t>(0x06064b50, le);
+    w.write<std::uint64_t>(44, le);
+    w.write<std::uint16_t>((3 << 8) | 45, le);
+    w.write<std::uint16_t>(45, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint64_t>(n, le);
+    w.write<std::uint64_t>(n, le);
+    w.write<std::uint64_t>(dir_size, le);
+    w.write<std::uint64_t>(dir_offset, le);
+    w.write<std::uint32_t>(0x07064b50, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint64_t>(record_offset, le);
+    w.write<std::uint32_t>(1, le);
+  }
+  w.write<std::uint32_t>(0x06054b50, le);
+  w.write<std::uint16_t>(0, le);
+  w.write<std::uint16_t>(0, le);
+  const auto count16 = static_cast<std::uint16_t>(std::min<std::uint64_t>(n, 0xFFFF));
+  w.write<std::uint16_t>(count16, le);
+  w.write<std::uint16_t>(count16, le);
+  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_size, max32)), le);
+  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_offset, max32)), le);
+  w.write<std::uint16_t>(0, le);  // comment length
+  w.flush();
+  return out;
+}
+
+// `p` deflated (raw, as zip method 8 holds it) into memory, with the
+// CRC-32 of its bytes.
+result<std::vector<std::byte>, error> deflate_payload(const detail::npy_payload& p, int level, std::uint32_t& crc) {
+  z_stream z{};
+  if (deflateInit2(&z, level, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return make_error(errc::io_error, "zlib could not start deflating");
+  }
+  std::vector<std::byte> out(static_cast<std::size_t>(deflateBound(&z, static_cast<uLong>(std::min<std::uint64_t>(p.size(), ULONG_MAX)))));
+  z.next_out = reinterpret_cast<Bytef*>(out.data());  // zlib's byte type
+  z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size(), UINT32_MAX));
+  crc = 0;
+  auto fed = p.emit([&](std::span<const std::byte> b) -> result<void, error> {
+    crc = static_cast<std::uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(b.data()), b.size()));
+    z.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(b.data()));  // zlib's API is not const
+    z.avail_in = static_cast<uInt>(b.size());  // pieces of at most 1 MiB (npy_payload::emit), headers smaller
+    while (z.avail_in > 0) {
+      if (z.avail_out == 0) {  // deflateBound was for one call: grow
+        const std::size_t used = out.size();
+        out.resize(used * 2);
+        z.next_out = reinterpret_cast<Bytef*>(out.data() + used);
+        z.avail_out = static_cast<uInt>(std::min<std::size_t>(used, UINT32_MAX));
+      }
+      if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) return make_error(errc::io_error, "zlib deflate failed");
+    }
+    return {};
+  });
+  int rc = Z_OK;
+  while (fed && rc == Z_OK) {
+    if (z.avail_out == 0) {
+      const std::size_t used = out.size();
+      out.resize(used * 2);
+      z.next_out = reinterpret_cast<Bytef*>(out.data() + used);
+      z.avail_out = static_cast<uInt>(std::min<std::size_t>(used, UINT32_MAX));
+    }
+    rc = deflate(&z, Z_FINISH);
+  }
+  out.resize(static_cast<std::size_t>(z.total_out));
+  deflateEnd(&z);
+  if (!fed) return std::move(fed).error();
+  if (rc != Z_STREAM_END) return make_error(errc::io_error, "zlib deflate did not finish");
+  return out;
+}
+
+}  // namespace
+
+result<void, error> save_npz(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                             const npy_options& opt) {
+  const std::string file = target.string();
+  if (tensors.size() > opt.limits.max_tensors) return make_error(errc::limit_exceeded, file, ": tensors");
+  std::set<std::string_view> names;
+  for (const tensor_ref& t : tensors) {
+    // Zip names are at most 65535 bytes, ".npy" included.
+    if (!valid_name(t.name, std::min<std::size_t>(opt.limits.max_name_bytes, 0xFFFF - 4))) {
+      return make_error(checkpoint_errc::bad_name, file, ": tensor ", quote(t.name));
+    }
+    if (!names.insert(t.name).second) return make_error(errc::duplicate_key, file, ": tensor ", quote(t.name));
+  }
+  FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
+  std::vector<written_record> records;
+  records.reserve(tensors.size());
+  for (const tensor_ref& t : tensors) {
+    auto payload = detail::prepare_npy(t, opt.order, opt.limits);
+    if (!payload) return payload.error().wrap(file + ": tensor " + quote(t.name));
+    written_record r;
+    r.name = std::string(t.name) + ".npy";
+    r.offset = out.size();
+    r.size = payload->size();
+    std::vector<std::byte> deflated;
+    if (opt.compress) {
+      r.method = 8;
+      FERRY_TRY_ASSIGN(deflated, deflate_payload(*payload, opt.level, r.crc));
+      r.compressed = deflated.size();
+    } else {
+      // Two passes over the bytes: the CRC goes in the header before them
+      // (no data descriptor, which some readers mishandle for stored
+      // records).
+      r.compressed = r.size;
+      FERRY_TRY(payload->emit([&](std::span<const std::byte> b) -> result<void, error> {
+        r.crc = detail::zip_crc32(b, r.crc);
+        return {};
+      }));
+    }
+    FERRY_TRY(out.write(local_header(r)));
+    if (opt.compress) {
+      FERRY_TRY(out.write(deflated));
+    } else {
+      FERRY_TRY(payload->emit([&](std::span<const std::byte> b) { return out.write(b); }));
+    }
+    records.push_back(std::move(r));
+  }
+  FERRY_TRY(out.write(directory(records, out.size())));
+  return out.commit();
+}
+
+}  // namespace ferry::checkpoint
