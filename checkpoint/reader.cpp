@@ -18,6 +18,7 @@
 #include "ferry/checkpoint/detail/detect.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/mapped_file.h"
+#include "ferry/checkpoint/detail/npy.h"
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/detail/set.h"
 #include "ferry/codec/crc32c.h"
@@ -103,8 +104,19 @@ result<parsed_file, error> parse_file(const sniffed& s, const std::filesystem::p
   switch (s.format) {
     case head_format::ferry_file:
       return detail::parse_ferry(s.file.fd(), s.file.size(), path, head, opt.lim);  // names the file itself
-    case head_format::pytorch_zip:
-      return in_file(path, detail::parse_pytorch(s.file.size(), zip_reader(s.file), opt));
+    case head_format::pytorch_zip: {
+      // A .pt file or an .npz, told apart by the records' names.
+      // (Draft: parse_pytorch reads the directory again.)
+      const auto read = zip_reader(s.file);
+      auto dir = detail::read_zip_directory(s.file.size(), read, opt.lim);
+      if (!dir) return dir.error().wrap(path.string());
+      if (!dir->entries.empty() && detail::looks_like_npz(*dir)) {
+        return in_file(path, detail::parse_npz(std::move(*dir), read, opt));
+      }
+      return in_file(path, detail::parse_pytorch(s.file.size(), read, opt));
+    }
+    case head_format::npy:
+      return in_file(path, detail::parse_npy(s.file.size(), zip_reader(s.file), opt));
     case head_format::safetensors:
       // The header's length: the head's first 8 bytes (it holds header_size).
       return in_file(path, detail::parse_safetensors(s.file.fd(), s.file.size(),
@@ -195,7 +207,31 @@ struct reader::state {
     if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
     const auto n = static_cast<std::size_t>(st.nbytes);
     const std::size_t width = codec::size_of(st.dtype);
-    const bool swap = file.order != wire::host_order && width > 1;
+    const wire::byte_order order = st.order.value_or(file.order);
+    const bool swap = order != wire::host_order && width > 1;
+    if (!file.npz.empty()) {
+      const detail::npz_source& src = file.npz[i];
+      // Stored .npz records are mapped below; their CRC-32 covers the .npy
+      // header too, so every_checksum checks the whole record here.
+      if (src.method == 0 && check && opt.checks == fetch_checks::every_checksum) {
+        auto crc = detail::npz_record_crc32(src, zip_reader(mapped));
+        if (!crc) return crc.error().wrap(path.string());
+        if (*crc != src.crc32) return storage_error(i, checkpoint_errc::crc32_mismatch);
+      }
+      if (src.method == 8) {  // deflated: inflated into memory, CRC-32 always checked
+        std::shared_ptr<copied_storage> o;
+        try {
+          o = std::make_shared<copied_storage>(std::vector<std::byte>(n), opt.copy_on_write);
+        } catch (const std::bad_alloc&) {
+          return storage_error(i, checkpoint_errc::storage_too_large);
+        }
+        if (auto r = detail::inflate_npz_data(src, zip_reader(mapped), o->writable()); !r) {
+          return r.error().wrap(path.string());
+        }
+        if (swap) wire::convert_in_place(o->writable(), width, order, wire::host_order);
+        return std::shared_ptr<const storage_buffer>(std::move(o));
+      }
+    }
     // .ferry and safetensors storages start aligned; a .pt record re-zipped
     // by another tool may not, and its elements are then copied to aligned
     // memory (a mapping starts where the page does).
@@ -226,7 +262,7 @@ struct reader::state {
       buf = std::move(o);
     }
     if (auto r = detail::check_storage(writable, st, checks); !r) return storage_error(i, r.error());
-    if (swap) wire::convert_in_place(writable, width, file.order, wire::host_order);
+    if (swap) wire::convert_in_place(writable, width, order, wire::host_order);
     return std::shared_ptr<const storage_buffer>(std::move(buf));
   }
 
@@ -280,6 +316,8 @@ std::string_view format_name(file_format f) noexcept {
     case file_format::pytorch: return "pytorch";
     case file_format::ferry_set: return "ferry-set";
     case file_format::safetensors_sharded: return "safetensors-sharded";
+    case file_format::npy: return "npy";
+    case file_format::npz: return "npz";
   }
   return "unknown";
 }
@@ -389,6 +427,17 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
 result<void, error> reader::verify(const std::function<void(std::uint64_t)>& progress) const {
   if (s_->set) return s_->set->verify(progress);
   const auto& st = s_->file.storages;
+  if (!s_->file.npz.empty()) {  // each record's CRC-32, over its .npy header and data (inflated if deflated)
+    std::uint64_t done = 0;
+    for (std::uint32_t i = 0; i < st.size(); ++i) {
+      auto crc = detail::npz_record_crc32(s_->file.npz[i], zip_reader(s_->mapped));
+      if (!crc) return crc.error().wrap(s_->path.string());
+      if (*crc != s_->file.npz[i].crc32) return s_->storage_error(i, checkpoint_errc::crc32_mismatch);
+      done += st[i].nbytes;
+      if (progress) progress(done);
+    }
+    return {};
+  }
   const bool ferry_format = s_->file.format == file_format::ferry;
   std::uint64_t done = 0;
   const auto report = [&](std::uint64_t n) {
@@ -435,7 +484,8 @@ result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte>
   if (s_->set) return s_->set->read_into(t, out);
   const storage_info& st = s_->file.storages[t.storage];
   const std::size_t width = codec::size_of(st.dtype);
-  if (t.offset != 0 || out.size() != st.nbytes || s_->file.format == file_format::pytorch) {
+  if (t.offset != 0 || out.size() != st.nbytes || s_->file.format == file_format::pytorch ||
+      s_->file.format == file_format::npz) {
     FERRY_TRY_ASSIGN(auto whole, get(t));
     if (!out.empty()) std::memcpy(out.data(), whole.bytes().data(), out.size());
     return {};
@@ -450,9 +500,8 @@ result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte>
       return error(r.error(), detail::tensor_context(s_->path.string(), t.name), sys_errno);
     }
     if (st.crc32c) crc = codec::crc32c_extend(crc, chunk);
-    if (s_->file.order != wire::host_order && width > 1) {
-      wire::convert_in_place(chunk, width, s_->file.order, wire::host_order);
-    }
+    const wire::byte_order order = st.order.value_or(s_->file.order);
+    if (order != wire::host_order && width > 1) wire::convert_in_place(chunk, width, order, wire::host_order);
   }
   if (st.crc32c && crc != *st.crc32c) return fail(errc::checksum_mismatch);
   std::lock_guard lock(s_->mu);

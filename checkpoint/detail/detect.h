@@ -8,10 +8,12 @@
 //                   the head starts with format.h's file_magic (or is a
 //                   prefix of it); a set's index has set_index_flag at
 //                   byte 10. Fewer than header_size bytes: truncated.
-//   pytorch_zip     "PK\x03\x04": a zip, taken for a .pt file (a TorchScript
-//                   archive or a zip of something else is told apart later,
-//                   by parse_pytorch, from its records).
+//   pytorch_zip     "PK\x03\x04": a zip, taken for a .pt file or an .npz (told
+//                   apart by the reader from its records: every record a .npy
+//                   is an .npz; a TorchScript archive or a zip of something
+//                   else is told apart later, by parse_pytorch).
 //   pytorch_legacy  a pickle of torch.save's magic number (legacy_pytorch()).
+//   npy             "\x93NUMPY": a NumPy .npy file (npy.h).
 //   safetensors     '{' at byte 8, the first 8 bytes a little-endian header
 //                   length; unless byte 0 is '{' too and that length does
 //                   not fit the file (then it is JSON: an index).
@@ -34,13 +36,14 @@ enum class head_format : std::uint8_t {
   ferry_set_index,    ///< a .ferry set's index (set.h)
   pytorch_zip,        ///< a zip: a torch.save file since PyTorch 1.6 (pytorch.h)
   pytorch_legacy,     ///< a torch.save file from before PyTorch 1.6 (refused)
+  npy,                ///< a NumPy .npy file (npy.h)
   safetensors,        ///< a .safetensors file (safetensors.h)
   safetensors_index,  ///< a Hugging Face sharded safetensors index (JSON)
   truncated,          ///< too short to be any of them
   unknown,            ///< not a checkpoint
 };
 
-/// "ferry", "ferry-set", "pytorch", "pytorch-legacy", "safetensors",
+/// "ferry", "ferry-set", "pytorch", "pytorch-legacy", "npy", "safetensors",
 /// "safetensors-index", "truncated" or "unknown" (for tests and messages).
 [[nodiscard]] std::string_view head_format_name(head_format f) noexcept;
 
