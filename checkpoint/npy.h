@@ -135,7 +135,7 @@ struct npy_header {
 [[nodiscard]] result<wire::byte_order, error> npy_order(const npy_header& h,
                                                         std::optional<wire::byte_order> native);
 
-/// The header numpy.save (NumPy >= 1.24) writes for such an array, byte
+/// The header numpy.save (1.24.2 and 2.x checked) writes for such an array, byte
 /// for byte: keys sorted, `'key': repr(value), ` each, then spaces for
 /// growth (21 less the digits of the first extent, the last if
 /// fortran_order; none for a 0-d array), padded with spaces and a final
