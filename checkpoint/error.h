@@ -47,7 +47,8 @@ namespace ferry {
   X(crc32_mismatch, 425, "zip CRC-32 does not match the record's bytes")                                 \
   X(bad_shard, 426, "a shard is missing, from another save, or disagrees with the set's index")          \
   X(bad_pieces, 427, "a tensor's pieces overlap, leave a hole, or reach past it")                         \
-  X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")
+  X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")                             \
+  X(unknown_ggml_type, 429, "ggml tensor type number that ggml does not define, or has removed")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry
