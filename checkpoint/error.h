@@ -50,7 +50,8 @@ namespace ferry {
   X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")                               \
   X(bad_npy_header, 429, ".npy header is not a dictionary of the specified grammar")                        \
   X(unsupported_npy_dtype, 430, "a NumPy dtype ferry does not hold (structured, object, complex, ...)")     \
-  X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")
+  X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")  \
+  X(unknown_ggml_type, 432, "ggml tensor type number that ggml does not define, or has removed")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry
