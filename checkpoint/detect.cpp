@@ -19,6 +19,7 @@ std::string_view head_format_name(head_format f) noexcept {
     case head_format::pytorch_zip: return "pytorch";
     case head_format::pytorch_legacy: return "pytorch-legacy";
     case head_format::npy: return "npy";
+    case head_format::gguf: return "gguf";
     case head_format::safetensors: return "safetensors";
     case head_format::safetensors_index: return "safetensors-index";
     case head_format::truncated: return "truncated";
@@ -39,6 +40,9 @@ head_format detect_format(std::span<const std::byte> head, std::uint64_t file_si
   if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) return head_format::pytorch_zip;
   if (legacy_pytorch(head)) return head_format::pytorch_legacy;
   if (have >= 6 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0) return head_format::npy;
+  if (have >= 4 && (std::memcmp(head.data(), "GGUF", 4) == 0 || std::memcmp(head.data(), "FUGG", 4) == 0)) {
+    return head_format::gguf;
+  }
   // have > 8, so file_size - 8 does not wrap.
   if (is(8, '{') && !(is(0, '{') && *wire::reader(head).read_le<std::uint64_t>() > file_size - 8)) {
     return head_format::safetensors;

@@ -19,7 +19,7 @@
 namespace ferry {
 
 #define FERRY_CHECKPOINT_ERRORS(X)                                                                         \
-  X(not_a_checkpoint, 400, "neither a ferry checkpoint or set, a safetensors, PyTorch .pt nor NumPy .npy/.npz file") \
+  X(not_a_checkpoint, 400, "neither a ferry checkpoint or set, a safetensors, PyTorch .pt, NumPy .npy/.npz nor GGUF file") \
   X(bad_alignment, 401, "alignment is not a power of two in the allowed range")                            \
   X(bad_layout, 402, "storages overlap, leave a gap, or lie outside the data area")                        \
   X(view_out_of_bounds, 403, "tensor view reaches past the end of its storage")                            \
@@ -51,7 +51,9 @@ namespace ferry {
   X(bad_npy_header, 429, ".npy header is not a dictionary of the specified grammar")                        \
   X(unsupported_npy_dtype, 430, "a NumPy dtype ferry does not hold (structured, object, complex, ...)")     \
   X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")  \
-  X(unknown_ggml_type, 432, "ggml tensor type number that ggml does not define, or has removed")
+  X(unknown_ggml_type, 432, "ggml tensor type number that ggml does not define, or has removed")           \
+  X(bad_gguf_value_type, 433, "GGUF metadata value type number that GGUF does not define")                 \
+  X(misaligned_tensor, 434, "tensor data does not start on a multiple of the file's alignment")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry

@@ -71,6 +71,21 @@ struct limits {
   /// characters unless told to trust the file; so does ferry. numpy.save
   /// writes at most 118 + 23 per extent for the dtypes ferry reads.
   std::uint64_t max_npy_header_bytes = 10'000;
+
+  // GGUF (gguf.h): everything before the tensor data is read into memory
+  // and its values kept; these bound what that costs.
+
+  /// Bytes of a GGUF file's header (magic to the last tensor info): it is
+  /// read into memory whole, growing from 1 MiB as far as the parse needs.
+  /// The largest real headers are tokenizer-heavy models: about 10 MiB for
+  /// a 256k-token vocabulary with merges. What the values cost in memory
+  /// is at most about four times the header's bytes (a string element
+  /// takes 8 bytes in the file and a std::string in memory).
+  std::uint64_t max_gguf_header_bytes = std::uint64_t{256} << 20;
+  /// Nesting of GGUF metadata arrays (an array of arrays is depth 2).
+  /// ggml itself reads no nested array; gguf-py writes and reads them.
+  /// Each level costs a stack frame of the parser.
+  std::size_t max_gguf_depth = 16;
 };
 
 /// Which checksums reader::get() checks the first time it fetches a
@@ -101,6 +116,11 @@ struct read_options {
   /// record; numpy.save never writes it, other writers may). Unset: such a
   /// file is refused with bad_byte_order (npy.h).
   std::optional<wire::byte_order> npy_native_order;
+  /// The byte order of a GGUF file (gguf.h). Unset: detected as llama.cpp
+  /// and gguf-py detect it, from the version field (and gguf-py's "FUGG"
+  /// magic); set, the file is read in this order whatever it looks like,
+  /// for a file whose version field cannot tell.
+  std::optional<wire::byte_order> gguf_order;
   /// Storages are handed out writable (storage_buffer::mutable_bytes()):
   /// private copy-on-write mappings of the file or private copies. Writes
   /// never reach the file; they are seen by every tensor over the storage

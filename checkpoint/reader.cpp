@@ -16,6 +16,7 @@
 
 #include "ferry/checkpoint/detail/checksum.h"
 #include "ferry/checkpoint/detail/detect.h"
+#include "ferry/checkpoint/detail/gguf.h"
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/detail/mapped_file.h"
 #include "ferry/checkpoint/detail/npy.h"
@@ -117,6 +118,8 @@ result<parsed_file, error> parse_file(const sniffed& s, const std::filesystem::p
     }
     case head_format::npy:
       return in_file(path, detail::parse_npy(s.file.size(), zip_reader(s.file), opt));
+    case head_format::gguf:
+      return in_file(path, detail::parse_gguf(s.file.size(), zip_reader(s.file), opt));
     case head_format::safetensors:
       // The header's length: the head's first 8 bytes (it holds header_size).
       return in_file(path, detail::parse_safetensors(s.file.fd(), s.file.size(),
@@ -208,7 +211,10 @@ struct reader::state {
     const auto n = static_cast<std::size_t>(st.nbytes);
     const std::size_t width = codec::size_of(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
-    const bool swap = order != wire::host_order && width > 1;
+    // A GGUF storage of quantized blocks (dtype u8) swaps field by field
+    // (ggml_types.h's swap table) rather than as elements.
+    const std::optional<ggml_type> blocks = gguf_blocks(i);
+    const bool swap = order != wire::host_order && (width > 1 || blocks);
     if (!file.npz.empty()) {
       const detail::npz_source& src = file.npz[i];
       // Stored .npz records are mapped below; their CRC-32 covers the .npy
@@ -262,8 +268,17 @@ struct reader::state {
       buf = std::move(o);
     }
     if (auto r = detail::check_storage(writable, st, checks); !r) return storage_error(i, r.error());
-    if (swap) wire::convert_in_place(writable, width, order, wire::host_order);
+    if (swap && blocks) swap_blocks_in_place(*blocks, writable, order, wire::host_order);
+    else if (swap) wire::convert_in_place(writable, width, order, wire::host_order);
     return std::shared_ptr<const storage_buffer>(std::move(buf));
+  }
+
+  // The ggml type of GGUF storage i when it holds quantized blocks.
+  std::optional<ggml_type> gguf_blocks(std::uint32_t i) const noexcept {
+    if (!file.gguf) return std::nullopt;
+    const ggml_type t = file.gguf->tensors[i].type;
+    if (!info(t).quantized) return std::nullopt;
+    return t;
   }
 
   // Whether [from, to) of the file is zero (padding), read in small pieces.
@@ -318,6 +333,7 @@ std::string_view format_name(file_format f) noexcept {
     case file_format::safetensors_sharded: return "safetensors-sharded";
     case file_format::npy: return "npy";
     case file_format::npz: return "npz";
+    case file_format::gguf: return "gguf";
   }
   return "unknown";
 }
@@ -354,6 +370,7 @@ std::span<const reader> reader::shards() const noexcept {
 std::span<const tensor_info> reader::tensors() const noexcept { return s_->file.tensors; }
 std::span<const storage_info> reader::storages() const noexcept { return s_->file.storages; }
 const std::map<std::string, std::string>& reader::metadata() const noexcept { return s_->file.metadata; }
+const gguf_header* reader::gguf() const noexcept { return s_->file.gguf.get(); }
 
 const tensor_info* reader::find(std::string_view name) const noexcept {
   const auto it = s_->by_name.find(name);
@@ -484,8 +501,9 @@ result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte>
   if (s_->set) return s_->set->read_into(t, out);
   const storage_info& st = s_->file.storages[t.storage];
   const std::size_t width = codec::size_of(st.dtype);
+  // (GGUF quantized blocks swap by fields, which pieces of 1 MiB would cut.)
   if (t.offset != 0 || out.size() != st.nbytes || s_->file.format == file_format::pytorch ||
-      s_->file.format == file_format::npz) {
+      s_->file.format == file_format::npz || s_->gguf_blocks(t.storage)) {
     FERRY_TRY_ASSIGN(auto whole, get(t));
     if (!out.empty()) std::memcpy(out.data(), whole.bytes().data(), out.size());
     return {};

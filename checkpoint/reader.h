@@ -1,6 +1,6 @@
 // ferry/checkpoint/reader.h: opening checkpoints, .ferry (format.h),
-// .safetensors (safetensors.h), PyTorch .pt (pytorch.h) or NumPy .npy and
-// .npz (npy.h), lazily.
+// .safetensors (safetensors.h), PyTorch .pt (pytorch.h), NumPy .npy and
+// .npz (npy.h) or GGUF (gguf.h), lazily.
 //
 //   auto ckpt = ferry::checkpoint::open("model.ferry").value();
 //   for (const auto& t : ckpt.tensors()) std::cout << t.name << '\n';
@@ -45,13 +45,16 @@
 
 namespace ferry::checkpoint {
 
+struct gguf_header;
+
 /// ferry_set: the index of a sharded checkpoint (set.h);
 /// safetensors_sharded: a Hugging Face `model.safetensors.index.json`;
 /// npy, npz: NumPy's (npy.h).
-enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded, npy, npz };
+/// gguf: llama.cpp's (gguf.h).
+enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded, npy, npz, gguf };
 
 /// "ferry", "safetensors", "pytorch", "ferry-set", "safetensors-sharded",
-/// "npy" or "npz".
+/// "npy", "npz" or "gguf".
 [[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
 /// Where a storage lies in the file.
@@ -72,7 +75,7 @@ struct storage_info {
 
 class reader {
  public:
-  /// Opens `path`, of any of the five formats or a set's index (.ferry
+  /// Opens `path`, of any of the seven formats or a set's index (.ferry
   /// set or Hugging Face sharded safetensors), told apart by their first
   /// bytes; a zip is taken for a .pt file when it
   /// holds a `P/data.pkl` record, for an .npz when every record is a .npy). An index opens every shard it names and
@@ -91,10 +94,12 @@ class reader {
   /// The order the storages are stored in (little for safetensors; for .pt
   /// the `byteorder` record, else read_options::pytorch_order; for a set,
   /// its first shard's: shards() tells each; for .npy its descr's, for .npz
-  /// its first record's: storage_info::order tells each).
+  /// its first record's: storage_info::order tells each; for GGUF the order
+  /// detected from its version field, or read_options::gguf_order).
   [[nodiscard]] wire::byte_order order() const noexcept;
   /// The file's storage alignment (for safetensors, the largest power of two
-  /// up to 4096 that divides the data area's offset).
+  /// up to 4096 that divides the data area's offset; for GGUF its
+  /// general.alignment, or 32).
   [[nodiscard]] std::uint32_t alignment() const noexcept;
   /// Bytes of the file (a set: of the index and every shard).
   [[nodiscard]] std::uint64_t file_size() const noexcept;
@@ -117,6 +122,10 @@ class reader {
   /// Names of the other tensors over `t`'s storage.
   [[nodiscard]] std::vector<std::string> shared_with(const tensor_info& t) const;
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept;
+  /// A GGUF file's header (gguf.h): typed metadata, and each tensor's
+  /// ggml type and extents (tensor i is tensors()[i]); nullptr for other
+  /// formats.
+  [[nodiscard]] const gguf_header* gguf() const noexcept;
 
   /// The tensor called `name`, in host order. Errors: tensor_not_found,
   /// checksum_mismatch (its storage's CRC, checked on first fetch),

@@ -152,6 +152,9 @@ int verify(const std::string& path, const read_flags& flags) {
       else std::cout << ", zip CRC-32s match; " << unchecked << " storages saved without CRC-32 (unchecked)\n";
       break;
     }
+    case ckpt::file_format::npy: std::cout << " (.npy has no checksums: structure checked)\n"; break;
+    case ckpt::file_format::npz: std::cout << ", every zip CRC-32 matches\n"; break;
+    case ckpt::file_format::gguf: std::cout << " (GGUF has no checksums: structure checked)\n"; break;
   }
   return flush_stdout();
 }

@@ -14,6 +14,8 @@
 //                   else is told apart later, by parse_pytorch).
 //   pytorch_legacy  a pickle of torch.save's magic number (legacy_pytorch()).
 //   npy             "\x93NUMPY": a NumPy .npy file (npy.h).
+//   gguf            "GGUF" (or gguf-py's old big-endian "FUGG"): a GGUF file
+//                   (gguf.h).
 //   safetensors     '{' at byte 8, the first 8 bytes a little-endian header
 //                   length; unless byte 0 is '{' too and that length does
 //                   not fit the file (then it is JSON: an index).
@@ -37,13 +39,14 @@ enum class head_format : std::uint8_t {
   pytorch_zip,        ///< a zip: a torch.save file since PyTorch 1.6 (pytorch.h)
   pytorch_legacy,     ///< a torch.save file from before PyTorch 1.6 (refused)
   npy,                ///< a NumPy .npy file (npy.h)
+  gguf,               ///< a GGUF file (gguf.h)
   safetensors,        ///< a .safetensors file (safetensors.h)
   safetensors_index,  ///< a Hugging Face sharded safetensors index (JSON)
   truncated,          ///< too short to be any of them
   unknown,            ///< not a checkpoint
 };
 
-/// "ferry", "ferry-set", "pytorch", "pytorch-legacy", "npy", "safetensors",
+/// "ferry", "ferry-set", "pytorch", "pytorch-legacy", "npy", "gguf", "safetensors",
 /// "safetensors-index", "truncated" or "unknown" (for tests and messages).
 [[nodiscard]] std::string_view head_format_name(head_format f) noexcept;
 

@@ -1,12 +1,14 @@
 // ferry/checkpoint/detail/parsed.h: INTERNAL. What a reader knows of a file
 // once its structure is checked; built by the .ferry parser (ferry_file.cpp),
 // the safetensors parser (safetensors.cpp) and the .pt parser
-// (pytorch.cpp). Not part of the API.
+// (pytorch.cpp), the .npy/.npz parsers (npy.cpp, npz.cpp) and the GGUF
+// parser (gguf.cpp). Not part of the API.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +51,9 @@ struct parsed_file {
   std::uint32_t manifest_crc32c = 0;
   /// .npz: per storage, its record (empty for every other format).
   std::vector<npz_source> npz;
+  /// GGUF: the header, typed (gguf.h); storage i is tensor i. Null for
+  /// every other format.
+  std::shared_ptr<const gguf_header> gguf;
 };
 
 /// A .ferry file's (or set index's) header and trailer, checked, and its

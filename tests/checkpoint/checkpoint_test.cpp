@@ -524,7 +524,7 @@ TEST_F(Hostile, TheWrongKindOfFileIsNamedAsSuch) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code(), checkpoint_errc::not_a_checkpoint) << text.substr(0, 10);
     EXPECT_EQ(r.error().what().rfind(p.string() + ": ", 0), 0u) << r.error().what();
-    EXPECT_TRUE(r.error().what().ends_with("neither a ferry checkpoint or set, a safetensors, PyTorch .pt nor NumPy .npy/.npz file"))
+    EXPECT_TRUE(r.error().what().ends_with("neither a ferry checkpoint or set, a safetensors, PyTorch .pt, NumPy .npy/.npz nor GGUF file"))
         << r.error().what();
   }
   EXPECT_EQ(open(dir_).error().sys_errno(), EISDIR);

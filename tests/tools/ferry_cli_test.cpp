@@ -99,7 +99,7 @@ TEST_F(Cli, FileErrorsNameTheOsReason) {
   }
   const auto r = run("inspect " + std::string(FERRY_TEST_DATA_DIR) + "/safetensors/README.md");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("neither a ferry checkpoint or set, a safetensors, PyTorch .pt nor NumPy .npy/.npz file"), std::string::npos)
+  EXPECT_NE(r.err.find("neither a ferry checkpoint or set, a safetensors, PyTorch .pt, NumPy .npy/.npz nor GGUF file"), std::string::npos)
       << r.err;
 }
 
