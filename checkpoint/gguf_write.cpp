@@ -1,6 +1,5 @@
-// GGUF written (save_gguf), converted between byte orders
-// (convert_gguf_order) and dequantized on request (get_dequantized); the
-// layout is gguf.h's, the parser gguf.cpp.
+// GGUF written (save_gguf) and converted between byte orders
+// (convert_gguf_order); the layout is gguf.h's, the parser gguf.cpp.
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
@@ -179,17 +178,6 @@ std::size_t piece_for(ggml_type t) noexcept {
   return std::max<std::size_t>(piece_bytes / b, 1) * b;
 }
 
-// A storage of f32 values (get_dequantized()).
-class float_storage final : public storage_buffer {
- public:
-  explicit float_storage(std::vector<float> v) noexcept : values_(std::move(v)) {
-    bytes_ = std::as_bytes(std::span(values_));
-  }
-
- private:
-  std::vector<float> values_;
-};
-
 }  // namespace
 
 result<std::vector<std::byte>, error> encode_gguf_header(const gguf_header& h, wire::byte_order order,
@@ -301,32 +289,6 @@ result<void, error> convert_gguf_order(const std::filesystem::path& in, const st
     FERRY_TRY(write_zeros(dst, detail::gguf_pad(t.nbytes, h->alignment) - t.nbytes));
   }
   return dst.commit();
-}
-
-result<tensor, error> get_dequantized(const reader& r, std::string_view tensor_name) {
-  const gguf_header* h = r.gguf();
-  if (h == nullptr) {
-    return make_error(errc::bad_value, r.path().string(), ": not a GGUF file (", format_name(r.format()), ")");
-  }
-  const tensor_info* t = r.find(tensor_name);
-  if (t == nullptr) return make_error(checkpoint_errc::tensor_not_found, r.path().string(), ": tensor ", quote(tensor_name));
-  const gguf_tensor& g = h->tensors[t->storage];
-  const std::uint64_t numel = g.numel();
-  if (numel > SIZE_MAX / sizeof(float)) {
-    return make_error(checkpoint_errc::storage_too_large, r.path().string(), ": tensor ", quote(tensor_name));
-  }
-  FERRY_TRY_ASSIGN(const tensor blocks, r.get(*t));  // host order
-  std::vector<float> values(static_cast<std::size_t>(numel));
-  if (auto d = dequantize(g.type, blocks.bytes(), wire::host_order, values); !d) {
-    return make_error(d.error(), r.path().string(), ": tensor ", quote(tensor_name));
-  }
-  tensor_info out;
-  out.name = t->name;
-  out.dtype = codec::dtype::f32;
-  out.shape.assign(g.ne.rbegin(), g.ne.rend());
-  out.strides = contiguous_strides(out.shape);
-  out.storage = t->storage;
-  return tensor(std::move(out), std::make_shared<float_storage>(std::move(values)));
 }
 
 }  // namespace ferry::checkpoint
