@@ -325,8 +325,8 @@ class parser {
       if (known == nullptr) {
         return fail(checkpoint_errc::unknown_ggml_type, who, ": type ", type_number, ", which ggml does not define");
       }
-      return fail(checkpoint_errc::unknown_ggml_type, who, ": type ", type_number, " (", known->name,
-                  ") was removed from ggml: ", known->note);
+      return fail(checkpoint_errc::unknown_ggml_type, who, ": type ", type_number, " (", known->name, "): ",
+                  known->note);
     }
     t.type = *type;
     const ggml_type_info& ti = info(t.type);

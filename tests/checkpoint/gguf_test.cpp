@@ -211,7 +211,9 @@ TEST_F(Gguf, RoundTripsInBothOrders) {
       std::vector<float> expect(static_cast<std::size_t>(h->tensors[i].numel()));
       ASSERT_TRUE(dequantize(want.type, want.data, wire::host_order, expect));
       ASSERT_EQ(f->bytes().size(), expect.size() * 4);
-      EXPECT_EQ(std::memcmp(f->bytes().data(), expect.data(), f->bytes().size()), 0);
+      if (!expect.empty()) {
+        EXPECT_EQ(std::memcmp(f->bytes().data(), expect.data(), f->bytes().size()), 0);
+      }
       EXPECT_EQ(std::vector<std::uint64_t>(f->shape().begin(), f->shape().end()),
                 std::vector<std::uint64_t>(want.ne.rbegin(), want.ne.rend()));
     }
