@@ -136,10 +136,19 @@ TEST(DetectFormat, ShortFilesAreTruncatedAndOthersUnknown) {
   EXPECT_EQ(kind_of(bytes("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 12\n")), head_format::unknown);
 }
 
+TEST(DetectFormat, Gguf) {
+  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\x03\0\0\0", 8))), head_format::gguf);
+  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\0\0\0\x03", 8))), head_format::gguf);  // big-endian
+  EXPECT_EQ(kind_of(bytes(std::string_view("FUGG\0\0\0\x03", 8))), head_format::gguf);  // gguf-py's old big-endian magic
+  EXPECT_EQ(kind_of(bytes("GGUF")), head_format::gguf);                                  // the parser says truncated
+  EXPECT_EQ(kind_of(bytes("GGU")), head_format::truncated);
+  EXPECT_EQ(detail::head_format_name(head_format::gguf), "gguf");
+}
+
 TEST(DetectFormat, SetIndexesAreTheKindsThatNameOtherFiles) {
   for (const auto f : {head_format::ferry_file, head_format::ferry_set_index, head_format::pytorch_zip,
-                       head_format::pytorch_legacy, head_format::safetensors, head_format::safetensors_index,
-                       head_format::truncated, head_format::unknown}) {
+                       head_format::pytorch_legacy, head_format::npy, head_format::gguf, head_format::safetensors,
+                       head_format::safetensors_index, head_format::truncated, head_format::unknown}) {
     EXPECT_EQ(detail::is_set_index(f), f == head_format::ferry_set_index || f == head_format::safetensors_index)
         << detail::head_format_name(f);
   }
