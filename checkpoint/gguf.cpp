@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <unordered_set>
 
 #include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/gguf.h"
@@ -44,6 +43,20 @@ constexpr std::uint64_t max_int64 = std::uint64_t{INT64_MAX};
 
 std::string_view as_text(std::span<const std::byte> b) noexcept {
   return {reinterpret_cast<const char*>(b.data()), b.size()};  // char view of the bytes
+}
+
+// A name that two of `items` share (the first in sorted order), or
+// nullptr. Sorting views costs 16 bytes a name, where a hash set would cost
+// a node each: the parse's memory stays a small multiple of the header's.
+template <class T>
+const std::string* duplicate(const std::vector<T>& items, std::string T::*field) {
+  std::vector<const std::string*> names;
+  names.reserve(items.size());
+  for (const auto& item : items) names.push_back(&(item.*field));
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  const auto twice = std::adjacent_find(names.begin(), names.end(),
+                                        [](const std::string* a, const std::string* b) { return *a == *b; });
+  return twice == names.end() ? nullptr : *twice;
 }
 
 // One parse of a header prefix. Every read is preceded by need(), which
@@ -124,25 +137,27 @@ class parser {
     }
     FERRY_TRY(need_items(n_kv, least_kv_bytes, "key/value pairs"));
     h.metadata.reserve(static_cast<std::size_t>(n_kv));
-    std::unordered_set<std::string> keys;
     for (std::uint64_t i = 0; i < n_kv; ++i) {
       FERRY_TRY_ASSIGN(std::string key, string("key ", i));
       if (!valid_name(key, lim_.max_name_bytes)) {
         return fail(checkpoint_errc::bad_name, "key ", quote(key), " (1 to ", lim_.max_name_bytes, " bytes of UTF-8)");
       }
-      if (!keys.insert(key).second) return fail(errc::duplicate_key, "key ", quote(key), " twice");
       FERRY_TRY_ASSIGN(const std::uint32_t t, scalar<std::uint32_t>("key ", quote(key), ": type"));
       FERRY_TRY_ASSIGN(gguf_value v, value(t, key));
       h.metadata.push_back({std::move(key), std::move(v)});
     }
+    if (const std::string* twice = duplicate(h.metadata, &gguf_kv::key)) {
+      return make_error(errc::duplicate_key, "gguf key ", quote(*twice), " twice");
+    }
     FERRY_TRY(alignment(h));
     FERRY_TRY(need_items(n_tensors, least_tensor_info_bytes, "tensor infos"));
     h.tensors.reserve(static_cast<std::size_t>(n_tensors));
-    std::unordered_set<std::string> names;
     for (std::uint64_t i = 0; i < n_tensors; ++i) {
       FERRY_TRY_ASSIGN(gguf_tensor t, tensor_info(i));
-      if (!names.insert(t.name).second) return fail(errc::duplicate_key, "tensor ", quote(t.name), " twice");
       h.tensors.push_back(std::move(t));
+    }
+    if (const std::string* twice = duplicate(h.tensors, &gguf_tensor::name)) {
+      return make_error(errc::duplicate_key, "gguf tensor ", quote(*twice), " twice");
     }
     h.header_bytes = in_.offset();
     return h;

@@ -77,11 +77,14 @@ struct limits {
 
   /// Bytes of a GGUF file's header (magic to the last tensor info): it is
   /// read into memory whole, growing from 1 MiB as far as the parse needs.
-  /// The largest real headers are tokenizer-heavy models: about 10 MiB for
-  /// a 256k-token vocabulary with merges. What the values cost in memory
-  /// is at most about four times the header's bytes (a string element
-  /// takes 8 bytes in the file and a std::string in memory).
-  std::uint64_t max_gguf_header_bytes = std::uint64_t{256} << 20;
+  /// The largest real headers are tokenizer-heavy models, a few MiB for a
+  /// 150k-token vocabulary with its merges (an estimate: 16 bytes or so a
+  /// token). What the parsed values cost in memory is at most about six
+  /// times the header's bytes (a 14-byte key/value pair becomes a 72-byte
+  /// gguf_kv; a string element, 8 bytes at least, a 32-byte std::string;
+  /// a tensor info, 25 bytes at least, a gguf_tensor and the reader's
+  /// tensor_info): 64 MiB of hostile header costs under 400 MiB.
+  std::uint64_t max_gguf_header_bytes = std::uint64_t{64} << 20;
   /// Nesting of GGUF metadata arrays (an array of arrays is depth 2).
   /// ggml itself reads no nested array; gguf-py writes and reads them.
   /// Each level costs a stack frame of the parser.
