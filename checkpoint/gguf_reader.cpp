@@ -8,6 +8,7 @@
 
 #include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/gguf.h"
+#include "ferry/checkpoint/detail/mapped_file.h"
 #include "ferry/checkpoint/gguf.h"
 
 namespace ferry::checkpoint {
@@ -180,6 +181,18 @@ result<tensor, error> get_dequantized(const reader& r, std::string_view tensor_n
   out.strides = contiguous_strides(out.shape);
   out.storage = t->storage;
   return tensor(std::move(out), std::make_shared<float_storage>(std::move(values)));
+}
+
+result<gguf_header, error> read_gguf_header(const std::filesystem::path& path, const read_options& opt) {
+  FERRY_TRY_ASSIGN(auto file, detail::mapped_file::open(path));
+  const auto read = [&file](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
+    int sys_errno = 0;
+    if (auto r = file.read(offset, out, sys_errno); !r) return error(r.error(), {}, sys_errno);
+    return {};
+  };
+  auto h = detail::read_gguf_header(file.size(), read, opt);
+  if (!h) return h.error().wrap(path.string());
+  return h;
 }
 
 namespace detail {

@@ -217,6 +217,11 @@ TEST_F(Gguf, RoundTripsInBothOrders) {
       EXPECT_EQ(std::vector<std::uint64_t>(f->shape().begin(), f->shape().end()),
                 std::vector<std::uint64_t>(want.ne.rbegin(), want.ne.rend()));
     }
+    // The header alone, without a reader.
+    auto alone = read_gguf_header(p);
+    ASSERT_TRUE(alone) << alone.error();
+    EXPECT_EQ(alone->tensors, h->tensors);
+    EXPECT_EQ(alone->data_offset, h->data_offset);
     // Flattened for tools.
     EXPECT_EQ(r->metadata().at("general.architecture"), "llama");
     EXPECT_EQ(r->metadata().at("t.i8"), "-100");
