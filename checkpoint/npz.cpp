@@ -24,6 +24,13 @@ using detail::zip_read_at;
 
 constexpr std::uint32_t max32 = 0xFFFFFFFF;
 constexpr std::size_t input_window = 256 * 1024;  // compressed bytes read at a time
+// Deflate's largest ratio: a match of 258 bytes costs at least 2 bits (a
+// 1-bit length code and a 1-bit distance code in a dynamic block), so one
+// compressed byte yields at most 4 * 258 = 1032 bytes. A record that
+// declares more is refused at open, before anything is allocated for it:
+// what load() allocates for a deflated record stays within 1032 times the
+// file's size.
+constexpr std::uint64_t max_deflate_ratio = 1032;
 
 std::string record_what(std::string_view name) { return "record " + quote(name); }
 
@@ -149,6 +156,10 @@ result<parsed_file, error> parse_npz(zip_directory&& dir, const zip_read_at& rea
     src.record_size = r.size;
     src.crc32 = r.crc32;
     src.name = r.name;
+    if (r.method == 8 && r.size / max_deflate_ratio > r.compressed_size) {
+      return make_error(checkpoint_errc::bad_deflate, record_what(r.name), ": ", r.size, " bytes declared from ",
+                        r.compressed_size, " compressed (deflate inflates at most ", max_deflate_ratio, " to 1)");
+    }
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(r.size, 12 + lim.max_npy_header_bytes));
     FERRY_TRY_ASSIGN(const std::vector<std::byte> head, record_head(src, read, n));
     auto h = parse_npy_header(head, lim);
@@ -359,29 +370,33 @@ result<std::vector<std::byte>, error> deflate_payload(const detail::npy_payload&
   z.next_out = reinterpret_cast<Bytef*>(out.data());  // zlib's byte type
   z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size(), UINT32_MAX));
   crc = 0;
+  // More room after the total_out bytes written so far (avail_out is at
+  // most 4 GiB, so that may lie before the end of `out`).
+  const auto grow = [&] {
+    const auto used = static_cast<std::size_t>(z.total_out);
+    if (used == out.size()) out.resize(used * 2);
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + used);  // zlib's byte type
+    z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - used, UINT32_MAX));
+  };
   auto fed = p.emit([&](std::span<const std::byte> b) -> result<void, error> {
     crc = static_cast<std::uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(b.data()), b.size()));
-    z.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(b.data()));  // zlib's API is not const
-    z.avail_in = static_cast<uInt>(b.size());  // pieces of at most 1 MiB (npy_payload::emit), headers smaller
-    while (z.avail_in > 0) {
-      if (z.avail_out == 0) {  // deflateBound was for one call: grow
-        const std::size_t used = out.size();
-        out.resize(used * 2);
-        z.next_out = reinterpret_cast<Bytef*>(out.data() + used);
-        z.avail_out = static_cast<uInt>(std::min<std::size_t>(used, UINT32_MAX));
+    // emit() hands host-order data over whole (any size): zlib's counts
+    // are 32-bit, so it is fed below 4 GiB at a time.
+    for (std::size_t at = 0; at < b.size();) {
+      const std::size_t k = std::min<std::size_t>(b.size() - at, UINT32_MAX);
+      z.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(b.data() + at));  // zlib's API is not const
+      z.avail_in = static_cast<uInt>(k);
+      while (z.avail_in > 0) {
+        if (z.avail_out == 0) grow();
+        if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) return make_error(errc::io_error, "zlib deflate failed");
       }
-      if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) return make_error(errc::io_error, "zlib deflate failed");
+      at += k;
     }
     return {};
   });
   int rc = Z_OK;
   while (fed && rc == Z_OK) {
-    if (z.avail_out == 0) {
-      const std::size_t used = out.size();
-      out.resize(used * 2);
-      z.next_out = reinterpret_cast<Bytef*>(out.data() + used);
-      z.avail_out = static_cast<uInt>(std::min<std::size_t>(used, UINT32_MAX));
-    }
+    if (z.avail_out == 0) grow();
     rc = deflate(&z, Z_FINISH);
   }
   out.resize(static_cast<std::size_t>(z.total_out));
