@@ -38,6 +38,9 @@ head_format detect_format(std::span<const std::byte> head, std::uint64_t file_si
     return head[10] == std::byte{set_index_flag} ? head_format::ferry_set_index : head_format::ferry_file;
   }
   if (have >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) return head_format::pytorch_zip;
+  // A zip of no records is its end record alone (np.savez with no arrays
+  // writes one): read as an .npz holding no tensors.
+  if (file_size >= 22 && have >= 4 && std::memcmp(head.data(), "PK\x05\x06", 4) == 0) return head_format::pytorch_zip;
   if (legacy_pytorch(head)) return head_format::pytorch_legacy;
   if (have >= 6 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0) return head_format::npy;
   if (have >= 4 && (std::memcmp(head.data(), "GGUF", 4) == 0 || std::memcmp(head.data(), "FUGG", 4) == 0)) {

@@ -111,7 +111,10 @@ result<parsed_file, error> parse_file(const sniffed& s, const std::filesystem::p
       const auto read = zip_reader(s.file);
       auto dir = detail::read_zip_directory(s.file.size(), read, opt.lim);
       if (!dir) return dir.error().wrap(path.string());
-      if (!dir->entries.empty() && detail::looks_like_npz(*dir)) {
+      // A zip of no records is an .npz (np.savez() of nothing) when it is
+      // nothing but its end records; a .pt file always has records.
+      const bool empty_npz = dir->entries.empty() && dir->offset == 0;
+      if (empty_npz || (!dir->entries.empty() && detail::looks_like_npz(*dir))) {
         return in_file(path, detail::parse_npz(std::move(*dir), read, opt));
       }
       return in_file(path, detail::parse_pytorch(s.file.size(), read, opt));

@@ -11,7 +11,9 @@
 //   pytorch_zip     "PK\x03\x04": a zip, taken for a .pt file or an .npz (told
 //                   apart by the reader from its records: every record a .npy
 //                   is an .npz; a TorchScript archive or a zip of something
-//                   else is told apart later, by parse_pytorch).
+//                   else is told apart later, by parse_pytorch); or
+//                   "PK\x05\x06" in a file of 22 bytes or more, a zip of no
+//                   records (read as an empty .npz).
 //   pytorch_legacy  a pickle of torch.save's magic number (legacy_pytorch()).
 //   npy             "\x93NUMPY": a NumPy .npy file (npy.h).
 //   gguf            "GGUF" (or gguf-py's old big-endian "FUGG"): a GGUF file
