@@ -18,7 +18,8 @@
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake \
-  checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index
+  checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
+  gguf npy_header npz
 
 .PHONY: all deps bench-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
