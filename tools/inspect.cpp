@@ -33,9 +33,14 @@ std::string type_text(const ckpt::gguf_value& v) {
 }
 
 // A value for a person: at most `show` elements of an array (then ", ...")
-// and about `max_chars` characters, escaped by printable().
+// and `max_chars` characters (then "..."), escaped by printable().
 std::string short_value(const ckpt::gguf_value& v, std::size_t show = 8, std::size_t max_chars = 160) {
+  constexpr std::size_t budget = std::size_t{1} << 16;  // rendered before cutting: a long first element still shows
   std::string text;
+  if (const auto* str = std::get_if<std::string>(&v)) {
+    if (str->size() <= max_chars) return ferry::printable(*str);
+    return ferry::printable(str->substr(0, max_chars)) + "... (" + std::to_string(str->size()) + " bytes)";
+  }
   if (const auto* a = std::get_if<ckpt::gguf_array>(&v); a != nullptr && a->size() > show) {
     ckpt::gguf_array head;
     std::visit(
@@ -44,10 +49,10 @@ std::string short_value(const ckpt::gguf_value& v, std::size_t show = 8, std::si
           head.values = V(elems.begin(), elems.begin() + static_cast<std::ptrdiff_t>(show));
         },
         a->values);
-    text = ckpt::render_gguf_value(ckpt::gguf_value(std::move(head)), 4 * max_chars);
+    text = ckpt::render_gguf_value(ckpt::gguf_value(std::move(head)), budget);
     if (text.ends_with("]")) text.insert(text.size() - 1, ", ...");
   } else {
-    text = ckpt::render_gguf_value(v, 4 * max_chars);
+    text = ckpt::render_gguf_value(v, budget);
   }
   if (text.size() > max_chars) text = text.substr(0, max_chars) + "...";
   return ferry::printable(std::move(text));
