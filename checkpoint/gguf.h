@@ -124,6 +124,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -327,9 +328,12 @@ struct gguf_write_options {
 /// 8 MiB; padding is written as zeros, and the magic as "GGUF" (a "FUGG"
 /// file gets the magic every reader knows). Converting to the order the
 /// file already has copies it (nonzero padding becomes zeros). wopt.order
-/// is not used: `to` is the order. Errors: read_gguf_header()'s, io_error.
+/// is not used: `to` is the order. `progress`, if given, is called after
+/// each piece with the tensor data bytes written so far (`ferry convert`'s
+/// progress bar). Errors: read_gguf_header()'s, io_error.
 [[nodiscard]] result<void, error> convert_gguf_order(const std::filesystem::path& in, const std::filesystem::path& out,
                                                      wire::byte_order to, const read_options& ropt = {},
-                                                     const gguf_write_options& wopt = {});
+                                                     const gguf_write_options& wopt = {},
+                                                     const std::function<void(std::uint64_t)>& progress = {});
 
 }  // namespace ferry::checkpoint

@@ -260,7 +260,8 @@ result<void, error> save_gguf(const std::filesystem::path& target, std::span<con
 
 result<void, error> convert_gguf_order(const std::filesystem::path& in, const std::filesystem::path& out,
                                        wire::byte_order to, const read_options& ropt,
-                                       const gguf_write_options& wopt) {
+                                       const gguf_write_options& wopt,
+                                       const std::function<void(std::uint64_t)>& progress) {
   FERRY_TRY_ASSIGN(auto src, detail::mapped_file::open(in));
   const auto read = [&src](std::uint64_t offset, std::span<std::byte> bytes) -> result<void, error> {
     int sys_errno = 0;
@@ -274,6 +275,7 @@ result<void, error> convert_gguf_order(const std::filesystem::path& in, const st
   FERRY_TRY_ASSIGN(auto dst, base::atomic_file::create(out, wopt.sync, wopt.sync && wopt.direct));
   FERRY_TRY(dst.write(*header));
   std::vector<std::byte> buf;
+  std::uint64_t done = 0;
   for (const gguf_tensor& t : h->tensors) {
     const std::size_t piece = piece_for(t.type);
     buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(piece, t.nbytes)));
@@ -285,6 +287,8 @@ result<void, error> convert_gguf_order(const std::filesystem::path& in, const st
       }
       swap_blocks_in_place(t.type, chunk, h->order, to);
       FERRY_TRY(dst.write(chunk));
+      done += k;
+      if (progress) progress(done);
     }
     FERRY_TRY(write_zeros(dst, detail::gguf_pad(t.nbytes, h->alignment) - t.nbytes));
   }

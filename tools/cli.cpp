@@ -36,7 +36,6 @@ std::string shape_text(std::span<const std::uint64_t> shape) {
   return s + "]";
 }
 
-
 std::uint64_t total_storage_bytes(const ckpt::reader& r) {
   std::uint64_t n = 0;
   for (const auto& s : r.storages()) n += s.nbytes;
@@ -46,8 +45,23 @@ std::uint64_t total_storage_bytes(const ckpt::reader& r) {
 result<ckpt::reader, error> open_checkpoint(const std::string& path, const read_flags& flags) {
   ckpt::read_options opt;
   opt.pytorch_order = wire::byte_order_from_name(flags.pytorch_order);
+  opt.gguf_order = wire::byte_order_from_name(flags.gguf_order);
+  opt.npy_native_order = wire::byte_order_from_name(flags.npy_native_order);
   opt.checks = flags.checks;
   return ckpt::open(path, opt);
+}
+
+// A GGUF reader has one storage per tensor, tensor i over storage i
+// (gguf.h), so the storage index is the tensor info's index.
+const ckpt::gguf_tensor* gguf_tensor_of(const ckpt::reader& r, const ckpt::tensor_info& t) noexcept {
+  const ckpt::gguf_header* h = r.gguf();
+  if (h == nullptr || t.storage >= h->tensors.size()) return nullptr;
+  return &h->tensors[t.storage];
+}
+
+bool is_quantized(const ckpt::reader& r, const ckpt::tensor_info& t) noexcept {
+  const ckpt::gguf_tensor* g = gguf_tensor_of(r, t);
+  return g != nullptr && !ckpt::dtype_of(g->type);  // what the reader hands out as u8 blocks
 }
 
 progress_bar::progress_bar(std::string label, std::uint64_t total)

@@ -1,12 +1,24 @@
 // ferry diff A B: what differs between two checkpoints of any formats,
 // tensor by tensor (bit-identical, or the largest differences), and their
 // metadata. Exit 0 identical, 1 different, 2 trouble (as diff(1)).
+//
+// Tensors compare by their values in host order, so a file and its
+// conversion to the other byte order are identical. Quantized GGUF tensors:
+// two of the same ggml type compare by their blocks in host order (equal
+// blocks are equal values, and an LE file and its BE conversion have equal
+// blocks); any other pair with a quantized side compares by the dequantized
+// f32 values (gguf.h get_dequantized()), so a GGUF file and its
+// `ferry convert --cast f32` output are identical. Blocks that differ are
+// reported by their dequantized values. --json rows say which ("compared":
+// "blocks" or "dequantized").
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "cli.h"
 #include "ferry/checkpoint/cast.h"
@@ -14,6 +26,35 @@
 namespace ferry::tools {
 namespace {
 using json = nlohmann::ordered_json;
+
+// What a tensor is compared as: a quantized GGUF tensor as its f32 values
+// (dtype f32, shape ne reversed), with its ggml type kept in `q`.
+struct compared_as {
+  ferry::codec::dtype dtype;
+  std::vector<std::uint64_t> shape;
+  const ckpt::gguf_tensor* q = nullptr;
+};
+
+compared_as compared_as_of(const ckpt::reader& r, const ckpt::tensor_info& t) {
+  if (!is_quantized(r, t)) return {t.dtype, t.shape, nullptr};
+  const ckpt::gguf_tensor* g = gguf_tensor_of(r, t);
+  return {ferry::codec::dtype::f32, {g->ne.rbegin(), g->ne.rend()}, g};
+}
+
+std::string describe(const compared_as& c) {
+  return std::string(c.q != nullptr ? ckpt::info(c.q->type).name : ferry::codec::name(c.dtype)) + shape_text(c.shape);
+}
+
+// The elements compared: row-major, host order; dequantized when quantized.
+result<std::vector<std::byte>, error> values_of(const ckpt::reader& r, const ckpt::tensor_info& t,
+                                                const compared_as& c) {
+  if (c.q != nullptr) {
+    FERRY_TRY_ASSIGN(auto f, ckpt::get_dequantized(r, t.name));
+    return f.contiguous_copy();
+  }
+  FERRY_TRY_ASSIGN(auto x, r.get(t));
+  return x.contiguous_copy();
+}
 }  // namespace
 
 int diff(const std::string& a_path, const std::string& b_path, bool as_json, const read_flags& flags) {
@@ -44,44 +85,58 @@ int diff(const std::string& a_path, const std::string& b_path, bool as_json, con
       report({{"name", ta.name}, {"status", "only_in_a"}});
       continue;
     }
-    if (ta.dtype != tb->dtype || ta.shape != tb->shape) {
+    const compared_as ca = compared_as_of(*a, ta), cb = compared_as_of(*b, *tb);
+    if (ca.dtype != cb.dtype || ca.shape != cb.shape) {
       report({{"name", ta.name},
-              {"status", ta.dtype != tb->dtype ? "dtype_differs" : "shape_differs"},
-              {"a", std::string(ferry::codec::name(ta.dtype)) + shape_text(ta.shape)},
-              {"b", std::string(ferry::codec::name(tb->dtype)) + shape_text(tb->shape)}});
+              {"status", ca.dtype != cb.dtype ? "dtype_differs" : "shape_differs"},
+              {"a", describe(ca)},
+              {"b", describe(cb)}});
       continue;
     }
-    auto xa = a->get(ta);
-    if (!xa) return fail(xa.error(), 2);
-    auto xb = b->get(*tb);
-    if (!xb) return fail(xb.error(), 2);
-    const auto va = xa->contiguous_copy();
-    const auto vb = xb->contiguous_copy();
-    done += va.size();
+    json row{{"name", ta.name}, {"status", "identical"}};
+    if (ca.q != nullptr || cb.q != nullptr) row["compared"] = "dequantized";
+    if (ca.q != nullptr && cb.q != nullptr && ca.q->type == cb.q->type) {
+      auto xa = a->get(ta);
+      if (!xa) return fail(xa.error(), 2);
+      auto xb = b->get(*tb);
+      if (!xb) return fail(xb.error(), 2);
+      if (std::ranges::equal(xa->bytes(), xb->bytes())) {  // host-order blocks
+        done += ta.nbytes();
+        bar.update(done);
+        row["compared"] = "blocks";
+        report(std::move(row));
+        continue;
+      }
+    }
+    auto va = values_of(*a, ta, ca);
+    if (!va) return fail(va.error(), 2);
+    auto vb = values_of(*b, *tb, cb);
+    if (!vb) return fail(vb.error(), 2);
+    done += ta.nbytes();
     bar.update(done);
-    if (va == vb) {
-      report({{"name", ta.name}, {"status", "identical"}});
+    if (*va == *vb) {
+      report(std::move(row));
       continue;
     }
-    const std::size_t w = ferry::codec::size_of(ta.dtype);
+    const std::size_t w = ferry::codec::size_of(ca.dtype);
     double max_abs = 0, max_rel = 0;
     std::uint64_t differing = 0;
-    for (std::size_t i = 0; i < va.size(); i += w) {
-      if (std::memcmp(va.data() + i, vb.data() + i, w) == 0) continue;
+    for (std::size_t i = 0; i < va->size(); i += w) {
+      if (std::memcmp(va->data() + i, vb->data() + i, w) == 0) continue;
       ++differing;
-      const double x = ckpt::element_as_double(ta.dtype, va.data() + i);
-      const double y = ckpt::element_as_double(ta.dtype, vb.data() + i);
+      const double x = ckpt::element_as_double(ca.dtype, va->data() + i);
+      const double y = ckpt::element_as_double(ca.dtype, vb->data() + i);
       if (std::isnan(x) && std::isnan(y)) continue;  // NaN payloads differ
       const double d = std::isnan(x) || std::isnan(y) ? INFINITY : std::fabs(x - y);
       max_abs = std::max(max_abs, d);
       const double scale = std::max(std::fabs(x), std::fabs(y));
       if (scale > 0) max_rel = std::max(max_rel, d / scale);
     }
-    report({{"name", ta.name},
-            {"status", "differs"},
-            {"elements_differing", differing},
-            {"max_abs_diff", max_abs},
-            {"max_rel_diff", max_rel}});
+    row["status"] = "differs";
+    row["elements_differing"] = differing;
+    row["max_abs_diff"] = max_abs;
+    row["max_rel_diff"] = max_rel;
+    report(std::move(row));
   }
   for (const auto& tb : b->tensors()) {
     if (a->find(tb.name) == nullptr) report({{"name", tb.name}, {"status", "only_in_b"}});
@@ -93,7 +148,7 @@ int diff(const std::string& a_path, const std::string& b_path, bool as_json, con
   j["identical"] = identical;
 
   if (as_json) {
-    std::cout << j.dump(2) << '\n';
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';  // names need not be UTF-8
   } else {
     std::size_t same = 0;
     for (const auto& row : j["tensors"]) {

@@ -10,8 +10,10 @@
 
 namespace ferry {
 
-#define FERRY_TOOLS_ERRORS(X) \
-  X(bad_metrics, 600, "not a ferry-train metrics record (JSON lines of kind step or epoch)")
+#define FERRY_TOOLS_ERRORS(X)                                                                                      \
+  X(bad_metrics, 600, "not a ferry-train metrics record (JSON lines of kind step or epoch)")                       \
+  X(quantized_tensor, 601, "quantized GGUF tensor: dequantize it with --cast f32, or write .gguf")                 \
+  X(npy_holds_one_array, 602, "a .npy file holds exactly one array (write .npz for several)")
 FERRY_DEFINE_ERRORS(tools_errc, FERRY_TOOLS_ERRORS);
 
 }  // namespace ferry

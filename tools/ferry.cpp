@@ -2,7 +2,7 @@
 //
 //   ferry inspect FILE [--json]       tensors, metadata, byte order, alignment
 //   ferry verify FILE                 every CRC32C and structural rule
-//   ferry convert IN OUT [options]    .ferry/.safetensors/.pt -> .ferry/.safetensors, byte order, casts
+//   ferry convert IN OUT [options]    any format read -> .ferry/.safetensors/.gguf/.npy/.npz, byte order, casts
 //   ferry diff A B [--json]           what differs between two checkpoints
 //   ferry dump FILE                   a graph archive as JSON
 //   ferry plot METRICS -o SVG         ferry-train's loss and accuracy curves
@@ -13,15 +13,18 @@
 // diff(1)). --help prints usage to stdout. Progress bars go to stderr, and
 // only when it is a terminal.
 //
+// Formats read: .ferry (and sets), .safetensors (and Hugging Face's
+// sharded index), PyTorch .pt (read only), GGUF, NumPy .npy and .npz.
+//
 // ferry --version prints the version, the CPU features found and enabled,
 // and the kernel each dispatcher chose (base/cpu.h), for bug reports.
 // FERRY_CPU_FEATURES narrows the features every command may use; a value
 // naming an unknown feature is a usage error.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,96 +38,6 @@
 
 namespace ferry::tools {
 namespace {
-
-using json = nlohmann::ordered_json;
-
-// --- inspect ----------------------------------------------------------------
-
-int inspect(const std::string& path, bool as_json, const read_flags& flags) {
-  auto opened = open_checkpoint(path, flags);
-  if (!opened) return fail(opened.error());
-  const auto& r = *opened;
-  if (as_json) {
-    json j;
-    j["file"] = path;
-    j["format"] = ckpt::format_name(r.format());
-    j["byte_order"] = wire::name(r.order());
-    j["alignment"] = r.alignment();
-    j["file_size"] = r.file_size();
-    j["tensors"] = json::array();
-    for (const auto& t : r.tensors()) {
-      j["tensors"].push_back({{"name", t.name},
-                              {"dtype", ferry::codec::name(t.dtype)},
-                              {"shape", t.shape},
-                              {"strides", t.strides},
-                              {"offset", t.offset},
-                              {"bytes", t.nbytes()},
-                              {"storage", t.storage},
-                              {"shared_with", r.shared_with(t)}});
-    }
-    j["storages"] = json::array();
-    for (const auto& s : r.storages()) {
-      json e = {{"offset", s.offset}, {"bytes", s.nbytes}, {"dtype", ferry::codec::name(s.dtype)}};
-      if (s.crc32c) e["crc32c"] = *s.crc32c;
-      j["storages"].push_back(std::move(e));
-    }
-    j["metadata"] = r.metadata();
-    if (!r.shards().empty()) {
-      j["shards"] = json::array();
-      for (const auto& sh : r.shards()) {
-        json e{{"file", sh.path().filename().string()},
-               {"byte_order", wire::name(sh.order())},
-               {"file_size", sh.file_size()},
-               {"tensors", sh.tensors().size()}};
-        if (const auto id = sh.metadata().find("ferry.set.save_id"); id != sh.metadata().end()) e["save_id"] = id->second;
-        j["shards"].push_back(std::move(e));
-      }
-    }
-    std::cout << j.dump(2) << '\n';
-    return flush_stdout();
-  }
-
-  std::cout << path << ": " << ckpt::format_name(r.format()) << ", " << wire::name(r.order()) << "-endian, alignment "
-            << r.alignment() << ", " << human_bytes(r.file_size()) << " (" << r.file_size() << " bytes)\n"
-            << r.tensors().size() << " tensors in " << r.storages().size() << " storages, "
-            << human_bytes(total_storage_bytes(r)) << " of data\n";
-  for (const auto& sh : r.shards()) {
-    // The save that wrote it: an incremental set's chain shows here.
-    const auto id = sh.metadata().find("ferry.set.save_id");
-    std::cout << "  shard " << sh.path().filename().string() << ": " << wire::name(sh.order()) << "-endian, "
-              << human_bytes(sh.file_size()) << ", " << sh.tensors().size() << " tensors"
-              << (id == sh.metadata().end() ? std::string() : ", save " + id->second) << '\n';
-  }
-  std::cout << '\n';
-  // Names and metadata come from the file: printable() escapes what could
-  // split a row or drive the terminal (--json escapes them as JSON).
-  std::vector<std::array<std::string, 5>> rows{{"NAME", "DTYPE", "SHAPE", "BYTES", "SHARED WITH"}};
-  for (const auto& t : r.tensors()) {
-    std::string shared;
-    for (const auto& n : r.shared_with(t)) shared += (shared.empty() ? "" : ", ") + ferry::printable(n);
-    rows.push_back({ferry::printable(t.name), std::string(ferry::codec::name(t.dtype)), shape_text(t.shape), std::to_string(t.nbytes()),
-                    shared.empty() ? "-" : shared});
-  }
-  std::array<std::size_t, 5> width{};
-  for (const auto& row : rows) {
-    for (std::size_t c = 0; c < 5; ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t c = 0; c < 5; ++c) {
-      std::string cell = row[c];
-      if (c == 3 && &row != &rows.front()) cell.insert(0, width[c] - cell.size(), ' ');  // numbers right-aligned
-      else if (c < 4) cell.resize(width[c], ' ');
-      line += cell + (c < 4 ? "  " : "");
-    }
-    std::cout << line << '\n';
-  }
-  if (!r.metadata().empty()) {
-    std::cout << "\nmetadata:\n";
-    for (const auto& [k, v] : r.metadata()) std::cout << "  " << ferry::printable(k) << ": " << ferry::printable(v) << '\n';
-  }
-  return flush_stdout();
-}
 
 // --- verify -----------------------------------------------------------------
 
@@ -186,7 +99,8 @@ std::string version_text() {
 
 int main(int argc, char** argv) {
   using namespace ferry::tools;
-  CLI::App app{"ferry: inspect, verify, convert and compare tensor checkpoints (.ferry, .safetensors, PyTorch .pt)"};
+  CLI::App app{"ferry: inspect, verify, convert and compare tensor checkpoints (.ferry, .safetensors, PyTorch .pt, GGUF, "
+               "NumPy .npy/.npz)"};
   app.name("ferry");
   app.require_subcommand(1);
   app.set_version_flag("--version", &version_text,
@@ -201,41 +115,58 @@ int main(int argc, char** argv) {
   std::string file, second;
   bool as_json = false;
   auto* inspect_cmd = app.add_subcommand("inspect", "list tensors, metadata, byte order and alignment");
-  inspect_cmd->add_option("FILE", file, "a .ferry, .safetensors or .pt file")->required();
+  inspect_cmd->add_option("FILE", file, "a .ferry, .safetensors, .pt, .gguf, .npy or .npz file")->required();
   inspect_cmd->add_flag("--json", as_json, "machine-readable output");
 
   auto* verify_cmd = app.add_subcommand("verify", "check every CRC32C and structural rule (exit 0 when good)");
-  verify_cmd->add_option("FILE", file, "a .ferry, .safetensors or .pt file")->required();
+  verify_cmd->add_option("FILE", file, "a .ferry, .safetensors, .pt, .gguf, .npy or .npz file")->required();
 
   convert_options co;
-  auto* convert_cmd = app.add_subcommand("convert", "convert .ferry, .safetensors or .pt to .ferry or .safetensors");
+  auto* convert_cmd = app.add_subcommand(
+      "convert", "convert any file ferry reads to .ferry, .safetensors, .gguf, .npy or .npz; GGUF byte order");
   convert_cmd->add_option("IN", file, "the file to read")->required();
   convert_cmd->add_option("OUT", second,
-                          "the file to write (atomically): .safetensors (or .index.json) by its suffix, else .ferry (never .pt)")
+                          "the file to write (atomically; OUT may be IN): by its suffix .safetensors (or .index.json), "
+                          ".gguf, .npy, .npz, else .ferry (never .pt)")
       ->required();
   convert_cmd->add_option("--format", co.format, "output format, instead of OUT's suffix")
-      ->check(CLI::IsMember({"ferry", "safetensors"}));
-  convert_cmd->add_option("--order", co.order, "byte order of a .ferry output (default: this host's)")
+      ->check(CLI::IsMember({"ferry", "safetensors", "gguf", "npy", "npz"}));
+  convert_cmd->add_option("--order", co.order,
+                          "byte order of a .ferry, .gguf, .npy or .npz output (default: this host's; safetensors is "
+                          "little-endian only)")
       ->check(CLI::IsMember({"little", "big"}));
-  convert_cmd->add_option("--cast", co.cast, "convert floating tensors to this dtype")
+  convert_cmd->add_option("--cast", co.cast,
+                          "convert floating tensors to this dtype; quantized GGUF tensors are dequantized (needed for "
+                          "any output but .gguf)")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  convert_cmd->add_flag("--compress", co.compress, "deflate an .npz output's records (as np.savez_compressed)");
   convert_cmd->add_option("--shared", co.shared,
                           "safetensors output: tensors sharing storage are refused, copied, or written once "
                           "with aliases in __metadata__")
       ->check(CLI::IsMember({"refuse", "copy", "alias"}))
       ->capture_default_str();
-  convert_cmd->add_option("--alignment", co.alignment, "storage alignment in bytes (power of two)")
-      ->capture_default_str();
+  auto* alignment_opt = convert_cmd->add_option("--alignment", co.alignment,
+                                                "storage alignment in bytes (power of two; a .gguf output: its "
+                                                "general.alignment, default the input's or 32)")
+                            ->capture_default_str();
   convert_cmd->add_option("--shard-size", co.shard_size,
                           "write a set of shards of at most this much data (2GB, 500MiB): .safetensors as Hugging "
                           "Face's (OUT.index.json and OUT-00001-of-0000N.safetensors), .ferry as a ferry set (OUT is "
                           "its index)")
       ->transform(CLI::AsSizeValue(true))
       ->check([](const std::string& v) { return v == "0" ? std::string("a shard size must be more than 0") : std::string(); });
-  // A .pt file written before PyTorch 2.1 does not say its byte order.
+  // Byte orders a file does not say: a .pt file written before PyTorch
+  // 2.1; a GGUF file whose version field misleads; a .npy descr of '|' or
+  // '=' on elements wider than a byte.
   const auto pytorch_order = [](CLI::App* cmd, read_flags& flags) {
     cmd->add_option("--pytorch-order", flags.pytorch_order,
                     "byte order of a .pt file without a byteorder record (PyTorch < 2.1; default little)")
+        ->check(CLI::IsMember({"little", "big"}));
+    cmd->add_option("--gguf-order", flags.gguf_order,
+                    "read a GGUF file in this byte order (default: detected from its version field)")
+        ->check(CLI::IsMember({"little", "big"}));
+    cmd->add_option("--npy-native-order", flags.npy_native_order,
+                    "byte order of a .npy descr '|' or '=' on wide elements (the writer's 'native'; default: refused)")
         ->check(CLI::IsMember({"little", "big"}));
   };
   // A conversion reads every byte and writes fresh checksums over them: it
@@ -269,7 +200,10 @@ int main(int argc, char** argv) {
   try {
     if (inspect_cmd->parsed()) return inspect(file, as_json, rf);
     if (verify_cmd->parsed()) return verify(file, rf);
-    if (convert_cmd->parsed()) return convert(file, second, co);
+    if (convert_cmd->parsed()) {
+      co.alignment_given = alignment_opt->count() > 0;
+      return convert(file, second, co);
+    }
     if (diff_cmd->parsed()) return diff(file, second, as_json, rf);
     if (plot_cmd->parsed()) {
       if (auto r = plot(file, svg); !r) return fail(r.error());
