@@ -107,7 +107,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     }
     if (s->nbytes % codec::size_of(*dtype) != 0) return sfail(checkpoint_errc::shape_size_mismatch);
     end = start + s->nbytes;
-    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt});
+    out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt, std::nullopt});
   }
   std::uint64_t manifest_start = 0;
   if (!align_up(end, align, manifest_start) || manifest_start != t.manifest_offset) {

@@ -308,7 +308,7 @@ class flattener {
         return fail(checkpoint_errc::shape_size_mismatch, "record " + quote(record));
       }
       out_.storages.push_back({z.data_offset, z.size, *t->dtype, std::nullopt,
-                               z.crc32 != 0 ? std::optional<std::uint32_t>(z.crc32) : std::nullopt});
+                               z.crc32 != 0 ? std::optional<std::uint32_t>(z.crc32) : std::nullopt, std::nullopt});
       used_records_[r] = true;
     }
     const storage_info& st = out_.storages[it->second];

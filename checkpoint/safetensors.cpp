@@ -282,7 +282,7 @@ result<parsed_file, error> parse_safetensors_header(std::string_view json, std::
     for (const auto d : e.shape) numel *= d;
     if (numel * codec::size_of(dtype) != nbytes) return error(checkpoint_errc::shape_size_mismatch, tensor_what(e.name));
     storage_of[i] = static_cast<std::uint32_t>(out.storages.size());
-    out.storages.push_back({data_offset + e.begin, nbytes, dtype, std::nullopt, std::nullopt});
+    out.storages.push_back({data_offset + e.begin, nbytes, dtype, std::nullopt, std::nullopt, std::nullopt});
     at = e.end;
   }
   if (at != data_size) return error(errc::trailing_bytes, "safetensors data");

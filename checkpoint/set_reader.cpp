@@ -194,7 +194,7 @@ result<std::unique_ptr<shard_set>, error> build_set(const std::filesystem::path&
       auto strides = contiguous_strides(t.shape);
       out.tensors.push_back({std::move(t.name), dtype, std::move(t.shape), std::move(strides), 0,
                              static_cast<std::uint32_t>(out.storages.size())});
-      out.storages.push_back({0, numel * codec::size_of(dtype), dtype, std::nullopt, std::nullopt});
+      out.storages.push_back({0, numel * codec::size_of(dtype), dtype, std::nullopt, std::nullopt, std::nullopt});
       set->sources.push_back(std::move(sources));
       set->whole.push_back(false);
     }
