@@ -2,6 +2,7 @@
 // IQ types (256-element blocks that index the grids of ggml_tables*.cpp).
 // As in ggml_dequantize.cpp, each repeats ggml's float operations in
 // ggml's order; the block layouts are in ggml_types.h.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,8 +18,15 @@ namespace {
 
 constexpr float iq1_delta = 0.125f;  // ggml's IQ1S_DELTA and IQ1M_DELTA
 
-// -1 where bit `bit` of the sign byte is set, else +1.
-float sign_of(int signs, unsigned bit) noexcept { return (signs >> bit) & 1 ? -1.f : 1.f; }
+// `v` negated where bit `bit` of the sign byte is set. ggml writes
+// `v * (set ? -1.f : 1.f)`, which optimising compilers (and ggml's builds)
+// turn into flipping the sign bit: for a NaN scale that gives a NaN of the
+// other sign than a multiplication would. The flip is written out, so that
+// every compiler and optimisation level gives ggml's released bits.
+float signed_by(float v, int signs, unsigned bit) noexcept {
+  const std::uint32_t flip = static_cast<std::uint32_t>((signs >> bit) & 1) << 31;
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) ^ flip);
+}
 
 // Byte j of an index into a table of grid entries.
 template <std::size_t N, class Entry>
@@ -39,7 +47,7 @@ void dequantize_iq2_xxs(ggml_block b, float* y) noexcept {
     for (unsigned l = 0; l < 4; ++l) {
       const int index = b.u8(g + l);
       const int signs = iq2_signs((aux >> (7 * l)) & 127u);
-      for (unsigned j = 0; j < 8; ++j) y[j] = db * fl(grid_at(iq2xxs_grid, index, j)) * sign_of(signs, j);
+      for (unsigned j = 0; j < 8; ++j) y[j] = signed_by(db * fl(grid_at(iq2xxs_grid, index, j)), signs, j);
       y += 8;
     }
   }
@@ -54,7 +62,7 @@ void dequantize_iq2_xs(ggml_block b, float* y) noexcept {
     for (std::size_t l = 0; l < 4; ++l) {
       const int q = b.u16(2 + 2 * (4 * ib + l));
       const int signs = iq2_signs(static_cast<unsigned>(q >> 9));
-      for (unsigned j = 0; j < 8; ++j) y[j] = db[l / 2] * fl(grid_at(iq2xs_grid, q & 511, j)) * sign_of(signs, j);
+      for (unsigned j = 0; j < 8; ++j) y[j] = signed_by(db[l / 2] * fl(grid_at(iq2xs_grid, q & 511, j)), signs, j);
       y += 8;
     }
   }
@@ -73,7 +81,7 @@ void dequantize_iq2_s(ggml_block b, float* y) noexcept {
       const float dl = db[l / 2];
       const int index = b.u8(qs + l) | ((qh << (8 - 2 * static_cast<int>(l))) & 0x300);
       const int s = b.u8(signs + l);
-      for (unsigned j = 0; j < 8; ++j) y[j] = dl * fl(grid_at(iq2s_grid, index, j)) * sign_of(s, j);
+      for (unsigned j = 0; j < 8; ++j) y[j] = signed_by(dl * fl(grid_at(iq2s_grid, index, j)), s, j);
       y += 8;
     }
     qs += 4;
@@ -93,8 +101,8 @@ void dequantize_iq3_xxs(ggml_block b, float* y) noexcept {
       const int signs = iq2_signs((aux >> (7 * l)) & 127u);
       const int i1 = b.u8(qs + 2 * l), i2 = b.u8(qs + 2 * l + 1);
       for (unsigned j = 0; j < 4; ++j) {
-        y[j + 0] = db * fl(grid_at(iq3xxs_grid, i1, j)) * sign_of(signs, j);
-        y[j + 4] = db * fl(grid_at(iq3xxs_grid, i2, j)) * sign_of(signs, j + 4);
+        y[j + 0] = signed_by(db * fl(grid_at(iq3xxs_grid, i1, j)), signs, j);
+        y[j + 4] = signed_by(db * fl(grid_at(iq3xxs_grid, i2, j)), signs, j + 4);
       }
       y += 8;
     }
@@ -118,8 +126,8 @@ void dequantize_iq3_s(ggml_block b, float* y) noexcept {
         const int i2 = b.u8(qs + 2 * l + 1) | ((h << (7 - shift)) & 256);
         const int s = b.u8(signs + l);
         for (unsigned j = 0; j < 4; ++j) {
-          y[j + 0] = db * fl(grid_at(iq3s_grid, i1, j)) * sign_of(s, j);
-          y[j + 4] = db * fl(grid_at(iq3s_grid, i2, j)) * sign_of(s, j + 4);
+          y[j + 0] = signed_by(db * fl(grid_at(iq3s_grid, i1, j)), s, j);
+          y[j + 4] = signed_by(db * fl(grid_at(iq3s_grid, i2, j)), s, j + 4);
         }
         y += 8;
       }

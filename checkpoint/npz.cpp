@@ -66,7 +66,7 @@ class inflater {
       if (rc == Z_STREAM_END && left > 0) return fail("inflates to fewer bytes than the record's size");
       if (rc != Z_OK && rc != Z_STREAM_END && !(rc == Z_BUF_ERROR && z_.avail_in == 0)) return fail("corrupt deflate stream");
     }
-    crc_ = static_cast<std::uint32_t>(crc32_z(crc_, reinterpret_cast<const Bytef*>(out.data()), out.size()));
+    crc_ = detail::zip_crc32(out, crc_);
     return {};
   }
 
@@ -114,14 +114,30 @@ class inflater {
   std::uint32_t crc_ = 0;
 };
 
-// The first `n` bytes of a record, as stored or inflated.
+// The npy header at the start of a record, within its first `n` bytes: a
+// stored record's `n` bytes are read at once; a deflated one inflates the
+// 12 bytes that hold the header's length, then only the rest of the header
+// (opening an .npz never inflates a record's data).
 result<std::vector<std::byte>, error> record_head(const npz_source& src, const zip_read_at& read, std::size_t n) {
   std::vector<std::byte> head(n);
   if (src.method == 0) {
     FERRY_TRY(read(src.record_offset, head));
-  } else {
-    inflater z(src, read);
-    FERRY_TRY(z.produce(head));
+    return head;
+  }
+  inflater z(src, read);
+  head.resize(std::min<std::size_t>(n, 12));
+  FERRY_TRY(z.produce(head));
+  std::size_t want = n;
+  if (head.size() == 12) {  // magic (6), version (2), length: u16 in 1.0, u32 after
+    wire::reader in(std::span<const std::byte>(head).subspan(8));
+    const bool v1 = head[6] == std::byte{1};
+    const std::uint64_t length = v1 ? in.read_le<std::uint16_t>().value_or(0) : in.read_le<std::uint32_t>().value_or(0);
+    want = static_cast<std::size_t>(std::min<std::uint64_t>(n, (v1 ? 10 : 12) + length));
+  }
+  if (want > head.size()) {
+    const std::size_t have = head.size();
+    head.resize(want);
+    FERRY_TRY(z.produce(std::span(head).subspan(have)));
   }
   return head;
 }
@@ -275,11 +291,12 @@ std::vector<std::byte> local_header(const written_record& r) {
   if (r.method == 0) {
     const std::uint64_t before = r.offset + 30 + r.name.size() + extra.size() + 6;  // 6: the padding field's head
     const auto pad = static_cast<std::size_t>((data_align - before % data_align) % data_align);
-    wire::vector_writer x(extra);
-    x.write<std::uint16_t>(align_id, le);
-    x.write<std::uint16_t>(static_cast<std::uint16_t>(2 + pad), le);
-    x.write<std::uint16_t>(static_cast<std::uint16_t>(data_align), le);
-    x.flush();
+    {
+      wire::vector_writer x(extra);  // gone before the resize: its flush would trim the padding
+      x.write<std::uint16_t>(align_id, le);
+      x.write<std::uint16_t>(static_cast<std::uint16_t>(2 + pad), le);
+      x.write<std::uint16_t>(static_cast<std::uint16_t>(data_align), le);
+    }
     extra.resize(extra.size() + pad, std::byte{0});
   }
   std::vector<std::byte> out;
@@ -379,7 +396,7 @@ result<std::vector<std::byte>, error> deflate_payload(const detail::npy_payload&
     z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - used, UINT32_MAX));
   };
   auto fed = p.emit([&](std::span<const std::byte> b) -> result<void, error> {
-    crc = static_cast<std::uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(b.data()), b.size()));
+    crc = detail::zip_crc32(b, crc);
     // emit() hands host-order data over whole (any size): zlib's counts
     // are 32-bit, so it is fed below 4 GiB at a time.
     for (std::size_t at = 0; at < b.size();) {

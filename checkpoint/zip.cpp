@@ -96,6 +96,9 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
 error zip_malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
 
 std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc) noexcept {
+  // zlib answers a null buffer with the initial value 0, whatever `crc` was:
+  // an empty span (data() may be null) leaves the CRC as it is.
+  if (bytes.empty()) return crc;
   return static_cast<std::uint32_t>(::crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));  // zlib's byte type
 }
 
