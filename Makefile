@@ -25,11 +25,12 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
 
 all: test
 
-# make test installs LibTorch (the trainer and ferry::torch) and Fashion-MNIST;
+# make test installs LibTorch (the trainer and ferry::torch), Fashion-MNIST and
+# llama.cpp's libggml (the GGUF oracle, from npm);
 # the peers' message formats, Boost.Serialization, cereal and Google
 # Benchmark are only for make bench.
 deps:
-	@scripts/install-deps build test cross fuzz
+	@scripts/install-deps build test cross fuzz oracle
 
 bench-deps:
 	@scripts/install-deps build cross bench

@@ -1,11 +1,13 @@
 // ferry._ferry: the checkpoint API (ferry/checkpoint) for Python. The
 // public face is python/ferry/__init__.py; this module only moves bytes:
 //
-//   Reader(path, pytorch_order, copy_on_write)   checkpoint::reader
-//     .format .order .keys() .info(name) .metadata() .verify()
-//     .get(name) -> numpy array     .load() -> {name: numpy array}
-//     .storages() -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
-//   save(path, entries, storages, metadata, format, order, alignment, shared)
+//   Reader(path, pytorch_order, copy_on_write, gguf_order)   checkpoint::reader
+//     .format .order .keys() .info(name) .metadata() .gguf_metadata() .verify()
+//     .get(name, dequantize) -> numpy array     .load(dequantize) -> {name: numpy array}
+//     .storages(dequantize) -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
+//   save(path, entries, storages, metadata, format, order, alignment, shared)   .ferry, safetensors
+//   save_numpy(path, entries, storages, format, order, compress)               .npy, .npz
+//   save_gguf(path, entries, storages, metadata, order, ggml_types)            GGUF (gguf_values.h)
 //   dtypes                                       {name: code, bytes, numpy and torch names}
 //   cpu_info() -> {version, cpu_features, enabled_cpu_features, kernels}   base/cpu.h
 //
@@ -23,6 +25,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -31,9 +34,12 @@
 
 #include "ferry/base/cpu.h"
 #include "ferry/codec/kernels.h"
+#include "ferry/checkpoint/gguf.h"
+#include "ferry/checkpoint/npy.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
+#include "gguf_values.h"
 
 namespace py = pybind11;
 namespace ckpt = ferry::checkpoint;
@@ -186,6 +192,11 @@ py::dict info_dict(const ckpt::reader& r, const ckpt::tensor_info& t) {
   d["storage"] = t.storage;
   d["nbytes"] = t.nbytes();
   d["shared_with"] = r.shared_with(t);
+  if (const ckpt::gguf_header* h = r.gguf()) {  // GGUF: one storage a tensor
+    const ckpt::gguf_tensor& g = h->tensors[t.storage];
+    d["ggml_type"] = std::string(ckpt::info(g.type).name);
+    d["quantized"] = !ckpt::dtype_of(g.type).has_value();
+  }
   return d;
 }
 
@@ -197,9 +208,11 @@ std::optional<ferry::wire::byte_order> parse_order(const std::optional<std::stri
 
 class py_reader {
  public:
-  py_reader(const std::string& path, const std::optional<std::string>& pytorch_order, bool copy_on_write) {
+  py_reader(const std::string& path, const std::optional<std::string>& pytorch_order, bool copy_on_write,
+            const std::optional<std::string>& gguf_order) {
     ckpt::read_options opt;
     opt.pytorch_order = parse_order(pytorch_order);
+    opt.gguf_order = parse_order(gguf_order);
     opt.copy_on_write = copy_on_write_ = copy_on_write;
     py::gil_scoped_release unlocked;
     r_ = std::make_unique<ckpt::reader>(value_or_raise(ckpt::open(path, opt)));
@@ -223,6 +236,16 @@ class py_reader {
   py::dict info(const std::string& name) const { return info_dict(*r_, find(name)); }
   std::map<std::string, std::string> metadata() const { return r_->metadata(); }
 
+  // A GGUF file's metadata with each value's type (gguf_values.h), in the
+  // file's order; ValueError for other formats.
+  py::dict gguf_metadata() const {
+    const ckpt::gguf_header* h = r_->gguf();
+    if (h == nullptr) throw py::value_error(path() + ": not a GGUF file (" + format() + ")");
+    py::dict out;
+    for (const auto& kv : h->metadata) out[ferry::python::to_python(ckpt::gguf_value(kv.key))] = ferry::python::to_python(kv.value);
+    return out;
+  }
+
   void verify() const {
     raise_if_error([&] {
       py::gil_scoped_release unlocked;
@@ -230,34 +253,48 @@ class py_reader {
     }());
   }
 
-  py::array get(const std::string& name) const {
+  py::array get(const std::string& name, bool dequantize) const {
     const ckpt::tensor_info& t = find(name);
     const ckpt::tensor tensor = value_or_raise([&] {
       py::gil_scoped_release unlocked;
-      return r_->get(t);
+      return quantized(t) && dequantize ? ckpt::get_dequantized(*r_, t.name) : r_->get(t);
     }());
-    return tensor_array(t, storage_array(tensor.storage(), copy_on_write_));
+    return tensor_array(tensor.info(), storage_array(tensor.storage(), copy_on_write_ || dequantize));
   }
 
-  // Every tensor, storages read in parallel without the GIL.
-  std::vector<ckpt::tensor> get_all() const {
-    return value_or_raise([&] {
+  // Every tensor, storages read in parallel without the GIL; with
+  // `dequantize`, a GGUF file's quantized tensors as f32 (each then over a
+  // storage of its own, numbered after the file's).
+  std::vector<ckpt::tensor> get_all(bool dequantize) const {
+    return value_or_raise([&]() -> ferry::result<std::vector<ckpt::tensor>, ferry::error> {
       py::gil_scoped_release unlocked;
-      return r_->get_all();
+      FERRY_TRY_ASSIGN(auto all, r_->get_all());
+      if (!dequantize) return all;
+      for (auto& t : all) {
+        if (!quantized(t.info())) continue;
+        FERRY_TRY_ASSIGN(ckpt::tensor d, ckpt::get_dequantized(*r_, t.name()));
+        ckpt::tensor_info i = d.info();
+        i.storage = static_cast<std::uint32_t>(r_->storages().size() + (&t - all.data()));
+        t = ckpt::tensor(std::move(i), d.storage());
+      }
+      return all;
     }());
   }
 
-  // One storage_array per storage the tensors use (None for the others).
+  // One storage_array per storage the tensors use (None for the others;
+  // get_all()'s dequantized storages come after the file's).
   std::vector<py::object> bases(const std::vector<ckpt::tensor>& all) const {
-    std::vector<py::object> out(r_->storages().size());
+    std::vector<py::object> out(r_->storages().size() + all.size());
     for (const auto& t : all) {
-      if (!out[t.info().storage]) out[t.info().storage] = storage_array(t.storage(), copy_on_write_);
+      const bool own = t.info().storage >= r_->storages().size();  // dequantized: fresh memory, writable
+      if (!out[t.info().storage]) out[t.info().storage] = storage_array(t.storage(), copy_on_write_ || own);
     }
+    while (!out.empty() && !out.back()) out.pop_back();
     return out;
   }
 
-  py::dict load() const {
-    const auto all = get_all();
+  py::dict load(bool dequantize) const {
+    const auto all = get_all(dequantize);
     const auto base = bases(all);
     py::dict out;
     for (const auto& t : all) {
@@ -266,8 +303,8 @@ class py_reader {
     return out;
   }
 
-  py::tuple storages() const {
-    const auto all = get_all();
+  py::tuple storages(bool dequantize) const {
+    const auto all = get_all(dequantize);
     py::list entries;
     for (const auto& t : all) {
       const auto& i = t.info();
@@ -278,6 +315,12 @@ class py_reader {
   }
 
  private:
+  // A GGUF tensor held as raw quantized blocks.
+  bool quantized(const ckpt::tensor_info& t) const {
+    const ckpt::gguf_header* h = r_->gguf();
+    return h != nullptr && !ckpt::dtype_of(h->tensors[t.storage].type).has_value();
+  }
+
   std::unique_ptr<ckpt::reader> r_;
   bool copy_on_write_ = false;
 };
@@ -285,49 +328,131 @@ class py_reader {
 using entry = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::vector<std::uint64_t>, std::uint64_t,
                          std::size_t>;
 
+// The tensors Python hands over, as tensor_refs over its buffers (which
+// stay requested, so their memory stays put, while the refs are used).
+struct python_tensors {
+  std::vector<py::buffer_info> buffers;
+  std::vector<ckpt::tensor_ref> refs;
+
+  python_tensors(const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects) {
+    buffers.reserve(storage_objects.size());
+    for (const auto& b : storage_objects) {
+      buffers.push_back(b.request());
+      if (buffers.back().ndim != 1 || buffers.back().itemsize != 1 || buffers.back().strides[0] != 1) {
+        throw py::value_error("a storage must be a contiguous buffer of bytes");
+      }
+    }
+    refs.reserve(entries.size());
+    for (const auto& [name, dtype, shape, strides, offset, storage] : entries) {
+      if (storage >= buffers.size()) throw py::index_error("storage index out of range");
+      const auto dt = ferry::codec::dtype_from_name(dtype);
+      if (!dt) throw py::value_error("'" + name + "': no ferry dtype '" + dtype + "'");
+      refs.push_back({name, *dt, shape, strides, offset,
+                      {static_cast<const std::byte*>(buffers[storage].ptr),
+                       static_cast<std::size_t>(buffers[storage].size)}});
+    }
+  }
+};
+
+// Runs `write` without the GIL; a ferry error raises.
+template <class F>
+void write_unlocked(F&& write) {
+  raise_if_error([&]() -> ferry::result<void, ferry::error> {
+    py::gil_scoped_release unlocked;
+    return write();
+  }());
+}
+
 void save(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
           const std::map<std::string, std::string>& metadata, const std::string& format,
           const std::optional<std::string>& order, std::uint32_t alignment, const std::string& shared) {
-  std::vector<py::buffer_info> buffers;  // held until written
-  buffers.reserve(storage_objects.size());
-  for (const auto& b : storage_objects) {
-    buffers.push_back(b.request());
-    if (buffers.back().ndim != 1 || buffers.back().itemsize != 1 || buffers.back().strides[0] != 1) {
-      throw py::value_error("a storage must be a contiguous buffer of bytes");
-    }
-  }
-  std::vector<ckpt::tensor_ref> refs;
-  refs.reserve(entries.size());
-  for (const auto& [name, dtype, shape, strides, offset, storage] : entries) {
-    if (storage >= buffers.size()) throw py::index_error("storage index out of range");
-    const auto dt = ferry::codec::dtype_from_name(dtype);
-    if (!dt) throw py::value_error("'" + name + "': no ferry dtype '" + dtype + "'");
-    refs.push_back({name, *dt, shape, strides, offset,
-                    {static_cast<const std::byte*>(buffers[storage].ptr), static_cast<std::size_t>(buffers[storage].size)}});
-  }
+  const python_tensors in(entries, storage_objects);
   const auto wanted = parse_order(order);
-  raise_if_error([&]() -> ferry::result<void, ferry::error> {
-    py::gil_scoped_release unlocked;
-    {
-      if (format == "safetensors") {
-        if (wanted && *wanted != ferry::wire::byte_order::little) {
-          return ferry::error(ferry::errc::bad_value, path + ": safetensors is little-endian only");
-        }
-        ckpt::safetensors_options so;
-        so.alignment = alignment;
-        so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);
-        return ckpt::save_safetensors(path, refs, metadata, so);
+  write_unlocked([&]() -> ferry::result<void, ferry::error> {
+    if (format == "safetensors") {
+      if (wanted && *wanted != ferry::wire::byte_order::little) {
+        return ferry::error(ferry::errc::bad_value, path + ": safetensors is little-endian only");
       }
-      ckpt::write_options wo;
-      wo.order = wanted.value_or(ferry::wire::host_order);
-      wo.alignment = alignment;
-      FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, wo));
-      std::vector<std::optional<ckpt::storage_id>> written(buffers.size());
-      for (std::size_t i = 0; i < refs.size(); ++i) FERRY_TRY(w.add_shared(refs[i], written[std::get<5>(entries[i])]));
-      for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
-      return w.commit();
+      ckpt::safetensors_options so;
+      so.alignment = alignment;
+      so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);
+      return ckpt::save_safetensors(path, in.refs, metadata, so);
     }
-  }());
+    ckpt::write_options wo;
+    wo.order = wanted.value_or(ferry::wire::host_order);
+    wo.alignment = alignment;
+    FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, wo));
+    std::vector<std::optional<ckpt::storage_id>> written(in.buffers.size());
+    for (std::size_t i = 0; i < in.refs.size(); ++i) FERRY_TRY(w.add_shared(in.refs[i], written[std::get<5>(entries[i])]));
+    for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
+    return w.commit();
+  });
+}
+
+// .npy (exactly one tensor) or .npz.
+void save_numpy(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
+                const std::string& format, const std::optional<std::string>& order, bool compress) {
+  const python_tensors in(entries, storage_objects);
+  ckpt::npy_options opt;
+  opt.order = parse_order(order).value_or(ferry::wire::host_order);
+  opt.compress = compress;
+  if (format == "npy" && in.refs.size() != 1) {
+    throw py::value_error(path + ": a .npy file holds one array, not " + std::to_string(in.refs.size()) +
+                          " (save an .npz)");
+  }
+  write_unlocked([&] { return format == "npy" ? ckpt::save_npy(path, in.refs[0], opt) : ckpt::save_npz(path, in.refs, opt); });
+}
+
+// A tensor of raw quantized blocks (a uint8 array whose last extent counts
+// bytes, as ferry reads them) as the GGUF tensor of ggml type `type_name`.
+ckpt::gguf_tensor_ref quantized_tensor(const ckpt::tensor_ref& t, const std::string& type_name) {
+  const auto type = ckpt::ggml_type_from_name(type_name);
+  if (!type) throw py::value_error("'" + std::string(t.name) + "': no ggml type '" + type_name + "'");
+  const ckpt::ggml_type_info& ti = ckpt::info(*type);
+  const std::string what = "'" + std::string(t.name) + "' as " + std::string(ti.name) + ": ";
+  if (t.dtype != ferry::codec::dtype::u8 || t.shape.empty()) {
+    throw py::type_error(what + "quantized blocks are a uint8 array whose last extent counts bytes");
+  }
+  const auto strides = ckpt::contiguous_strides(std::vector<std::uint64_t>(t.shape.begin(), t.shape.end()));
+  if (!t.strides.empty() && !std::equal(t.strides.begin(), t.strides.end(), strides.begin(), strides.end())) {
+    throw py::value_error(what + "the array is not contiguous");
+  }
+  ckpt::gguf_tensor_ref g;
+  g.name = t.name;
+  g.type = *type;
+  g.ne.assign(t.shape.rbegin(), t.shape.rend());
+  if (g.ne[0] % ti.block_bytes != 0) {
+    throw py::value_error(what + "a row of " + std::to_string(g.ne[0]) + " bytes is not whole blocks of " +
+                          std::to_string(ti.block_bytes));
+  }
+  g.ne[0] = g.ne[0] / ti.block_bytes * ti.block_elements;
+  std::uint64_t bytes = 1;
+  for (const std::uint64_t d : t.shape) bytes *= d;  // within the buffer Python handed over
+  if (t.offset > t.storage.size() || bytes > t.storage.size() - t.offset) throw py::value_error(what + "past its storage");
+  g.data = t.storage.subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(bytes));
+  return g;
+}
+
+void save_gguf(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
+               const py::dict& metadata, const std::optional<std::string>& order,
+               const std::map<std::string, std::string>& ggml_types) {
+  const python_tensors in(entries, storage_objects);
+  std::vector<ckpt::gguf_kv> md;
+  for (const auto& [k, v] : metadata) {
+    const std::string key = py::cast<std::string>(k);
+    md.push_back({key, ferry::python::from_python(v, key)});
+  }
+  std::vector<ckpt::gguf_tensor_ref> tensors;
+  for (const auto& t : in.refs) {
+    if (const auto q = ggml_types.find(std::string(t.name)); q != ggml_types.end()) {
+      tensors.push_back(quantized_tensor(t, q->second));
+    } else {
+      tensors.push_back(value_or_raise(ckpt::to_gguf_tensor(t)));
+    }
+  }
+  ckpt::gguf_write_options opt;
+  opt.order = parse_order(order).value_or(ferry::wire::host_order);
+  write_unlocked([&] { return ckpt::save_gguf(path, md, tensors, opt); });
 }
 
 }  // namespace
@@ -336,20 +461,26 @@ PYBIND11_MODULE(_ferry, m) {
   m.doc() = "ferry's checkpoint reader and writer (use the ferry package, not this module)";
   py::register_exception_translator(&translate);
   py::class_<py_reader>(m, "Reader")
-      .def(py::init<const std::string&, const std::optional<std::string>&, bool>(), py::arg("path"),
-           py::arg("pytorch_order") = py::none(), py::arg("copy_on_write") = false)
+      .def(py::init<const std::string&, const std::optional<std::string>&, bool, const std::optional<std::string>&>(),
+           py::arg("path"), py::arg("pytorch_order") = py::none(), py::arg("copy_on_write") = false,
+           py::arg("gguf_order") = py::none())
       .def_property_readonly("format", &py_reader::format)
       .def_property_readonly("order", &py_reader::order)
       .def_property_readonly("path", &py_reader::path)
       .def("keys", &py_reader::keys)
       .def("info", &py_reader::info)
       .def("metadata", &py_reader::metadata)
+      .def("gguf_metadata", &py_reader::gguf_metadata)
       .def("verify", &py_reader::verify)
-      .def("get", &py_reader::get)
-      .def("load", &py_reader::load)
-      .def("storages", &py_reader::storages);
+      .def("get", &py_reader::get, py::arg("name"), py::arg("dequantize") = false)
+      .def("load", &py_reader::load, py::arg("dequantize") = false)
+      .def("storages", &py_reader::storages, py::arg("dequantize") = false);
   m.attr("dtypes") = dtype_table();
   m.def("cpu_info", &cpu_info);
   m.def("save", &save, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
         py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"));
+  m.def("save_numpy", &save_numpy, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("format"),
+        py::arg("order"), py::arg("compress"));
+  m.def("save_gguf", &save_gguf, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
+        py::arg("order"), py::arg("ggml_types"));
 }

@@ -3,13 +3,14 @@
     import ferry
     weights = ferry.load("model.pt")                       # {name: numpy array}
     weights = ferry.load("model.ferry", framework="torch")  # {name: torch.Tensor}
+    weights = ferry.load("model.gguf", dequantize=True)    # quantized tensors as float32
     with ferry.open("model.safetensors") as ck:             # lazy: nothing read yet
         print(ck.keys(), ck.info("fc1.weight"), ck.metadata())
     ferry.save("out.ferry", weights, {"epoch": "3"})
 
-Reads .ferry, .safetensors and PyTorch .pt files (torch.save's zip format,
-read as data: nothing in the file is run). Writes .ferry and .safetensors,
-atomically. Tensors are views of the file's mapping, not copies, when the
+Reads .ferry, .safetensors, PyTorch .pt files (torch.save's zip format,
+read as data: nothing in the file is run), NumPy .npy/.npz and llama.cpp's
+GGUF, in either byte order. Writes all of them but .pt, atomically. Tensors are views of the file's mapping, not copies, when the
 file's byte order is the machine's; numpy arrays are read-only, torch
 tensors writable (each over a private copy-on-write mapping). bf16 and
 float8 become numpy uint16 and uint8 arrays of their bits.
@@ -101,14 +102,14 @@ def _ferry_dtype_names(torch):
 _NUMPY_DTYPES = {d["numpy"]: name for name, d in _DTYPES.items() if not d["numpy_bits"]}
 
 
-def _as_torch(reader):
+def _as_torch(reader, dequantize=False):
     """Every tensor of `reader` (opened copy-on-write) as torch tensors;
     tensors of one dtype over one storage in the file share one torch
     storage (other dtypes over it view the same memory)."""
     import torch
 
     dtypes = _torch_dtypes(torch)
-    entries, storages = reader.storages()
+    entries, storages = reader.storages(dequantize)
     bases = {}  # (storage, dtype): the whole storage as a 1-d tensor of dtype
     out = {}
     for name, dtype, shape, strides, offset, storage in entries:
@@ -129,10 +130,10 @@ class Checkpoint:
     """An open checkpoint file. Opening reads its index only (names,
     dtypes, shapes, metadata); get() and load() read tensors."""
 
-    def __init__(self, path, *, pytorch_order=None):
+    def __init__(self, path, *, pytorch_order=None, gguf_order=None):
         self._path = os.fspath(path)
-        self._pytorch_order = pytorch_order
-        self._open = _ferry.Reader(self._path, pytorch_order, False)
+        self._orders = (pytorch_order, gguf_order)
+        self._open = _ferry.Reader(self._path, pytorch_order, False, gguf_order)
 
     @property
     def _reader(self):
@@ -142,7 +143,8 @@ class Checkpoint:
 
     @property
     def format(self):
-        """'ferry', 'safetensors' or 'pytorch'."""
+        """'ferry', 'safetensors', 'pytorch', 'npy', 'npz' or 'gguf' (and
+        'ferry_set' or 'safetensors_sharded' for an index of shards)."""
         return self._reader.format
 
     @property
@@ -169,33 +171,43 @@ class Checkpoint:
 
     def info(self, name):
         """dtype (ferry's name, e.g. 'BF16'), shape, strides and offset (in
-        elements), storage index, nbytes, and the tensors sharing its storage."""
+        elements), storage index, nbytes, and the tensors sharing its storage.
+        GGUF tensors add ggml_type ('q4_K', 'f16', ...) and quantized (True:
+        the tensor is its raw blocks, a U8 array whose last extent counts
+        bytes; get(name, dequantize=True) gives float32 values)."""
         return self._reader.info(name)
 
-    def get(self, name):
-        """One tensor as a read-only numpy array (CRC-checked for .ferry)."""
-        return self._reader.get(name)
+    def get(self, name, *, dequantize=False):
+        """One tensor as a read-only numpy array (CRC-checked for .ferry).
+        dequantize: a quantized GGUF tensor as float32 values (a writable
+        array of its own) instead of its blocks."""
+        return self._reader.get(name, dequantize)
 
     def __getitem__(self, name):
         return self.get(name)
 
     def metadata(self):
         """The file's metadata: {str: str}. For .pt files, each non-tensor
-        leaf as JSON text, and 'pytorch.byteorder'."""
+        leaf as JSON text, and 'pytorch.byteorder'; for GGUF, each value as
+        text (arrays as JSON)."""
         return self._reader.metadata()
+
+    def gguf_metadata(self):
+        """A GGUF file's metadata with each value's GGUF type, in file
+        order: numbers as numpy scalars of their type (numpy.uint32(32)),
+        bools, str, arrays as numpy arrays or lists (of str, or of arrays).
+        ferry.save(..., format="gguf") writes them back with the same types.
+        ValueError for other formats."""
+        return self._reader.gguf_metadata()
 
     def verify(self):
         """Checks every checksum (CRC32C for .ferry, the zip's CRC-32 for
         .pt); raises ferry.Error on the first mismatch."""
         self._reader.verify()
 
-    def load(self, framework="numpy"):
+    def load(self, framework="numpy", *, dequantize=False):
         """Every tensor: see ferry.load."""
-        if framework == "numpy":
-            return self._reader.load()
-        if framework == "torch":
-            return _as_torch(_ferry.Reader(self._reader.path, self._pytorch_order, True))
-        raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
+        return _load(self._reader.path, framework, dequantize, *self._orders, reader=self._reader)
 
     def close(self):
         """Drops the index; arrays already returned stay valid. Other
@@ -214,26 +226,34 @@ class Checkpoint:
         return f"<ferry.Checkpoint {self._path!r} {self.format}, {len(self)} tensors>"
 
 
-def open(path, *, pytorch_order=None):  # noqa: A001 (the API's name)
+def open(path, *, pytorch_order=None, gguf_order=None):  # noqa: A001 (the API's name)
     """Opens a checkpoint lazily (see Checkpoint). `pytorch_order` ('little'
     or 'big') is the byte order of a .pt file without a byteorder record
-    (torch < 2.1); default little."""
-    return Checkpoint(path, pytorch_order=pytorch_order)
+    (torch < 2.1); default little. `gguf_order` forces a GGUF file's byte
+    order where its version field cannot tell (GGUF does not record it;
+    ferry detects it as llama.cpp does)."""
+    return Checkpoint(path, pytorch_order=pytorch_order, gguf_order=gguf_order)
 
 
-def load(path, framework="numpy", *, pytorch_order=None):
-    """Every tensor of a .ferry, .safetensors or .pt file: {name: array}.
+def load(path, framework="numpy", *, dequantize=False, pytorch_order=None, gguf_order=None):
+    """Every tensor of a checkpoint (any format ferry.open reads): {name: array}.
 
     framework="numpy": read-only arrays viewing the file's mapping (no copy
     when the file's byte order is this machine's); bf16 and float8 as their
     bits (uint16, uint8). framework="torch": writable tensors over private
     copy-on-write mappings; tensors that share a storage in the file share
-    one here (tied weights keep equal data_ptr()).
+    one here (tied weights keep equal data_ptr()). dequantize: a GGUF
+    file's quantized tensors as float32 (ferry's dequantizers give ggml's
+    bits); without it, as their raw blocks (uint8, see Checkpoint.info).
     """
+    return _load(os.fspath(path), framework, dequantize, pytorch_order, gguf_order)
+
+
+def _load(path, framework, dequantize, pytorch_order, gguf_order, reader=None):
     if framework == "numpy":
-        return _ferry.Reader(os.fspath(path), pytorch_order, False).load()
+        return (reader or _ferry.Reader(path, pytorch_order, False, gguf_order)).load(dequantize)
     if framework == "torch":
-        return _as_torch(_ferry.Reader(os.fspath(path), pytorch_order, True))
+        return _as_torch(_ferry.Reader(path, pytorch_order, True, gguf_order), dequantize)
     raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
 
 
@@ -333,49 +353,83 @@ def _contiguous(shape):
     return list(reversed(strides))
 
 
-def save(path, tensors, metadata=None, *, format=None, order=None, alignment=64, shared="refuse", dtypes=None):
+_FORMATS = ("ferry", "safetensors", "npy", "npz", "gguf")
+_SUFFIXES = {".safetensors": "safetensors", ".npy": "npy", ".npz": "npz", ".gguf": "gguf"}
+
+
+def save(path, tensors, metadata=None, *, format=None, order=None, alignment=None, shared="refuse", dtypes=None,
+         compress=False):
     """Writes {name: numpy array or torch tensor} atomically: the file
     appears whole or not at all.
 
-    format: 'ferry' or 'safetensors'; default from the suffix (.safetensors,
-    else .ferry). ferry never writes .pt. order: 'little' or 'big' (.ferry
-    only; default this machine's). alignment: where each storage starts.
-    Views of one torch storage or one numpy base array are written once and
-    stay views (.ferry); safetensors cannot share, so `shared` says what to
-    do there: 'refuse' (ferry.Error naming the tensors), 'copy' (each
-    tensor's own bytes), or 'alias' (once, named in the metadata as
-    Hugging Face does). metadata: {str: str}; other values are stored as
-    their JSON text. dtypes: {name: ferry dtype} for numpy arrays holding
-    the bits of a dtype numpy lacks, as ferry.load returns them: e.g.
-    {"w": "BF16"} for a uint16 array (the widths must agree).
+    format: 'ferry', 'safetensors', 'npy', 'npz' or 'gguf'; default from the
+    suffix (.safetensors, .npy, .npz, .gguf, else .ferry). ferry never
+    writes .pt. order: 'little' or 'big' (not safetensors; default this
+    machine's). alignment: where each storage starts (.ferry, safetensors:
+    default 64; GGUF: general.alignment, default 32). Views of one torch
+    storage or one numpy base array are written once and stay views
+    (.ferry); safetensors cannot share, so `shared` says what to do there:
+    'refuse' (ferry.Error naming the tensors), 'copy' (each tensor's own
+    bytes), or 'alias' (once, named in the metadata as Hugging Face does).
+    metadata: {str: str} (other values stored as their JSON text); for
+    GGUF, typed values as Checkpoint.gguf_metadata gives them (plain ints
+    become i32, floats f32, as gguf-py writes them); .npy/.npz hold none.
+    dtypes: {name: ferry dtype} for numpy arrays holding the bits of a
+    dtype numpy lacks, as ferry.load returns them: e.g. {"w": "BF16"} for
+    a uint16 array (the widths must agree); for GGUF also {name: ggml type}
+    for a uint8 array of quantized blocks, e.g. {"w": "q4_K"}. compress:
+    .npz only, deflate each array (as numpy.savez_compressed). A .npy file
+    holds one array.
     """
     import numpy as np
 
     path = os.fspath(path)
     if format is None:
         if path.endswith((".pt", ".pth")):
-            raise ValueError(f"{path}: ferry does not write .pt files (name a .ferry or .safetensors file, "
-                             "or pass format=)")
-        format = "safetensors" if path.endswith(".safetensors") else "ferry"
-    if format not in ("ferry", "safetensors"):
-        raise ValueError(f"format must be 'ferry' or 'safetensors', not {format!r}")
+            raise ValueError(f"{path}: ferry does not write .pt files (name a .ferry, .safetensors, .npy, .npz or "
+                             ".gguf file, or pass format=)")
+        format = next((f for suffix, f in _SUFFIXES.items() if path.endswith(suffix)), "ferry")
+    if format not in _FORMATS:
+        raise ValueError(f"format must be one of {', '.join(map(repr, _FORMATS))}, not {format!r}")
     if shared not in ("refuse", "copy", "alias"):
         raise ValueError(f"shared must be 'refuse', 'copy' or 'alias', not {shared!r}")
+    if compress and format != "npz":
+        raise ValueError(f"compress= is for .npz files, not {format}")
+    if format in ("npy", "npz") and (metadata or alignment is not None):
+        raise ValueError(f"{format} files hold no metadata and have no alignment")
     torch = sys.modules.get("torch")  # torch tensors come only once torch is imported
-    storages, entries = _Storages(), []
+    storages, entries, ggml_types = _Storages(), [], {}
     dtypes = dict(dtypes or {})
     for name, t in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names are str, not {type(name).__name__}")
-        if torch is not None and isinstance(t, torch.Tensor):
+        is_torch = torch is not None and isinstance(t, torch.Tensor)
+        if format == "gguf":  # GGUF tensors are row-major
+            t = t.contiguous() if is_torch else np.ascontiguousarray(t)
+        if is_torch:
             if name in dtypes:
                 raise TypeError(f"tensor '{name}': dtypes= is for numpy arrays; torch tensors carry their dtype")
             entries.append(_torch_entry(name, t, storages, torch))
         else:
             entries.append(_numpy_entry(name, t, storages, np))
             if name in dtypes:
-                entries[-1] = _retyped(entries[-1], dtypes.pop(name), np.asarray(t).dtype.itemsize)
+                dtype = dtypes.pop(name)
+                if format == "gguf" and dtype not in _WIDTHS:
+                    ggml_types[name] = dtype  # quantized blocks; save_gguf checks the type and the bytes
+                else:
+                    entries[-1] = _retyped(entries[-1], dtype, np.asarray(t).dtype.itemsize)
     if dtypes:
         raise KeyError(f"dtypes= names tensors that are not saved: {sorted(dtypes)}")
-    meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
-    _ferry.save(path, entries, storages.buffers, meta, format, order, alignment, shared)
+    if format in ("npy", "npz"):
+        _ferry.save_numpy(path, entries, storages.buffers, format, order, compress)
+    elif format == "gguf":
+        meta = dict(metadata or {})
+        if alignment is not None:
+            if "general.alignment" in meta:
+                raise ValueError("alignment= and metadata['general.alignment'] both given")
+            meta["general.alignment"] = np.uint32(alignment)
+        _ferry.save_gguf(path, entries, storages.buffers, meta, order, ggml_types)
+    else:
+        meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
+        _ferry.save(path, entries, storages.buffers, meta, format, order, 64 if alignment is None else alignment,
+                    shared)
