@@ -44,7 +44,7 @@ py::object array_to_python(const ckpt::gguf_array& a) {
         } else if constexpr (std::is_same_v<E, bool>) {
           py::array_t<bool> out(static_cast<py::ssize_t>(elems.size()));
           for (std::size_t i = 0; i < elems.size(); ++i) out.mutable_at(static_cast<py::ssize_t>(i)) = elems[i];
-          return std::move(out);
+          return out;
         } else {
           return py::array_t<E>(static_cast<py::ssize_t>(elems.size()), elems.data());
         }
