@@ -1,10 +1,11 @@
 // ferry's GGUF code against llama.cpp's own libggml-base.so (ggml_api.h):
-// the type table, every dequantizer bit for bit (little-endian blocks and
-// their big-endian conversion, random bytes and blocks ggml quantized),
-// GGUF files ferry writes read by ggml, and files ggml writes read by
-// ferry and converted to big-endian and back byte for byte. Runs natively
-// on x86-64 and, with the linux-arm64 build of the library, on aarch64
-// under qemu-user.
+// the type table, every dequantizer bit for bit on random blocks (raw bit
+// patterns: NaN, infinite and subnormal scales; little-endian and their
+// big-endian conversion), GGUF files ferry writes read by ggml, and files
+// ggml writes read by ferry and converted to big-endian and back byte for
+// byte. Runs natively on x86-64 and, with the linux-arm64 build of the
+// library, on aarch64 under qemu-user. Data ggml quantized, read on every
+// architecture: gguf_mixed_test.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -135,37 +135,6 @@ TEST(GgmlOracle, EveryDequantizerGivesGgmlsBitsForRandomBlocks) {
     ++types;
   }
   EXPECT_GE(types, 30u);
-}
-
-// Types whose quantizer needs no grid set up first (ggml_quantize_init
-// takes tens of seconds for the IQ1/IQ2/IQ3 grids): the random blocks above
-// cover those.
-bool quick_to_quantize(std::string_view name) {
-  return !(name.starts_with("iq1") || name.starts_with("iq2") || name.starts_with("iq3"));
-}
-
-TEST(GgmlOracle, BlocksGgmlQuantizedDequantizeAlike) {
-  FERRY_GGML(g);
-  constexpr std::int64_t per_row = 256, rows = 16;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(per_row * rows);
-  for (float& v : x) v = normal(rng);
-  x[3] = 0.0f;
-  x[5] = -0.0f;
-  x[7] = 1e-40f;  // subnormal
-  const std::vector<float> importance(per_row, 1.0f);
-  std::size_t types = 0;
-  for (const ggml_type_info& t : all_ggml_types()) {
-    if (!has_to_float(*g, t) || !t.quantized || !quick_to_quantize(t.name)) continue;
-    const int n = static_cast<int>(t.number);
-    std::vector<std::byte> q(static_cast<std::size_t>(rows) * per_row / t.block_elements * t.block_bytes);
-    const float* imatrix = g->requires_imatrix(n) ? importance.data() : nullptr;
-    ASSERT_EQ(g->quantize_chunk(n, x.data(), q.data(), 0, rows, per_row, imatrix), q.size()) << t.name;
-    expect_dequantized_alike(*g, static_cast<ggml_type>(n), q);
-    ++types;
-  }
-  EXPECT_GE(types, 15u);
 }
 
 class GgmlFiles : public ::testing::Test {
