@@ -99,6 +99,7 @@ bench: bench-deps
 	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
 	build/bench/bench/interop_bench --benchmark_out=bench-results/interop.json
 	build/bench/bench/set_bench --benchmark_out=bench-results/set.json
+	build/bench/bench/formats_bench --benchmark_out=bench-results/formats.json
 	build/bench/bench/train_save_bench --benchmark_out=bench-results/train_save.json
 	scripts/cross-sysroot --bench s390x
 	$(call build_preset,bench-s390x)

@@ -34,6 +34,21 @@ inline constexpr double swap_of_memcpy = 0.95;
 /// beat it. torch.load and read() are reported beside it, not goals.
 inline constexpr double crc_load_of_read_once = 0.85;
 
+/// GGUF byte-order conversion into a new fsync'ed file against copying the
+/// same bytes with read() + write() + fsync (formats_bench).
+inline constexpr double gguf_convert_of_copy_fsync = 0.8;
+
+/// Opening a file and reading every tensor's bytes against read() of the
+/// whole file (formats_bench, GGUF).
+inline constexpr double open_read_of_read = 0.8;
+
+/// A .npy load (every byte read, in this host's order) against
+/// numpy.load: of a file in this host's order, and of one in the other
+/// order made native (formats_bench); a deflated .npz likewise.
+inline constexpr double npy_of_numpy_native = 1.0;
+inline constexpr double npy_of_numpy_swapped = 2.0;
+inline constexpr double npz_of_numpy = 1.0;
+
 /// ">= 0.85x": a goal's target as the tables print it.
 inline std::string at_least(double goal) {
   char text[32];
