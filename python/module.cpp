@@ -255,11 +255,12 @@ class py_reader {
 
   py::array get(const std::string& name, bool dequantize) const {
     const ckpt::tensor_info& t = find(name);
+    const bool fresh = dequantize && quantized(t);  // values in memory of their own, writable
     const ckpt::tensor tensor = value_or_raise([&] {
       py::gil_scoped_release unlocked;
-      return quantized(t) && dequantize ? ckpt::get_dequantized(*r_, t.name) : r_->get(t);
+      return fresh ? ckpt::get_dequantized(*r_, t.name) : r_->get(t);
     }());
-    return tensor_array(tensor.info(), storage_array(tensor.storage(), copy_on_write_ || dequantize));
+    return tensor_array(tensor.info(), storage_array(tensor.storage(), copy_on_write_ || fresh));
   }
 
   // Every tensor, storages read in parallel without the GIL; with
