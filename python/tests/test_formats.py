@@ -83,6 +83,7 @@ def test_gguf_typed_metadata_quantized_blocks_and_dequantization(tmp_path):
         deq = ck.get("tok.weight", dequantize=True)
         assert deq.dtype == np.float32 and deq.shape == (1, 256)
         assert np.array_equal(deq.view(np.uint32), values.reshape(1, 256).view(np.uint32))
+        assert deq.flags.writeable and not ck.get("norm", dequantize=True).flags.writeable  # never a writable mapping
     every = ferry.load(p, dequantize=True)
     assert every["tok.weight"].dtype == np.float32 and np.array_equal(every["norm"], f)
 
