@@ -40,8 +40,8 @@
 //               byte for true, ferry refuses, so that a file has one
 //               meaning and converts byte for byte];
 //               string: u64 length L, then L bytes (UTF-8 by the spec;
-//               values are NOT checked, as real vocabularies hold broken
-//               UTF-8; keys and tensor names are); L at most the bytes
+//               values are NOT checked, as vocabularies may hold partial
+//               UTF-8 tokens; keys and tensor names are); L at most the bytes
 //               that remain [truncated];
 //               array: u32 element type, u64 count N, then N values of
 //               that type, without their type. Arrays MAY nest (gguf-py
