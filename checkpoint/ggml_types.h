@@ -6,7 +6,8 @@
 // src/ggml.c (type_traits: block size and bytes), src/ggml-common.h (block
 // structs) and src/ggml-quants.c (dequantize_row_*), read at
 // github.com/ggml-org/ggml d99724f2b141fed9e1a9f402213506c081433465 (the
-// ggml that llama.cpp vendors as ggml/). NOTES-ggml.md says more.
+// ggml that llama.cpp vendors as ggml/). docs/gguf-and-numpy.md has the
+// table with every type's swapped fields, and how it is checked.
 //
 // BLOCKS
 //
@@ -212,10 +213,11 @@ void swap_blocks_in_place(ggml_type t, std::span<std::byte> data, wire::byte_ord
 /// For every type with a ggml to_float, the result is bit for bit what
 /// ggml's reference to_float gives for the little-endian blocks on x86-64
 /// (the same float operations in the same order; f16 scales widen as ggml
-/// widens them, which turns a signalling NaN quiet). Where ggml has no
-/// to_float, ferry defines one: Q8_1 and Q8_K give q * d (as Q8_0; Q8_1's
-/// s is ignored); I8..I64 and F64 convert each value to the nearest float;
-/// F32 is copied bit for bit.
+/// widens them, which turns a signalling NaN quiet). Where ggml's type
+/// traits have no to_float, ferry defines one: Q8_1 gives q * d (as Q8_0;
+/// s is ignored); Q8_K d * q (what ggml-quants.c's dequantize_row_q8_K
+/// computes, though no to_float names it; bsums are ignored); I8..I64 and
+/// F64 convert each value to the nearest float; F32 is copied bit for bit.
 ///
 /// Errors: unknown_ggml_type when `t` is not an active type (a number cast
 /// from a file without to_ggml_type()).

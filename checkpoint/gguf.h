@@ -1,7 +1,9 @@
 // ferry/checkpoint/gguf.h: GGUF, llama.cpp's model files, read by
 // checkpoint::open() (reader.h, file_format::gguf), written by save_gguf()
-// and converted between byte orders by convert_gguf_order(). DRAFT (issue
-// 27): see NOTES-gguf.md for what is not yet built or tested.
+// and converted between byte orders by convert_gguf_order().
+// docs/gguf-and-numpy.md restates these rules for readers of other
+// languages, with the ggml type table and how ferry is checked against
+// llama.cpp.
 //
 // The ground truth is ggml's own reader and writer (src/gguf.cpp,
 // include/gguf.h, docs/gguf.md at github.com/ggml-org/ggml d99724f2) and
@@ -14,9 +16,10 @@
 // no field that says which (see BYTE ORDER).
 //
 //   magic       4 bytes "GGUF" (47 47 55 46) in either order; "FUGG"
-//               (46 55 47 47), which gguf-py wrote for big-endian files
-//               before it kept the magic as bytes, means big-endian
-//               [bad_magic otherwise]
+//               (46 55 47 47), which gguf-py's reader takes for a
+//               big-endian file (llama.cpp's gguf_convert_endian.py, read
+//               at 0b6d2254, writes it for big-endian output), means
+//               big-endian [bad_magic otherwise]
 //   version     u32: 2 or 3 (identical layouts; 3 says big-endian files
 //               exist). 1 used u32 counts and lengths: refused
 //               [unsupported_version], as ggml refuses it; so is every
@@ -37,8 +40,8 @@
 //               byte for true, ferry refuses, so that a file has one
 //               meaning and converts byte for byte];
 //               string: u64 length L, then L bytes (UTF-8 by the spec;
-//               values are NOT checked, as real vocabularies hold broken
-//               UTF-8; keys and tensor names are); L at most the bytes
+//               values are NOT checked, as vocabularies may hold partial
+//               UTF-8 tokens; keys and tensor names are); L at most the bytes
 //               that remain [truncated];
 //               array: u32 element type, u64 count N, then N values of
 //               that type, without their type. Arrays MAY nest (gguf-py
@@ -257,7 +260,8 @@ struct gguf_header {
 /// text is valid JSON though such a string does not read back exactly),
 /// NaN and infinities as the JSON strings "nan", "inf", "-inf". When the
 /// text would pass `max_bytes`, the array is summarised instead:
-/// "<array of 151936 str: 4718592 bytes of JSON, over the limit>".
+/// "<array of 151936 str: over 1048576 bytes as JSON>" (the number after
+/// "over" is max_bytes); a string over it, "<str of N bytes: over M bytes>".
 [[nodiscard]] std::string render_gguf_value(const gguf_value& v, std::size_t max_bytes = SIZE_MAX);
 
 /// The ferry dtype of an unquantized ggml type (F32, F16, BF16, F64, I8,
@@ -269,7 +273,8 @@ struct gguf_header {
 [[nodiscard]] std::optional<ggml_type> ggml_type_of(codec::dtype d) noexcept;
 
 /// Tensor `name` of a GGUF file (reader::gguf()) dequantized to f32 (any type: quantized
-/// ones through dequantize(), F16/BF16/F32 exactly, integers and F64 to
+/// ones through dequantize(), F16 as ggml widens it (exact, but a
+/// signalling NaN comes out quiet), BF16/F32 exactly, integers and F64 to
 /// the nearest float), shape ne reversed. Errors: tensor_not_found,
 /// bad_value (not a GGUF reader), storage_too_large, get()'s.
 [[nodiscard]] result<tensor, error> get_dequantized(const reader& r, std::string_view name);
@@ -307,9 +312,9 @@ struct gguf_write_options {
 /// 32). Errors: bad_name (an empty or non-UTF-8 key; a tensor name of
 /// more than 63 bytes, which ggml cannot read), duplicate_key (a key or a
 /// tensor name twice), bad_alignment, limit_exceeded (more than 4
-/// extents, nesting past max_gguf_depth), shape_size_mismatch (ne[0] not
-/// a multiple of the block size, or data of another size), shape_overflow,
-/// io_error.
+/// extents, more than limits.max_tensors tensors), depth_exceeded (arrays
+/// nested past max_gguf_depth), shape_size_mismatch (ne[0] not a multiple
+/// of the block size, or data of another size), shape_overflow, io_error.
 [[nodiscard]] result<void, error> save_gguf(const std::filesystem::path& target, std::span<const gguf_kv> metadata,
                                             std::span<const gguf_tensor_ref> tensors,
                                             const gguf_write_options& opt = {});

@@ -1,7 +1,7 @@
 // ferry/checkpoint/npy.h: NumPy's .npy and .npz files, read by
 // checkpoint::open() (reader.h, file_format::npy and npz) and written by
-// save_npy() and save_npz(). DRAFT (issue 27): see NOTES-npy.md for what
-// is not yet built or tested.
+// save_npy() and save_npz(). docs/gguf-and-numpy.md restates these rules
+// with what NumPy itself writes and how ferry is checked against it.
 //
 // MUST and MAY as in RFC 2119; the error of a broken rule in brackets. This
 // is ferry's grammar, stated here: NumPy's reader evaluates the header as
@@ -135,8 +135,9 @@ struct npy_header {
 [[nodiscard]] result<wire::byte_order, error> npy_order(const npy_header& h,
                                                         std::optional<wire::byte_order> native);
 
-/// The header numpy.save (1.24.2 and 2.x checked) writes for such an array, byte
-/// for byte: keys sorted, `'key': repr(value), ` each, then spaces for
+/// The header numpy.save writes for such an array, byte for byte (compared
+/// with NumPy 1.24.2's own bytes; NumPy 2.x's header code, read but not
+/// run, is the same): keys sorted, `'key': repr(value), ` each, then spaces for
 /// growth (21 less the digits of the first extent, the last if
 /// fortran_order; none for a 0-d array), padded with spaces and a final
 /// '\n' so the data starts on a multiple of 64 (a full 64 bytes of padding

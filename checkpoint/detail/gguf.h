@@ -16,7 +16,8 @@ namespace ferry::checkpoint::detail {
 
 /// "GGUF" as bytes: what every writer writes.
 inline constexpr std::byte gguf_magic[4] = {std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}};
-/// What gguf-py wrote for big-endian files before 2025.
+/// A big-endian file's magic to gguf-py's reader (and what llama.cpp's
+/// gguf_convert_endian.py writes for big-endian output).
 inline constexpr std::byte gguf_magic_reversed[4] = {std::byte{'F'}, std::byte{'U'}, std::byte{'G'}, std::byte{'G'}};
 
 /// The largest general.alignment ferry accepts (gguf.h).
