@@ -1,7 +1,7 @@
 // NumPy .npz files (npy.h): the zip of .npy records read (records checked
 // by detail/zip.h, deflated ones inflated with zlib) and written by
-// save_npz() (a sequential zip writer: see NOTES-npy.md for why it is not
-// libzip).
+// save_npz() (a sequential zip writer: docs/gguf-and-numpy.md says why it
+// is not libzip).
 #include <zlib.h>
 
 #include <algorithm>

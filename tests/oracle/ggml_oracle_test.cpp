@@ -134,7 +134,7 @@ TEST(GgmlOracle, EveryDequantizerGivesGgmlsBitsForRandomBlocks) {
     expect_dequantized_alike(*g, static_cast<ggml_type>(t.number), random_bytes(blocks * t.block_bytes, t.number));
     ++types;
   }
-  EXPECT_GE(types, 30u);
+  EXPECT_GE(types, 27u);  // ggml 0.25.1: f16, bf16 and 25 quantized types have a to_float
 }
 
 class GgmlFiles : public ::testing::Test {
