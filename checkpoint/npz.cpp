@@ -56,15 +56,21 @@ class inflater {
     z_.next_out = reinterpret_cast<Bytef*>(out.data());  // zlib's byte type
     std::size_t left = out.size();
     while (left > 0) {
-      if (z_.avail_in == 0) {
+      // zlib may hold output back after taking in the last input byte (an
+      // unfinished match): inflate again without input before giving up.
+      if (z_.avail_in == 0 && consumed_ < src_.compressed_size) {
         FERRY_TRY(refill());
       }
       const auto chunk = static_cast<uInt>(std::min<std::size_t>(left, UINT32_MAX));
       z_.avail_out = chunk;
       const int rc = inflate(&z_, Z_NO_FLUSH);
-      left -= chunk - z_.avail_out;
+      const std::size_t made = chunk - z_.avail_out;
+      left -= made;
       if (rc == Z_STREAM_END && left > 0) return fail("inflates to fewer bytes than the record's size");
-      if (rc != Z_OK && rc != Z_STREAM_END && !(rc == Z_BUF_ERROR && z_.avail_in == 0)) return fail("corrupt deflate stream");
+      if (rc == Z_BUF_ERROR && made == 0) {  // no progress: zlib needs input and none is left
+        return fail("inflates to fewer bytes than the record's size");
+      }
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) return fail("corrupt deflate stream");
     }
     crc_ = detail::zip_crc32(out, crc_);
     return {};
@@ -95,8 +101,8 @@ class inflater {
  private:
   error fail(std::string_view why) const { return make_error(checkpoint_errc::bad_deflate, record_what(src_.name), ": ", why); }
 
+  // Requires: consumed_ < src_.compressed_size.
   result<void, error> refill() {
-    if (consumed_ == src_.compressed_size) return fail("inflates to fewer bytes than the record's size");
     buf_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(input_window, src_.compressed_size - consumed_)));
     FERRY_TRY(read_(src_.record_offset + consumed_, buf_));
     consumed_ += buf_.size();
