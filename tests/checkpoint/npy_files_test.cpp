@@ -292,21 +292,21 @@ TEST_F(NpyWrite, DeflatedRunsReadBackAtEveryLength) {
   npy_options opt;
   opt.compress = true;
   opt.sync = false;
+  const fs::path p = dir_ / "runs.npz";
   for (const dtype type : {dtype::u8, dtype::u64}) {  // '|u1' and '<u8' headers
-  for (std::uint64_t n = 0; n <= 300; ++n) {
-    SCOPED_TRACE(n);
-    const std::vector<std::byte> data(static_cast<std::size_t>(n * codec::size_of(type)), std::byte{0x20});
-    const std::uint64_t shape[] = {n};
-    const tensor_ref refs[] = {{"x", type, shape, {}, 0, data}};
-    const fs::path p = dir_ / "runs.npz";
-    ASSERT_TRUE(save_npz(p, refs, opt));
-    auto r = reader::open(p);
-    ASSERT_TRUE(r) << r.error();
-    auto t = r->get("x");
-    ASSERT_TRUE(t) << t.error();
-    EXPECT_EQ(t->contiguous_copy(), data);
-    EXPECT_TRUE(r->verify()) << r->verify().error();
-  }
+    for (std::uint64_t n = 0; n <= 300; ++n) {
+      SCOPED_TRACE(std::to_string(n) + " of " + std::string(codec::name(type)));
+      const std::vector<std::byte> data(static_cast<std::size_t>(n * codec::size_of(type)), std::byte{0x20});
+      const std::uint64_t shape[] = {n};
+      const tensor_ref refs[] = {{"x", type, shape, {}, 0, data}};
+      ASSERT_TRUE(save_npz(p, refs, opt));
+      auto r = reader::open(p);
+      ASSERT_TRUE(r) << r.error();
+      auto t = r->get("x");
+      ASSERT_TRUE(t) << t.error();
+      EXPECT_EQ(t->contiguous_copy(), data);
+      EXPECT_TRUE(r->verify()) << r->verify().error();
+    }
   }
 }
 
