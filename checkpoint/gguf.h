@@ -302,6 +302,10 @@ struct gguf_write_options {
   wire::byte_order order = wire::byte_order::little;
   bool sync = true;    ///< fsync on commit (write_options::sync)
   bool direct = true;  ///< around the page cache (write_options::direct)
+  /// save_gguf() only: allow arrays of arrays, which gguf-py reads and
+  /// ggml refuses. Off, such a value is refused [bad_value], so that every
+  /// file save_gguf() writes loads in llama.cpp.
+  bool nested_arrays = false;
   checkpoint::limits limits;
 };
 

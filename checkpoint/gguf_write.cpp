@@ -215,6 +215,13 @@ result<void, error> save_gguf(const std::filesystem::path& target, std::span<con
   const auto in_file = [&](const error& e) { return e.wrap(file); };
   auto align = alignment_of(metadata);
   if (!align) return in_file(align.error());
+  for (const auto& kv : metadata) {
+    const auto* a = std::get_if<gguf_array>(&kv.value);
+    if (a != nullptr && a->type() == gguf_value_type::array && !opt.nested_arrays) {
+      return make_error(errc::bad_value, file, ": gguf key ", quote(kv.key),
+                        ": an array of arrays, which ggml cannot read (gguf_write_options::nested_arrays allows it)");
+    }
+  }
   std::vector<gguf_tensor> infos;
   infos.reserve(tensors.size());
   std::uint64_t offset = 0;

@@ -259,6 +259,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
       if (!tensors) return fail(tensors.error());
       ckpt::gguf_write_options go;
       go.order = order.value_or(ferry::wire::host_order);
+      go.nested_arrays = r.gguf() != nullptr;  // a GGUF input's metadata is kept as it was
       w = ckpt::save_gguf(out, gguf_metadata(r, o), *tensors, go);
     } else {
       ckpt::npy_options no;

@@ -158,6 +158,7 @@ class Gguf : public scratch_dir {
     gguf_write_options opt;
     opt.order = order;
     opt.sync = false;
+    opt.nested_arrays = true;  // every_value() holds one, as gguf-py writes them
     const auto p = dir_ / name;
     const auto refs = refs_of(tensors_);
     auto r = save_gguf(p, md, refs, opt);
@@ -166,6 +167,18 @@ class Gguf : public scratch_dir {
   }
   std::vector<tensor_data> tensors_ = some_tensors();
 };
+
+TEST_F(Gguf, NestedArraysOnlyWhenAsked) {
+  // ggml cannot read an array of arrays: save_gguf() writes one only when told.
+  gguf_write_options opt;
+  opt.sync = false;
+  const auto refs = refs_of(tensors_);
+  auto r = save_gguf(dir_ / "n.gguf", every_value(), refs, opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::bad_value) << r.error();
+  EXPECT_NE(r.error().what().find("t.nested"), std::string::npos) << r.error();
+  EXPECT_FALSE(fs::exists(dir_ / "n.gguf"));
+}
 
 TEST_F(Gguf, RoundTripsInBothOrders) {
   for (const auto order : {byte_order::little, byte_order::big}) {
