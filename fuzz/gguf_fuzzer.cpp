@@ -6,7 +6,8 @@
 // field by field) and dequantizes; the header written back in the file's
 // own order is the file's own header bytes (decode then encode is the
 // identity, "FUGG" files aside, which are written "GGUF"); written in the
-// other order, it parses back to the same header. The byte order is
+// other order, it parses back to the same header; a prefix of the file
+// parses to the same header or asks for more (the reader's re-read path). The byte order is
 // forced on a third of the inputs (read_options::gguf_order), so corpus
 // files stay plain GGUF files.
 #include "checkpoint_file.h"
@@ -42,6 +43,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto f = ck::get_dequantized(*r, info.name);
     FUZZ_CHECK(f.has_value());
     FUZZ_CHECK(f->bytes().size() == h->tensors[i].numel() * 4);
+  }
+  // A prefix of the file, as a caller reading it in pieces holds it (the
+  // reader's re-read loop): the same header, or "read more" before its end.
+  const std::size_t cut = size == 0 ? 0 : (std::size_t{data[0]} * 257u + size) % (size + 1);
+  bool needs_more = false;
+  auto part = ck::parse_gguf_header(bytes.first(cut), size, opt.lim, h->order, &needs_more);
+  if (part) {
+    FUZZ_CHECK(part->metadata == h->metadata && part->tensors == h->tensors && part->data_offset == h->data_offset);
+  } else {
+    FUZZ_CHECK(needs_more && cut < h->header_bytes);
   }
   // Decode then encode: the same bytes.
   auto same = ck::encode_gguf_header(*h, h->order, opt.lim);
