@@ -63,6 +63,21 @@ class copied_storage final : public storage_buffer {
   std::vector<std::byte> data_;
 };
 
+// A deflated record's bytes, allocated without being zeroed: pages are
+// committed only as inflation writes them, so a record whose stream ends
+// short of its declared size costs only what it produced.
+class inflated_storage final : public storage_buffer {
+ public:
+  inflated_storage(std::size_t n, bool expose) : data_(std::make_unique_for_overwrite<std::byte[]>(n)) {
+    bytes_ = {data_.get(), n};
+    if (expose) mutable_ = {data_.get(), n};
+  }
+  [[nodiscard]] std::span<std::byte> writable() noexcept { return {data_.get(), bytes_.size()}; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+};
+
 // A file opened and told apart by its first bytes.
 struct sniffed {
   mapped_file file;
@@ -228,9 +243,9 @@ struct reader::state {
         if (*crc != src.crc32) return storage_error(i, checkpoint_errc::crc32_mismatch);
       }
       if (src.method == 8) {  // deflated: inflated into memory, CRC-32 always checked
-        std::shared_ptr<copied_storage> o;
+        std::shared_ptr<inflated_storage> o;
         try {
-          o = std::make_shared<copied_storage>(std::vector<std::byte>(n), opt.copy_on_write);
+          o = std::make_shared<inflated_storage>(n, opt.copy_on_write);
         } catch (const std::bad_alloc&) {
           return storage_error(i, checkpoint_errc::storage_too_large);
         }
