@@ -264,8 +264,11 @@ bool ascii(std::string_view s) noexcept {
 
 // The header fields shared by local and central headers, 6..30 (APPNOTE
 // 4.3.7): version needed, flags, method, time, date, CRC, sizes (saturated
-// where a ZIP64 field carries them), name length, extra length.
-void common_fields(wire::vector_writer& w, const written_record& r, bool zip64, std::size_t extra_len) {
+// where a ZIP64 field carries them: in a local header, whose ZIP64 field
+// holds both sizes, both; APPNOTE 4.5.3), name length, extra length.
+void common_fields(wire::vector_writer& w, const written_record& r, bool zip64, std::size_t extra_len,
+                   bool local = false) {
+  const bool both = local && zip64;
   constexpr auto le = wire::byte_order::little;
   w.write<std::uint16_t>(zip64 ? 45 : 20, le);
   w.write<std::uint16_t>(ascii(r.name) ? 0 : 0x0800, le);  // bit 11: the name is UTF-8
@@ -273,8 +276,8 @@ void common_fields(wire::vector_writer& w, const written_record& r, bool zip64, 
   w.write<std::uint16_t>(0, le);  // 00:00
   w.write<std::uint16_t>(dos_date_1980, le);
   w.write<std::uint32_t>(r.crc, le);
-  w.write<std::uint32_t>(r.compressed >= max32 ? max32 : static_cast<std::uint32_t>(r.compressed), le);
-  w.write<std::uint32_t>(r.size >= max32 ? max32 : static_cast<std::uint32_t>(r.size), le);
+  w.write<std::uint32_t>(both || r.compressed >= max32 ? max32 : static_cast<std::uint32_t>(r.compressed), le);
+  w.write<std::uint32_t>(both || r.size >= max32 ? max32 : static_cast<std::uint32_t>(r.size), le);
   w.write<std::uint16_t>(static_cast<std::uint16_t>(r.name.size()), le);
   w.write<std::uint16_t>(static_cast<std::uint16_t>(extra_len), le);
 }
@@ -308,7 +311,7 @@ std::vector<std::byte> local_header(const written_record& r) {
   std::vector<std::byte> out;
   wire::vector_writer w(out);
   w.write<std::uint32_t>(0x04034b50, le);
-  common_fields(w, r, zip64, extra.size());
+  common_fields(w, r, zip64, extra.size(), /*local=*/true);
   w.write_bytes(std::as_bytes(std::span(r.name)));
   w.write_bytes(extra);
   w.flush();
