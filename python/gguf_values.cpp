@@ -56,6 +56,15 @@ py::object array_to_python(const ckpt::gguf_array& a) {
   throw py::type_error("GGUF metadata '" + key + "': " + why);
 }
 
+// A Python int as i64; TypeError past 64 bits.
+std::int64_t int64_of(const py::handle& v, const std::string& key) {
+  try {
+    return v.cast<std::int64_t>();
+  } catch (const py::cast_error&) {
+    refuse(key, "an int outside i64 (numpy.uint64(...) holds the unsigned range)");
+  }
+}
+
 // The GGUF type of a numpy dtype (any byte order), or -1.
 int type_of_numpy(const py::dtype& dt) {
   const char kind = dt.kind();
@@ -125,9 +134,9 @@ ckpt::gguf_array array_from_list(const py::sequence& seq, const std::string& key
     for (const auto& e : seq) v.push_back(e.cast<bool>());
     out.values = std::move(v);
   } else if (all(is_int)) {
-    // i32 when every element fits, else i64 (an int past i64 fails the cast).
+    // i32 when every element fits, else i64.
     std::vector<std::int64_t> wide;
-    for (const auto& e : seq) wide.push_back(e.cast<std::int64_t>());
+    for (const auto& e : seq) wide.push_back(int64_of(e, key));
     bool fits = true;
     for (const std::int64_t x : wide) {
       fits = fits && x >= std::numeric_limits<std::int32_t>::min() && x <= std::numeric_limits<std::int32_t>::max();
@@ -193,7 +202,7 @@ ckpt::gguf_value from_python(const py::handle& v, const std::string& key) {
         array_from_numpy(a, key).values);
   }
   if (py::isinstance<py::int_>(v)) {
-    const auto x = v.cast<std::int64_t>();
+    const auto x = int64_of(v, key);
     if (x >= std::numeric_limits<std::int32_t>::min() && x <= std::numeric_limits<std::int32_t>::max()) {
       return static_cast<std::int32_t>(x);
     }

@@ -414,6 +414,8 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
             entries.append(_numpy_entry(name, t, storages, np))
             if name in dtypes:
                 dtype = dtypes.pop(name)
+                if format == "gguf" and dtype.upper() in _WIDTHS:
+                    dtype = dtype.upper()  # ggml's "bf16", "f16", "i8": ferry's dtypes of those names
                 if format == "gguf" and dtype not in _WIDTHS:
                     ggml_types[name] = dtype  # quantized blocks; save_gguf checks the type and the bytes
                 else:

@@ -115,6 +115,11 @@ def test_gguf_refusals(tmp_path):
         ferry.save(tmp_path / "x.gguf", {"a": np.zeros(32, np.float32)}, {"k": object()})
     with pytest.raises(ValueError, match="whole blocks"):
         ferry.save(tmp_path / "x.gguf", {"a": np.zeros((1, 33), np.uint8)}, dtypes={"a": "q8_0"})
+    with pytest.raises(TypeError, match="outside i64"):
+        ferry.save(tmp_path / "x.gguf", {"a": np.zeros(32, np.float32)}, {"k": 1 << 70})
+    # ggml's lower-case names of plain types are ferry's dtypes: bf16 bits as uint16.
+    ferry.save(tmp_path / "b.gguf", {"w": np.zeros(4, np.uint16)}, dtypes={"w": "bf16"})
+    assert ferry.open(tmp_path / "b.gguf").info("w")["ggml_type"] == "bf16"
     with pytest.raises(ValueError, match="no ggml type"):
         ferry.save(tmp_path / "x.gguf", {"a": np.zeros((1, 34), np.uint8)}, dtypes={"a": "q9_9"})
     ferry.save(tmp_path / "y.ferry", {"a": np.zeros(2)})
