@@ -1,7 +1,8 @@
 // A model ferry writes, run by llama.cpp itself: a tiny llama-shaped model
 // with random weights is saved as safetensors, converted by ferry to GGUF
-// (typed llama.* metadata, a small SentencePiece vocabulary), then to
-// big-endian and back; libllama (the npm package's libllama.v0.5.0.so,
+// (typed llama.* metadata, a small SentencePiece vocabulary; three
+// matrices quantized by ggml to Q4_0, Q8_0 and Q4_K and written by ferry as
+// blocks), then to big-endian and back; libllama (the npm package's libllama.v0.5.0.so,
 // dlopen'd) loads both little-endian files and evaluates the same tokens,
 // and the logits must be identical, bit for bit. x86-64 only: the oracle
 // runs where the package's CPU backends run natively.
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/checkpoint/ggml_types.h"
 #include "ferry/checkpoint/gguf.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
@@ -76,6 +78,8 @@ struct llama_api {
   std::int32_t (*vocab_n_tokens)(const llama_vocab*) = nullptr;
   void (*free)(llama_context*) = nullptr;
   void (*model_free)(llama_model*) = nullptr;
+  std::size_t (*quantize_chunk)(int, const float*, void*, std::int64_t, std::int64_t, std::int64_t,
+                                const float*) = nullptr;  // libggml-base
 
   template <class F>
   void bind(F& fn, const char* name) {
@@ -102,6 +106,7 @@ struct llama_api {
     bind(vocab_n_tokens, "llama_vocab_n_tokens");
     bind(free, "llama_free");
     bind(model_free, "llama_model_free");
+    bind(quantize_chunk, "ggml_quantize_chunk");
     log_set([](int, const char*, void*) {}, nullptr);  // quiet; failures show as null results
     backend_load_all_from_path(dir.c_str());          // the CPU backend variants
     backend_init();
@@ -124,7 +129,7 @@ struct llama_api {
 
 // ---------------------------------------------------------------------------
 // The model: llama's tensors and hyperparameters, small.
-constexpr std::uint32_t n_vocab = 40, n_embd = 32, n_head = 4, n_head_kv = 2, n_ff = 64, n_layer = 2, n_ctx = 64;
+constexpr std::uint32_t n_vocab = 40, n_embd = 256, n_head = 4, n_head_kv = 2, n_ff = 512, n_layer = 2, n_ctx = 64;
 
 struct model_tensor {
   std::string name;
@@ -157,19 +162,27 @@ std::vector<model_tensor> random_model() {
   for (std::uint32_t l = 0; l < n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add(b + "attn_norm.weight", {n_embd}, dtype::f32, true);
-    add(b + "attn_q.weight", {n_embd, n_embd}, dtype::f16, false);
+    add(b + "attn_q.weight", {n_embd, n_embd}, l == 0 ? dtype::f32 : dtype::f16, false);  // quantized below
     add(b + "attn_k.weight", {kv, n_embd}, dtype::f16, false);
     add(b + "attn_v.weight", {kv, n_embd}, dtype::f16, false);
     add(b + "attn_output.weight", {n_embd, n_embd}, dtype::f16, false);
     add(b + "ffn_norm.weight", {n_embd}, dtype::f32, true);
-    add(b + "ffn_gate.weight", {n_ff, n_embd}, dtype::f16, false);
-    add(b + "ffn_up.weight", {n_ff, n_embd}, dtype::f16, false);
+    add(b + "ffn_gate.weight", {n_ff, n_embd}, l == 0 ? dtype::f32 : dtype::f16, false);
+    add(b + "ffn_up.weight", {n_ff, n_embd}, l == 0 ? dtype::f32 : dtype::f16, false);
     add(b + "ffn_down.weight", {n_embd, n_ff}, dtype::f32, false);
   }
   add("output_norm.weight", {n_embd}, dtype::f32, true);
   add("output.weight", {n_vocab, n_embd}, dtype::f16, false);
   return out;
 }
+
+// Tensors ferry writes quantized (ggml quantizes them, as llama-quantize
+// would): so llama runs blocks that ferry wrote, swapped and swapped back.
+const std::pair<const char*, ggml_type> quantized_tensors[] = {
+    {"blk.0.attn_q.weight", ggml_type::q4_0},
+    {"blk.0.ffn_gate.weight", ggml_type::q8_0},
+    {"blk.0.ffn_up.weight", ggml_type::q4_k},
+};
 
 // llama's metadata, typed as llama.cpp reads it, and a SentencePiece
 // vocabulary: <unk>, <s>, </s>, the newline byte, then plain pieces.
@@ -246,9 +259,22 @@ TEST(LlamaOracle, ATinyModelFerryWritesRunsInLlamaAndAnEndianRoundTripKeepsItsLo
   auto all = r->get_all();
   ASSERT_TRUE(all) << all.error();
   std::vector<gguf_tensor_ref> tensors;
+  std::vector<std::vector<std::byte>> blocks;  // the quantized tensors' bytes
+  blocks.reserve(std::size(quantized_tensors));
   for (const tensor& t : *all) {
     auto g = to_gguf_tensor(t.ref());
     ASSERT_TRUE(g) << g.error();
+    for (const auto& [name, type] : quantized_tensors) {
+      if (t.name() != name) continue;
+      ASSERT_EQ(t.dtype(), dtype::f32);
+      const auto row = static_cast<std::int64_t>(g->ne[0]), rows = static_cast<std::int64_t>(g->ne[1]);
+      blocks.emplace_back(static_cast<std::size_t>(ggml_byte_size(type, g->ne[0] * g->ne[1]).value()));
+      ASSERT_EQ(l.quantize_chunk(static_cast<int>(type), reinterpret_cast<const float*>(t.bytes().data()),
+                                 blocks.back().data(), 0, rows, row, nullptr),
+                blocks.back().size());
+      g->type = type;
+      g->data = blocks.back();
+    }
     tensors.push_back(*g);
   }
   gguf_write_options opt;
