@@ -25,6 +25,19 @@ constexpr std::size_t max_string_bytes = 64;
 constexpr std::size_t growth_digits = 21;
 constexpr std::uint64_t array_align = 64;  // NumPy's ARRAY_ALIGN
 
+// Column-major (Fortran order) strides: the first extent varies fastest.
+// Zero extents count as one, as in contiguous_strides(). Requires: the
+// product of the extents fits 64 bits.
+std::vector<std::uint64_t> column_major_strides(std::span<const std::uint64_t> shape) {
+  std::vector<std::uint64_t> out(shape.size());
+  std::uint64_t step = 1;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    out[k] = step;
+    step *= shape[k] == 0 ? 1 : shape[k];
+  }
+  return out;
+}
+
 constexpr bool is_ws(int c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 // The dict text of a header, scanned byte by byte through a wire::reader,
@@ -364,19 +377,9 @@ result<tensor_info, error> npy_tensor(const npy_header& h, std::string name, std
   FERRY_TRY_ASSIGN(t.dtype, npy_dtype(h));
   t.name = std::move(name);
   t.shape = h.shape;
-  if (h.fortran_order) {
-    // Column-major: the first extent varies fastest. Zero extents count as
-    // one, as in contiguous_strides(); parse_npy_header() checked that the
-    // product of the others does not overflow.
-    t.strides.resize(h.shape.size());
-    std::uint64_t step = 1;
-    for (std::size_t k = 0; k < h.shape.size(); ++k) {
-      t.strides[k] = step;
-      step *= h.shape[k] == 0 ? 1 : h.shape[k];
-    }
-  } else {
-    t.strides = contiguous_strides(h.shape);
-  }
+  // parse_npy_header() checked that the product of the extents does not
+  // overflow.
+  t.strides = h.fortran_order ? column_major_strides(h.shape) : contiguous_strides(h.shape);
   t.storage = storage;
   return t;
 }
@@ -418,12 +421,7 @@ result<npy_payload, error> prepare_npy(const tensor_ref& t, wire::byte_order ord
   std::vector<std::uint64_t> strides(t.strides.begin(), t.strides.end());
   if (strides.empty()) strides = row_major;
   FERRY_TRY(check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), lim.max_dims));
-  std::vector<std::uint64_t> column_major(t.shape.size());
-  std::uint64_t step = 1;
-  for (std::size_t k = 0; k < t.shape.size(); ++k) {
-    column_major[k] = step;
-    step *= t.shape[k] == 0 ? 1 : t.shape[k];
-  }
+  const std::vector<std::uint64_t> column_major = column_major_strides(t.shape);
   std::uint64_t n = p.width;
   for (const auto d : t.shape) n *= d;  // check_view() checked the product
   // A 1-d (or 0-d) view is both: row-major wins, fortran_order False, as

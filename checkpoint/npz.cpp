@@ -21,6 +21,7 @@ namespace {
 
 using detail::npz_source;
 using detail::zip_read_at;
+using detail::record_what;
 
 constexpr std::uint32_t max32 = 0xFFFFFFFF;
 constexpr std::size_t input_window = 256 * 1024;  // compressed bytes read at a time
@@ -31,8 +32,6 @@ constexpr std::size_t input_window = 256 * 1024;  // compressed bytes read at a 
 // what load() allocates for a deflated record stays within 1032 times the
 // file's size.
 constexpr std::uint64_t max_deflate_ratio = 1032;
-
-std::string record_what(std::string_view name) { return "record " + quote(name); }
 
 // A deflated record inflated a piece at a time into the caller's memory:
 // never more than the record's declared size comes out (the caller's
@@ -154,8 +153,7 @@ namespace detail {
 
 bool looks_like_npz(const zip_directory& dir) noexcept {
   return std::all_of(dir.entries.begin(), dir.entries.end(), [](const zip_entry& e) {
-    const std::string& n = e.record.name;
-    return n.ends_with(".npy") && !n.ends_with("/data.pkl");
+    return e.record.name.ends_with(".npy");
   });
 }
 

@@ -28,8 +28,6 @@ constexpr std::uint16_t zip64_extra_id = 0x0001;
 constexpr std::uint32_t max32 = 0xFFFFFFFF;
 constexpr std::uint16_t max16 = 0xFFFF;
 
-std::string record_what(std::string_view name) { return "record " + quote(name); }
-
 // Reads through one window of the file: the local headers of a zip of many
 // small records lie one after another, and cost one read per 64 KiB, not
 // two per record.
@@ -94,6 +92,8 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
 }  // namespace
 
 error zip_malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
+
+std::string record_what(std::string_view name) { return "record " + quote(name); }
 
 std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc) noexcept {
   // zlib answers a null buffer with the initial value 0, whatever `crc` was:

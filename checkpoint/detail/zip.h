@@ -140,6 +140,9 @@ struct zip_records {
 /// zip record's CRC field holds.
 [[nodiscard]] std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc = 0) noexcept;
 
+/// "record 'name'": how errors name a zip record.
+[[nodiscard]] std::string record_what(std::string_view name);
+
 /// A zip_read_at over bytes in memory (the fuzzers' and tests' entry).
 [[nodiscard]] zip_read_at memory_reader(std::span<const std::byte> bytes);
 
