@@ -301,16 +301,8 @@ class parser {
     return fail(checkpoint_errc::bad_gguf_value_type, "key ", quote(key), ": value type ", t);  // unreachable
   }
 
-  // general.alignment: a u32 power of two from 1 to 2^30, or absent (32).
   result<void, error> alignment(gguf_header& h) const {
-    const gguf_value* a = h.find("general.alignment");
-    if (a == nullptr) return {};
-    FERRY_REQUIRE(type_of(*a) == gguf_value_type::u32, checkpoint_errc::bad_alignment, "gguf general.alignment is ",
-                  name(type_of(*a)), " (must be u32)");
-    const std::uint32_t v = std::get<std::uint32_t>(*a);
-    FERRY_REQUIRE(v != 0 && (v & (v - 1)) == 0 && v <= detail::max_gguf_alignment, checkpoint_errc::bad_alignment,
-                  "gguf general.alignment ", v, " (a power of two from 1 to 2^30)");
-    h.alignment = v;
+    FERRY_TRY_ASSIGN(h.alignment, detail::gguf_alignment(h.find("general.alignment")));
     return {};
   }
 
@@ -326,13 +318,7 @@ class parser {
     if (n_dims > max_dims) return fail(errc::limit_exceeded, who, ": ", n_dims, " dimensions (ggml has at most 4)");
     FERRY_TRY(need(std::uint64_t{n_dims} * 8, who, ": extents"));
     t.ne.resize(n_dims);
-    std::uint64_t numel = 1;
-    bool overflow = false;
-    for (auto& e : t.ne) {
-      e = *in_.read<std::uint64_t>(order_);
-      if (e > max_int64) return fail(checkpoint_errc::shape_overflow, who, ": extent ", e, " (negative in ggml's int64)");
-      overflow = overflow || __builtin_mul_overflow(numel, e, &numel);
-    }
+    for (auto& e : t.ne) e = *in_.read<std::uint64_t>(order_);
     FERRY_TRY_ASSIGN(const std::uint32_t type_number, scalar<std::uint32_t>(who, ": type"));
     auto type = to_ggml_type(type_number);
     if (!type) {
@@ -344,15 +330,8 @@ class parser {
                   known->note);
     }
     t.type = *type;
-    const ggml_type_info& ti = info(t.type);
-    const std::uint64_t row = t.ne.empty() ? 1 : t.ne[0];
-    FERRY_REQUIRE(row % ti.block_elements == 0, checkpoint_errc::shape_size_mismatch, "gguf byte ", in_.offset(), ": ",
-                  who, ": ne[0] ", row, " is not a multiple of ", ti.name, "'s block of ", ti.block_elements);
-    FERRY_REQUIRE(!overflow && numel <= max_int64, checkpoint_errc::shape_overflow, "gguf byte ", in_.offset(), ": ",
-                  who, ": the extents' product passes 2^63");
-    auto bytes = ggml_byte_size(t.type, numel);
-    FERRY_REQUIRE(bytes, checkpoint_errc::shape_overflow, "gguf byte ", in_.offset(), ": ", who,
-                  ": byte count passes 2^64");
+    auto bytes = detail::gguf_tensor_bytes(t.type, t.ne, who);
+    if (!bytes) return fail(bytes.error().code(), bytes.error().context());
     t.nbytes = *bytes;
     FERRY_TRY_ASSIGN(t.offset, scalar<std::uint64_t>(who, ": offset"));
     return t;
@@ -460,6 +439,35 @@ result<gguf_header, error> parse_gguf_header(std::span<const std::byte> bytes, s
 }
 
 namespace detail {
+
+result<std::uint32_t, error> gguf_alignment(const gguf_value* general_alignment) {
+  if (general_alignment == nullptr) return 32;
+  const gguf_value& a = *general_alignment;
+  FERRY_REQUIRE(type_of(a) == gguf_value_type::u32, checkpoint_errc::bad_alignment, "gguf general.alignment is ",
+                name(type_of(a)), " (must be u32)");
+  const std::uint32_t v = std::get<std::uint32_t>(a);
+  FERRY_REQUIRE(v != 0 && (v & (v - 1)) == 0 && v <= max_gguf_alignment, checkpoint_errc::bad_alignment,
+                "gguf general.alignment ", v, " (a power of two from 1 to 2^30)");
+  return v;
+}
+
+result<std::uint64_t, error> gguf_tensor_bytes(ggml_type type, std::span<const std::uint64_t> ne, std::string_view who) {
+  std::uint64_t numel = 1;
+  bool overflow = false;
+  for (const std::uint64_t e : ne) {
+    FERRY_REQUIRE(e <= max_int64, checkpoint_errc::shape_overflow, who, ": extent ", e, " (negative in ggml's int64)");
+    overflow = overflow || __builtin_mul_overflow(numel, e, &numel);
+  }
+  const ggml_type_info& ti = info(type);
+  const std::uint64_t row = ne.empty() ? 1 : ne[0];
+  FERRY_REQUIRE(row % ti.block_elements == 0, checkpoint_errc::shape_size_mismatch, who, ": ne[0] ", row,
+                " is not a multiple of ", ti.name, "'s block of ", ti.block_elements);
+  FERRY_REQUIRE(!overflow && numel <= max_int64, checkpoint_errc::shape_overflow, who,
+                ": the extents' product passes 2^63");
+  auto bytes = ggml_byte_size(type, numel);
+  FERRY_REQUIRE(bytes, checkpoint_errc::shape_overflow, who, ": byte count passes 2^64");
+  return *bytes;
+}
 
 result<gguf_header, error> read_gguf_header(std::uint64_t size, const zip_read_at& read, const read_options& opt) {
   std::uint64_t want = std::min<std::uint64_t>({size, std::uint64_t{1} << 20, opt.lim.max_gguf_header_bytes});

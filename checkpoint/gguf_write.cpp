@@ -74,37 +74,18 @@ class value_writer {
 
 // general.alignment of `metadata` (gguf.h), or 32.
 result<std::uint32_t, error> alignment_of(std::span<const gguf_kv> metadata) {
-  for (const auto& kv : metadata) {
-    if (kv.key != "general.alignment") continue;
-    FERRY_REQUIRE(type_of(kv.value) == gguf_value_type::u32, checkpoint_errc::bad_alignment,
-                  "gguf general.alignment is ", name(type_of(kv.value)), " (must be u32)");
-    const std::uint32_t v = std::get<std::uint32_t>(kv.value);
-    FERRY_REQUIRE(v != 0 && (v & (v - 1)) == 0 && v <= detail::max_gguf_alignment, checkpoint_errc::bad_alignment,
-                  "gguf general.alignment ", v, " (a power of two from 1 to 2^30)");
-    return v;
-  }
-  return 32;
+  const auto it = std::find_if(metadata.begin(), metadata.end(),
+                               [](const gguf_kv& kv) { return kv.key == "general.alignment"; });
+  return detail::gguf_alignment(it == metadata.end() ? nullptr : &it->value);
 }
 
 // A tensor's byte count from its type and extents, checked as the parser
-// checks them.
+// checks them (and at most 4 extents, which the parser checks as it reads).
 result<std::uint64_t, error> tensor_bytes(std::string_view tensor_name, ggml_type type,
                                           std::span<const std::uint64_t> ne) {
   const std::string who = "gguf tensor " + quote(tensor_name);
   FERRY_REQUIRE(ne.size() <= 4, errc::limit_exceeded, who, ": ", ne.size(), " dimensions (ggml has at most 4)");
-  std::uint64_t numel = 1;
-  for (const auto e : ne) {
-    FERRY_REQUIRE(e <= std::uint64_t{INT64_MAX} && !__builtin_mul_overflow(numel, e, &numel) &&
-                      numel <= std::uint64_t{INT64_MAX},
-                  checkpoint_errc::shape_overflow, who, ": the extents' product passes 2^63");
-  }
-  const ggml_type_info& ti = info(type);
-  const std::uint64_t row = ne.empty() ? 1 : ne[0];
-  FERRY_REQUIRE(row % ti.block_elements == 0, checkpoint_errc::shape_size_mismatch, who, ": ne[0] ", row,
-                " is not a multiple of ", ti.name, "'s block of ", ti.block_elements);
-  auto bytes = ggml_byte_size(type, numel);
-  FERRY_REQUIRE(bytes, checkpoint_errc::shape_overflow, who, ": byte count passes 2^64");
-  return *bytes;
+  return detail::gguf_tensor_bytes(type, ne, who);
 }
 
 // The header bytes (magic to the padding before the data), every rule of

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "ferry/base/error.h"
@@ -35,6 +36,18 @@ inline constexpr std::size_t max_ggml_name_bytes = 63;
 /// growing the prefix read from 1 MiB as the parse needs, up to
 /// lim.max_gguf_header_bytes [limit_exceeded]. Contexts do not name the
 /// file.
+/// The alignment `general_alignment` (the value of general.alignment, or
+/// nullptr) sets: a u32 power of two from 1 to 2^30, or 32 when absent.
+/// Errors: bad_alignment. The parser and the writer share the rule.
+[[nodiscard]] result<std::uint32_t, error> gguf_alignment(const gguf_value* general_alignment);
+
+/// The bytes of a tensor of `type` with extents `ne` (GGUF's order), each
+/// rule of gguf.h's TENSOR DATA checked. `who` names the tensor in errors.
+/// Errors: shape_overflow (an extent or their product past 2^63, the byte
+/// count past 2^64), shape_size_mismatch (ne[0] not whole blocks).
+[[nodiscard]] result<std::uint64_t, error> gguf_tensor_bytes(ggml_type type, std::span<const std::uint64_t> ne,
+                                                            std::string_view who);
+
 [[nodiscard]] result<gguf_header, error> read_gguf_header(std::uint64_t size, const zip_read_at& read,
                                                           const read_options& opt);
 
