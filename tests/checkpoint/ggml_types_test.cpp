@@ -1,7 +1,9 @@
 // The ggml type table, the byte-order swap of blocks and the dequantizers
 // (checkpoint/ggml_types.h). The golden hashes are of ggml's own to_float
 // output (libggml-base.so of @node-llama-cpp/linux-x64 3.22.1, x86-64) for
-// the input bytes make_blocks() gives: ferry must reproduce them bit for bit from the
+// the input bytes make_blocks() gives; Q8_K, which ggml's type table gives
+// no to_float, is of ggml-quants.c's dequantize_row_q8_K (ggml d99724f2,
+// built by hand). ferry must reproduce them bit for bit from the
 // little-endian blocks and from their big-endian conversion, on every host.
 #include <gtest/gtest.h>
 

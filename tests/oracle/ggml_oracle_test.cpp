@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -323,6 +324,15 @@ TEST_F(GgmlFiles, FerryReadsWhatGgmlWritesAndConvertsItThereAndBackByteForByte) 
   EXPECT_EQ(rb->gguf()->metadata, h.metadata);
   ASSERT_TRUE(convert_gguf_order(be, back, byte_order::little));
   EXPECT_EQ(slurp(back), file) << "ggml's file converted to big-endian and back differs";
+#ifdef FERRY_CLI
+  // The same through the tool, as a user runs it.
+  const fs::path cli_be = dir_ / "cli-be.gguf", cli_back = dir_ / "cli-back.gguf";
+  const std::string cli = FERRY_CLI;
+  ASSERT_EQ(std::system((cli + " convert '" + p.string() + "' '" + cli_be.string() + "' --order big >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((cli + " convert '" + cli_be.string() + "' '" + cli_back.string() + "' --order little >/dev/null").c_str()), 0);
+  EXPECT_EQ(slurp(cli_be), slurp(be));
+  EXPECT_EQ(slurp(cli_back), file) << "ferry convert LE -> BE -> LE is not ggml's file";
+#endif
 }
 
 }  // namespace
