@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   // Byte orders a file does not say: a .pt file written before PyTorch
   // 2.1; a GGUF file whose version field misleads; a .npy descr of '|' or
   // '=' on elements wider than a byte.
-  const auto pytorch_order = [](CLI::App* cmd, read_flags& flags) {
+  const auto read_order_flags = [](CLI::App* cmd, read_flags& flags) {
     cmd->add_option("--pytorch-order", flags.pytorch_order,
                     "byte order of a .pt file without a byteorder record (PyTorch < 2.1; default little)")
         ->check(CLI::IsMember({"little", "big"}));
@@ -177,16 +177,16 @@ int main(int argc, char** argv) {
       "do not check the input's checksums (a .pt's zip CRC-32s, a .ferry's CRC32Cs): the output's fresh checksums "
       "then vouch for bytes nobody checked");
   read_flags rf;
-  pytorch_order(convert_cmd, co.read);
-  pytorch_order(inspect_cmd, rf);
-  pytorch_order(verify_cmd, rf);
+  read_order_flags(convert_cmd, co.read);
+  read_order_flags(inspect_cmd, rf);
+  read_order_flags(verify_cmd, rf);
 
   auto* diff_cmd = app.add_subcommand(
       "diff", "compare two checkpoints tensor by tensor (exit 0 identical, 1 different, 2 trouble)");
   diff_cmd->add_option("A", file, "first file")->required();
   diff_cmd->add_option("B", second, "second file")->required();
   diff_cmd->add_flag("--json", as_json, "machine-readable output");
-  pytorch_order(diff_cmd, rf);
+  read_order_flags(diff_cmd, rf);
 
   auto* dump_cmd = app.add_subcommand("dump", "print a ferry graph archive as JSON, from its embedded schema");
   dump_cmd->add_option("FILE", file, "a graph archive")->required();
