@@ -271,12 +271,12 @@ class py_reader {
       py::gil_scoped_release unlocked;
       FERRY_TRY_ASSIGN(auto all, r_->get_all());
       if (!dequantize) return all;
-      for (auto& t : all) {
-        if (!quantized(t.info())) continue;
-        FERRY_TRY_ASSIGN(ckpt::tensor d, ckpt::get_dequantized(*r_, t.name()));
+      for (std::size_t k = 0; k < all.size(); ++k) {
+        if (!quantized(all[k].info())) continue;
+        FERRY_TRY_ASSIGN(ckpt::tensor d, ckpt::get_dequantized(*r_, all[k].name()));
         ckpt::tensor_info i = d.info();
-        i.storage = static_cast<std::uint32_t>(r_->storages().size() + (&t - all.data()));
-        t = ckpt::tensor(std::move(i), d.storage());
+        i.storage = static_cast<std::uint32_t>(r_->storages().size() + k);
+        all[k] = ckpt::tensor(std::move(i), d.storage());
       }
       return all;
     }());

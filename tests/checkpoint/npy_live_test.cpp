@@ -27,15 +27,6 @@ using wire::byte_order;
 
 const fs::path live_dir = FERRY_NPY_LIVE_DIR;
 
-std::vector<std::uint64_t> shape_of(const std::string& s) {
-  std::vector<std::uint64_t> out;
-  if (s == "-") return out;
-  std::stringstream in(s);
-  std::string part;
-  while (std::getline(in, part, ',')) out.push_back(std::stoull(part));
-  return out;
-}
-
 std::string shape_text(std::span<const std::uint64_t> shape) {
   if (shape.empty()) return "-";
   std::string out;
