@@ -321,7 +321,8 @@ TEST_F(GgmlFiles, FerryReadsWhatGgmlWritesAndConvertsItThereAndBackByteForByte) 
   auto rb = reader::open(be);
   ASSERT_TRUE(rb) << rb.error();
   EXPECT_EQ(rb->gguf()->order, byte_order::big);
-  EXPECT_EQ(rb->gguf()->metadata, h.metadata);
+  // The same header, bit for bit (a NaN value compares unequal to itself).
+  EXPECT_EQ(encode_gguf_header(*rb->gguf(), byte_order::little).value(), encode_gguf_header(h, byte_order::little).value());
   ASSERT_TRUE(convert_gguf_order(be, back, byte_order::little));
   EXPECT_EQ(slurp(back), file) << "ggml's file converted to big-endian and back differs";
 #ifdef FERRY_CLI

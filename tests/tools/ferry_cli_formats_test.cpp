@@ -250,9 +250,11 @@ TEST_F(Cli, NpyRoundTripsInspectVerifyAndDiff) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(run("diff " + path("f.npy") + " " + path("f.gguf")).status, 0);
 
-  // Two tensors do not fit a .npy.
-  const tensor_ref two[] = {one[0], {"arr_1", codec::dtype::f32, shape, {}, 0, v}};
-  ASSERT_TRUE(save_safetensors(dir_ / "two.safetensors", two, {}));
+  // Two tensors do not fit a .npy (two storages: safetensors refuses shared ones).
+  const auto w = v;
+  const tensor_ref two[] = {one[0], {"arr_1", codec::dtype::f32, shape, {}, 0, w}};
+  auto saved = save_safetensors(dir_ / "two.safetensors", two, {});
+  ASSERT_TRUE(saved) << saved.error();
   r = run("convert " + path("two.safetensors") + " " + path("two.npy"));
   EXPECT_EQ(r.status, 1);
   expect_one_error_line(r, path("two.npy") + ": " + path("two.safetensors") +
