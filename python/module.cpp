@@ -291,6 +291,9 @@ class py_reader {
       if (!out[t.info().storage]) out[t.info().storage] = storage_array(t.storage(), copy_on_write_ || own);
     }
     while (!out.empty() && !out.back()) out.pop_back();
+    for (auto& b : out) {
+      if (!b) b = py::none();
+    }
     return out;
   }
 
