@@ -89,8 +89,10 @@ class fresh_storage final : public storage_buffer {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
   static std::unique_ptr<std::byte, release> allocate(std::size_t n) {
+    // aligned_alloc wants a size that is a multiple of the alignment;
+    // malloc's own alignment suits every element below 2 MiB.
     const std::size_t size = n < huge ? std::max<std::size_t>(n, 1) : (n + huge - 1) / huge * huge;
-    auto* p = static_cast<std::byte*>(std::aligned_alloc(n < huge ? alignof(std::max_align_t) : huge, size));
+    auto* p = static_cast<std::byte*>(n < huge ? std::malloc(size) : std::aligned_alloc(huge, size));
     if (p == nullptr) throw std::bad_alloc();
     if (n >= huge) ::madvise(p, size, MADV_HUGEPAGE);  // advice only: refused where THP is off
     return std::unique_ptr<std::byte, release>(p);
