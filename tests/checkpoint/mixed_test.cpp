@@ -14,35 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "../mixed_nodes.h"
+
 namespace {
+
+using ferry::testing::armhf_node;
+using ferry::testing::native_node;
+using ferry::testing::node;
+using ferry::testing::run;
+using ferry::testing::s390x_node;
+using ferry::testing::slurp;
 
 namespace fs = std::filesystem;
 
-struct node {
-  const char* arch;
-  std::string prefix;  // emulator and binary
-};
-
-const std::vector<node> nodes = {
-    {"x86-64", FERRY_NATIVE_NODE},
-    {"armhf", std::string("qemu-arm -L /usr/arm-linux-gnueabihf ") + FERRY_ARMHF_NODE},
-    {"s390x", std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_NODE},
-};
-
-// Runs a command; returns its exit status and standard output.
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-  const int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+const std::vector<node> nodes = {native_node(), armhf_node(), s390x_node()};
 
 TEST(CheckpointAcrossArchitectures, WrittenAnywhereReadsIdenticallyEverywhere) {
   std::string templ = (fs::temp_directory_path() / "ferry-ckpt-mixed.XXXXXX").string();

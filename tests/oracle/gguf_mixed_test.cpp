@@ -24,39 +24,24 @@
 #include "ferry/checkpoint/gguf.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/wire/bulk.h"
+#include "../mixed_nodes.h"
 #include "ggml_api.h"
 
 namespace {
+
+using ferry::testing::armhf_node;
+using ferry::testing::aarch64_node;
+using ferry::testing::native_node;
+using ferry::testing::node;
+using ferry::testing::run;
+using ferry::testing::s390x_node;
+using ferry::testing::slurp;
 
 namespace fs = std::filesystem;
 namespace gg = ferry::testing::ggml;
 namespace ckpt = ferry::checkpoint;
 
-struct node {
-  const char* arch;
-  std::string prefix;  // emulator and binary
-};
-
-const std::vector<node> nodes = {
-    {"x86-64", FERRY_NATIVE_NODE},
-    {"aarch64", std::string("qemu-aarch64 -L /usr/aarch64-linux-gnu ") + FERRY_AARCH64_NODE},
-    {"armhf", std::string("qemu-arm -L /usr/arm-linux-gnueabihf ") + FERRY_ARMHF_NODE},
-    {"s390x", std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_NODE},
-};
-
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-  const int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+const std::vector<node> nodes = {native_node(), aarch64_node(), armhf_node(), s390x_node()};
 
 // The types ggml_quantize_chunk has a case for (it aborts on the others).
 // IQ1/IQ2/IQ3 need an importance matrix and set up their grids first
