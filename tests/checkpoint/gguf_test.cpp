@@ -14,6 +14,7 @@
 #include "ferry/checkpoint/detail/gguf.h"
 #include "ferry/checkpoint/gguf.h"
 #include "helpers.h"
+#include "../test_bytes.h"
 
 namespace ferry::checkpoint::testing {
 namespace {
@@ -73,18 +74,7 @@ std::string refused(const std::vector<std::byte>& b, error_code code, const limi
   return r.error().what();
 }
 
-// Deterministic bytes (splitmix64).
-std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    seed += 0x9E3779B97F4A7C15ull;
-    std::uint64_t z = seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    out[i] = static_cast<std::byte>(z ^ (z >> 31));
-  }
-  return out;
-}
+using ferry::testing::random_bytes;
 
 // One metadata value of every type, nested arrays too.
 std::vector<gguf_kv> every_value() {

@@ -24,6 +24,7 @@
 #include "ferry/checkpoint/gguf.h"
 #include "ferry/checkpoint/reader.h"
 #include "ggml_api.h"
+#include "../test_bytes.h"
 
 namespace ferry::checkpoint::testing {
 namespace {
@@ -52,19 +53,7 @@ const gg::api* ggml(std::string* why) {
   const gg::api* g = ggml(&why_); \
   ASSERT_NE(g, nullptr) << why_
 
-// splitmix64 bytes: raw bit patterns, so scales include NaNs, infinities
-// and subnormals.
-std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    seed += 0x9E3779B97F4A7C15ull;
-    std::uint64_t z = seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    out[i] = static_cast<std::byte>(z ^ (z >> 31));
-  }
-  return out;
-}
+using ferry::testing::random_bytes;
 
 std::vector<std::byte> slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
