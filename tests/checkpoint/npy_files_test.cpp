@@ -224,6 +224,35 @@ TEST_F(NpyWrite, EveryDtypeBothOrdersReadsBack) {
   }
 }
 
+// A foreign-order array of 64 MiB and more is read and converted by one
+// thread per core, each a share of the pieces: every value lands where it
+// belongs, through get() and read_into() alike, and a file cut short is
+// an error, not a partial array.
+TEST_F(NpyWrite, LargeForeignOrderArraysConvertWhole) {
+  const std::size_t n = (std::size_t{64} << 20) / 8 + 12345;  // f64, a last piece shorter than the others
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<double>(i) * 0.25 - 7.0;
+  const std::uint64_t shape[] = {n};
+  const tensor_ref ref{"x", dtype::f64, shape, {}, 0, std::as_bytes(std::span(v))};
+  npy_options opt;
+  opt.order = wire::host_order == byte_order::little ? byte_order::big : byte_order::little;
+  opt.sync = false;
+  const fs::path p = dir_ / "big.npy";
+  ASSERT_TRUE(save_npy(p, ref, opt));
+  auto r = reader::open(p);
+  ASSERT_TRUE(r) << r.error();
+  auto got = r->get("arr_0");
+  ASSERT_TRUE(got) << got.error();
+  ASSERT_EQ(got->bytes().size(), n * 8);
+  EXPECT_EQ(std::memcmp(got->bytes().data(), v.data(), n * 8), 0);
+  std::vector<std::byte> into(n * 8);
+  ASSERT_TRUE(r->read_into(r->tensors().front(), into));
+  EXPECT_EQ(std::memcmp(into.data(), v.data(), n * 8), 0);
+  fs::resize_file(p, fs::file_size(p) - 5000);
+  auto cut = reader::open(p);
+  EXPECT_FALSE(cut && cut->get("arr_0"));
+}
+
 TEST_F(NpyWrite, ColumnMajorViewsWriteFortranOrderOthersGather) {
   const std::uint64_t shape[] = {2, 3, 4};
   std::vector<float> v(24);
