@@ -60,10 +60,11 @@ int write_all(int fd, std::span<const std::byte> bytes) noexcept {
   return 0;
 }
 
-// Direct I/O: blocks of this size and alignment satisfy every block
-// device's O_DIRECT rules; the staging buffer holds this many bytes.
-constexpr std::size_t direct_block = 4096;
-constexpr std::size_t stage_bytes = std::size_t{8} << 20;
+// Write-behind (atomic_file's `direct`): the writeback of each 8 MiB
+// written is started at once, and the pieces more than 32 MiB behind are
+// waited for and dropped from the cache.
+constexpr std::uint64_t behind_piece = std::uint64_t{8} << 20;
+constexpr std::uint64_t behind_window = 4 * behind_piece;
 
 std::filesystem::path folder_of(const std::filesystem::path& target) {
   return target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
@@ -145,70 +146,39 @@ result<atomic_file, error> atomic_file::create(const std::filesystem::path& targ
   if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(f.fd_, st.st_mode & 07777) != 0) {
     return os_error(errno, target);
   }
-  // O_DIRECT is set after open (flock and fchmod do not care); a file
-  // system without it says EINVAL and the file is written through the cache.
-  if (f.direct_) {
-    const int flags = ::fcntl(f.fd_, F_GETFL);
-    f.direct_ = flags >= 0 && ::fcntl(f.fd_, F_SETFL, flags | O_DIRECT) == 0;
-  }
   return f;
 }
 
-void atomic_file::free_deleter::operator()(std::byte* p) const noexcept { std::free(p); }
-
-// Copies `bytes` into the staging buffer, writing it out whenever it fills.
-int atomic_file::stage(std::span<const std::byte> bytes) noexcept {
-  if (!stage_) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, direct_block, stage_bytes) != 0) return ENOMEM;
-    stage_.reset(static_cast<std::byte*>(p));
-  }
-  while (!bytes.empty()) {
-    const std::size_t n = std::min(stage_bytes - staged_, bytes.size());
-    std::memcpy(stage_.get() + staged_, bytes.data(), n);
-    staged_ += n;
-    bytes = bytes.subspan(n);
-    if (staged_ == stage_bytes) {
-      if (const int e = flush_stage(stage_bytes); e != 0) return e;
+// Starts the writeback of what was written since it last did (from
+// behind_piece on), then waits for and drops the pieces more than
+// behind_window behind. A file system without sync_file_range (EINVAL,
+// ESPIPE, ENOSYS) ends write-behind; the bytes go on through the cache.
+int atomic_file::write_behind() noexcept {
+#ifdef __linux__
+  const auto stop = [&](int e) {
+    if (e != EINVAL && e != ESPIPE && e != ENOSYS) return e;
+    direct_ = false;
+    return 0;
+  };
+  if (size_ - started_ >= behind_piece) {
+    if (::sync_file_range(fd_, static_cast<off_t>(started_), static_cast<off_t>(size_ - started_),
+                          SYNC_FILE_RANGE_WRITE) != 0) {
+      return stop(errno);
     }
+    started_ = size_;
   }
+  while (direct_ && started_ - dropped_ > behind_window) {
+    if (::sync_file_range(fd_, static_cast<off_t>(dropped_), static_cast<off_t>(behind_piece),
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+      return stop(errno);
+    }
+    (void)::posix_fadvise(fd_, static_cast<off_t>(dropped_), static_cast<off_t>(behind_piece), POSIX_FADV_DONTNEED);
+    dropped_ += behind_piece;
+  }
+#else
+  direct_ = false;
+#endif
   return 0;
-}
-
-// Writes the first `n` staged bytes (whole blocks while direct_) and keeps
-// the rest at the buffer's start. A device that refuses the direct write
-// (EINVAL: stricter alignment) gets it through the cache instead.
-int atomic_file::flush_stage(std::size_t n) noexcept {
-  int e = write_all(fd_, std::span(stage_.get(), n));
-  if (e == EINVAL && direct_) {
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) return errno;
-    direct_ = false;
-    // A short direct write may have landed part of it: start over at the
-    // staged bytes' offset.
-    const auto at = static_cast<off_t>(flushed_);
-    if (::lseek(fd_, at, SEEK_SET) != at) return errno;
-    e = write_all(fd_, std::span(stage_.get(), n));
-  }
-  if (e != 0) return e;
-  std::memmove(stage_.get(), stage_.get() + n, staged_ - n);
-  staged_ -= n;
-  flushed_ += n;
-  return 0;
-}
-
-// Writes what is staged: the whole blocks directly, the tail through the
-// cache (O_DIRECT cleared: a partial block cannot be written directly).
-int atomic_file::finish_stage() noexcept {
-  if (!stage_ || staged_ == 0) return 0;
-  if (direct_) {
-    if (const int e = flush_stage(staged_ - staged_ % direct_block); e != 0) return e;
-    if (staged_ == 0) return 0;
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) return errno;
-    direct_ = false;
-  }
-  return flush_stage(staged_);
 }
 
 atomic_file::atomic_file(atomic_file&& other) noexcept
@@ -217,9 +187,8 @@ atomic_file::atomic_file(atomic_file&& other) noexcept
       fd_(std::exchange(other.fd_, -1)),
       sync_(other.sync_),
       direct_(other.direct_),
-      stage_(std::move(other.stage_)),
-      staged_(std::exchange(other.staged_, 0)),
-      flushed_(other.flushed_),
+      started_(other.started_),
+      dropped_(other.dropped_),
       size_(other.size_),
       failed_errno_(other.failed_errno_) {}
 
@@ -231,9 +200,8 @@ atomic_file& atomic_file::operator=(atomic_file&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     sync_ = other.sync_;
     direct_ = other.direct_;
-    stage_ = std::move(other.stage_);
-    staged_ = std::exchange(other.staged_, 0);
-    flushed_ = other.flushed_;
+    started_ = other.started_;
+    dropped_ = other.dropped_;
     size_ = other.size_;
     failed_errno_ = other.failed_errno_;
   }
@@ -251,13 +219,11 @@ void atomic_file::discard() noexcept {
 
 result<void, error> atomic_file::write(std::span<const std::byte> bytes) {
   assert(fd_ >= 0 && "write() after commit()");
-  if (failed_errno_ == 0) {
-    // Staged while direct was granted (and after a fallback, with bytes
-    // still staged, to keep the order).
-    failed_errno_ = direct_ || stage_ ? stage(bytes) : write_all(fd_, bytes);
-  }
+  if (failed_errno_ == 0) failed_errno_ = write_all(fd_, bytes);
   if (failed_errno_ != 0) return os_error(failed_errno_, target_);
   size_ += bytes.size();
+  if (direct_) failed_errno_ = write_behind();
+  if (failed_errno_ != 0) return os_error(failed_errno_, target_);
   return {};
 }
 
@@ -267,10 +233,10 @@ result<void, error> atomic_file::commit() {
     discard();
     return os_error(sys_errno, target_);
   };
-  if (failed_errno_ == 0) failed_errno_ = finish_stage();
   if (failed_errno_ != 0) return fail(failed_errno_);
-  stage_.reset();
   if (sync_ && ::fsync(fd_) != 0) return fail(errno);
+  // Written out: the rest leaves the cache too.
+  if (direct_) (void)::posix_fadvise(fd_, static_cast<off_t>(dropped_), 0, POSIX_FADV_DONTNEED);
   if (detail::commit_hook != nullptr) detail::commit_hook(detail::commit_stage::synced);
   if (::rename(temporary_.c_str(), target_.c_str()) != 0) return fail(errno);
   temporary_.clear();

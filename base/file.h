@@ -60,15 +60,17 @@ namespace ferry::base {
 ///   temporary is removed by the next create() for the same target.
 /// - commit() fsyncs the file (unless sync is off), renames it over
 ///   `target` and fsyncs the folder; the target's permission bits are kept.
-/// - `direct`: the bytes bypass the page cache (O_DIRECT), gathered in a
-///   reused 8 MiB staging buffer (allocated on the first write) and
-///   written in whole 4 KiB blocks; the last partial block is written
-///   through the cache before the fsync. Writing GBs then costs no page
-///   cache: no copy into fresh pages (on VMs whose freed memory returns to
-///   the host, first touching those costs more than the write), no
-///   writeback left for the fsync, no eviction of what others cache. Where
-///   the file system refuses O_DIRECT (tmpfs, EINVAL) the file is written
-///   through the cache, as without `direct`.
+/// - `direct`: the bytes pass through the page cache without staying
+///   there (write-behind): the writeback of every 8 MiB written starts at
+///   once (sync_file_range), and what lies more than 32 MiB behind is
+///   waited for and dropped from the cache (POSIX_FADV_DONTNEED), the rest
+///   after the fsync. Writing GBs then leaves no writeback for the fsync,
+///   keeps the device busy while the writer computes, and evicts nothing
+///   others cache. O_DIRECT, used before, waited for each 8 MiB write
+///   alone: 1.3-1.5 s for 1 GiB on a 2-core VM where write-behind takes
+///   0.7 s and write() + fsync 1.4-2.9 s. Where sync_file_range is missing
+///   (not Linux, or refused by the file system) the bytes go through the
+///   cache.
 /// Not thread-safe; one writer per object.
 class atomic_file {
  public:
@@ -84,31 +86,25 @@ class atomic_file {
   [[nodiscard]] result<void, error> write(std::span<const std::byte> bytes);
   /// Publishes the file at the target. The object is finished afterwards.
   [[nodiscard]] result<void, error> commit();
-  /// Bytes written so far (staged ones included).
+  /// Bytes written so far.
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
-  /// Whether the bytes bypass the page cache (direct asked and granted).
+  /// Whether write-behind is on (direct asked and granted).
   [[nodiscard]] bool direct() const noexcept { return direct_; }
   [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
   [[nodiscard]] const std::filesystem::path& temporary() const noexcept { return temporary_; }
 
  private:
-  struct free_deleter {
-    void operator()(std::byte* p) const noexcept;
-  };
   atomic_file() = default;
   void discard() noexcept;
-  int stage(std::span<const std::byte> bytes) noexcept;
-  int flush_stage(std::size_t n) noexcept;
-  int finish_stage() noexcept;
+  int write_behind() noexcept;
 
   std::filesystem::path target_;
   std::filesystem::path temporary_;
   int fd_ = -1;
   bool sync_ = true;
-  bool direct_ = false;  // O_DIRECT is set on fd_
-  std::unique_ptr<std::byte, free_deleter> stage_;
-  std::size_t staged_ = 0;
-  std::uint64_t flushed_ = 0;  // bytes in the file (size_ less staged_)
+  bool direct_ = false;         // write-behind
+  std::uint64_t started_ = 0;  // bytes whose writeback was started
+  std::uint64_t dropped_ = 0;  // bytes written out and dropped from the cache
   std::uint64_t size_ = 0;
   int failed_errno_ = 0;
 };

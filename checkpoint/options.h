@@ -146,10 +146,11 @@ struct write_options {
   /// fsync the file and its folder on commit. Off only for throwaway files
   /// (tests, benchmarks of the format without the disk).
   bool sync = true;
-  /// With sync: write around the page cache (O_DIRECT through a reused
-  /// staging buffer, see base::atomic_file), so saving GBs copies nothing
-  /// into fresh page cache and leaves no writeback for the fsync; a file
-  /// read right after is read from the disk. Off: through the page cache.
+  /// With sync: write behind, around the page cache (base::atomic_file's
+  /// `direct`): writeback starts every 8 MiB and written pages leave the
+  /// cache, so saving GBs leaves no writeback for the fsync and evicts
+  /// nothing else; a file read right after is read from the disk. Off:
+  /// through the page cache.
   bool direct = true;
   /// Limits checked while writing (the reader's defaults).
   checkpoint::limits limits;

@@ -164,7 +164,7 @@ std::vector<std::byte> write_pieces(const fs::path& target, const std::vector<st
     EXPECT_TRUE(f->write(piece));
     EXPECT_EQ(f->size(), want.size());
   }
-  auto moved = std::move(*f);  // the staging buffer moves with the file
+  auto moved = std::move(*f);  // the write-behind state moves with the file
   EXPECT_TRUE(moved.commit());
   auto back = read_file(target);
   EXPECT_TRUE(back) << back.error();
@@ -172,12 +172,12 @@ std::vector<std::byte> write_pieces(const fs::path& target, const std::vector<st
 }
 
 TEST_F(File, DirectWritesAroundTheCacheReadBackTheSame) {
-  // Pieces straddling 4 KiB blocks and the 8 MiB staging buffer; where the
-  // file system refuses O_DIRECT (tmpfs before Linux 6.6) the same bytes
-  // go through the cache.
+  // Pieces straddling 4 KiB pages, write-behind's 8 MiB pieces and its
+  // 32 MiB window; on tmpfs too (which has no writeback).
   const std::size_t mib = std::size_t{1} << 20;
   const std::vector<std::vector<std::size_t>> cases = {
-      {}, {1}, {4095}, {4096}, {4097}, {8 * mib}, {8 * mib - 1, 1, 1}, {3, 8 * mib + 5, 4096, 17}, {3 * mib, 3 * mib, 3 * mib, 100}};
+      {}, {1}, {4095}, {4096}, {4097}, {8 * mib}, {8 * mib - 1, 1, 1}, {3, 8 * mib + 5, 4096, 17}, {3 * mib, 3 * mib, 3 * mib, 100},
+      {5 * mib, 7 * mib, 9 * mib, 11 * mib, 13 * mib, 3}};
   std::vector<fs::path> folders = {dir_};
   if (fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0) folders.push_back("/dev/shm");
   for (const auto& folder : folders) {
