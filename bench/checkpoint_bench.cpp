@@ -147,22 +147,8 @@ void BM_load_ferry_safetensors(benchmark::State& state) { load_ferry(state, file
 void BM_load_ferry_little_endian(benchmark::State& state) { load_ferry(state, file("model-little.ferry")); }
 void BM_load_ferry_big_endian(benchmark::State& state) { load_ferry(state, file("model-big.ferry")); }
 
-void BM_read_whole_file(benchmark::State& state) {
-  const auto p = file("model.ferry");
-  std::vector<std::byte> buffer(fs::file_size(p));
-  for (auto _ : state) {
-    const int fd = ::open(p.c_str(), O_RDONLY);
-    std::size_t done = 0;
-    while (done < buffer.size()) {
-      const ssize_t n = ::read(fd, buffer.data() + done, buffer.size() - done);
-      check(n > 0, "read");
-      done += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-    benchmark::DoNotOptimize(buffer.data());
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(buffer.size() * state.iterations()));
-}
+// read() of the whole file into one buffer (bench::time_read_whole).
+void BM_read_whole_file(benchmark::State& state) { ferry::bench::time_read_whole(state, file("model.ferry").string()); }
 
 // The ceiling under a load that checks every CRC: the file mapped and faulted
 // in before timing, its bytes read once by one thread per core (the peer

@@ -5,7 +5,7 @@
 //        q8_0, iq2_xxs, q5_K, f16, bf16, f32 tensors of 16 MiB, random
 //        blocks) into a new file, fsync'ed (convert_gguf_order), against
 //        copying the same file's bytes with read() + write() + fsync.
-//   GGUF open + read every tensor (each tensor's bytes XOR-ed, one thread
+//   GGUF open + read every tensor (all tensors' bytes XOR-ed by one thread
 //        per core: bench::read_once), against read() of the whole file.
 //   .npy load of a 1 GiB f32 array in this host's order and in the other
 //        (ferry converts it), open + get + read every byte, against
@@ -127,15 +127,17 @@ void BM_copy_write_fsync(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(fs::file_size(in) * state.iterations()));
 }
 
-// Every tensor's bytes read once (XOR-ed by one thread per core): what a
-// consumer of the whole file must do at least.
+// Every tensor's bytes read once (XOR-ed by one pool of a thread per core
+// sharing all tensors' words): what a consumer of the whole file must do
+// at least. A pool per tensor cost 30 ms a GiB in thread starts.
 std::uint64_t read_tensors(const std::vector<ckpt::tensor>& all) {
-  std::uint64_t x = 0;
+  std::vector<std::span<const std::uint64_t>> parts;
+  parts.reserve(all.size());
   for (const auto& t : all) {
     const auto b = t.storage_bytes();
-    x ^= ferry::bench::read_once({reinterpret_cast<const std::uint64_t*>(b.data()), b.size() / 8});  // 8-aligned storages
+    parts.emplace_back(reinterpret_cast<const std::uint64_t*>(b.data()), b.size() / 8);  // 8-aligned storages
   }
-  return x;
+  return ferry::bench::read_once(parts);
 }
 
 void open_read(benchmark::State& state, const fs::path& p) {
@@ -152,30 +154,7 @@ void open_read(benchmark::State& state, const fs::path& p) {
 void BM_gguf_open_read(benchmark::State& state) { open_read(state, file("model.gguf")); }
 void BM_gguf_open_read_swapped(benchmark::State& state) { open_read(state, file("model-swapped.gguf")); }
 
-// One read() of the file into a buffer (the machine's ceiling for a
-// load). A first pass is not timed: on a VM, the first read() into fresh
-// memory took 2 s a GiB (the host backing the pages), later ones 0.09 s.
-void read_whole(benchmark::State& state, const fs::path& p) {
-  std::vector<std::byte> buffer(fs::file_size(p));
-  const auto read_file = [&] {
-    const int fd = ::open(p.c_str(), O_RDONLY);
-    check(fd >= 0, "open");
-    for (std::size_t done = 0; done < buffer.size();) {
-      const ssize_t n = ::read(fd, buffer.data() + done, buffer.size() - done);
-      check(n > 0, "read");
-      done += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-  };
-  read_file();
-  for (auto _ : state) {
-    read_file();
-    benchmark::DoNotOptimize(buffer.data());
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(buffer.size() * state.iterations()));
-}
-
-void BM_gguf_read_whole_file(benchmark::State& state) { read_whole(state, file("model.gguf")); }
+void BM_gguf_read_whole_file(benchmark::State& state) { ferry::bench::time_read_whole(state, file("model.gguf").string()); }
 
 // --- NumPy --------------------------------------------------------------------
 

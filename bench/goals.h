@@ -56,26 +56,36 @@ inline std::string at_least(double goal) {
   return text;
 }
 
-/// The ceiling under a CRC-checked load: `words` read once by `threads`
-/// threads, each XOR-ing its share. Returns the XOR so that the reads cannot
-/// be optimised away.
-inline std::uint64_t read_once(std::span<const std::uint64_t> words,
+/// The ceiling under a load: the words of `parts` read once by `threads`
+/// threads (one pool for all parts), each XOR-ing an equal share of the
+/// words. Returns the XOR so that the reads cannot be optimised away.
+inline std::uint64_t read_once(std::span<const std::span<const std::uint64_t>> parts,
                                unsigned threads = std::max(1u, std::thread::hardware_concurrency())) {
-  const std::size_t n = words.size();
+  std::size_t total = 0;
+  for (const auto& p : parts) total += p.size();
   std::vector<std::uint64_t> out(threads);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
+      // This thread's words are [begin, end) of all parts laid end to end.
+      const std::size_t begin = total * t / threads, end = total * (t + 1) / threads;
       std::uint64_t a = 0, b = 0, c = 0, d = 0;
-      const std::size_t end = n * (t + 1) / threads;
-      std::size_t i = n * t / threads;
-      for (; i + 4 <= end; i += 4) {
-        a ^= words[i];
-        b ^= words[i + 1];
-        c ^= words[i + 2];
-        d ^= words[i + 3];
+      std::size_t at = 0;
+      for (const auto& part : parts) {
+        const std::size_t lo = std::max(begin, at), hi = std::min(end, at + part.size());
+        at += part.size();
+        if (lo >= hi) continue;
+        const std::uint64_t* w = part.data() + (lo - (at - part.size()));
+        const std::size_t n = hi - lo;
+        std::size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+          a ^= w[i];
+          b ^= w[i + 1];
+          c ^= w[i + 2];
+          d ^= w[i + 3];
+        }
+        for (; i < n; ++i) a ^= w[i];
       }
-      for (; i < end; ++i) a ^= words[i];
       out[t] = a ^ b ^ c ^ d;
     });
   }
@@ -83,6 +93,11 @@ inline std::uint64_t read_once(std::span<const std::uint64_t> words,
   std::uint64_t x = 0;
   for (const auto v : out) x ^= v;
   return x;
+}
+
+inline std::uint64_t read_once(std::span<const std::uint64_t> words,
+                               unsigned threads = std::max(1u, std::thread::hardware_concurrency())) {
+  return read_once(std::span(&words, 1), threads);
 }
 
 /// The benchmark loop of the read-once ceiling over the file at `path`:
@@ -105,6 +120,39 @@ inline void time_read_once(benchmark::State& state, const std::string& path) {
   for (auto _ : state) benchmark::DoNotOptimize(read_once(words));
   ::munmap(map, size);
   state.SetBytesProcessed(static_cast<std::int64_t>(size * state.iterations()));
+}
+
+/// The benchmark loop of read() of the whole file at `path` into one
+/// buffer (the machine's ceiling for a load that copies). The first read
+/// is not timed: on a VM, the first read() into fresh memory took 2 s a
+/// GiB (the host backing the pages), later ones 0.07 s.
+inline void time_read_whole(benchmark::State& state, const std::string& path) {
+  const int probe = ::open(path.c_str(), O_RDONLY);
+  struct stat st {};
+  if (probe < 0 || ::fstat(probe, &st) != 0) {
+    std::fprintf(stderr, "read whole: cannot open %s\n", path.c_str());
+    std::exit(1);
+  }
+  ::close(probe);
+  std::vector<std::byte> buffer(static_cast<std::size_t>(st.st_size));
+  const auto read_file = [&] {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    for (std::size_t done = 0; done < buffer.size();) {
+      const ssize_t n = fd < 0 ? -1 : ::read(fd, buffer.data() + done, buffer.size() - done);
+      if (n <= 0) {
+        std::fprintf(stderr, "read whole: cannot read %s\n", path.c_str());
+        std::exit(1);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  };
+  read_file();
+  for (auto _ : state) {
+    read_file();
+    benchmark::DoNotOptimize(buffer.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(buffer.size() * state.iterations()));
 }
 
 }  // namespace ferry::bench
