@@ -23,6 +23,7 @@
 #include "ferry/base/cpu.h"
 #include "ferry/comm/error.h"
 #include "job.h"
+#include "test_hooks.h"
 
 namespace {
 
@@ -157,20 +158,7 @@ int main(int argc, char** argv) {
                stderr);
     return 2;
   }
-#ifdef FERRY_TRAIN_TEST_HOOKS
-  // Test hooks (train_config), in the tests' ferry-train-hooked only:
-  // FERRY_TRAIN_DIE and FERRY_TRAIN_FLIP=RANK:STEP, FERRY_TRAIN_KEEP_SAVES.
-  const auto hook = [](const char* name, std::int64_t& rank, std::int64_t& step) {
-    if (const char* d = std::getenv(name); d != nullptr) {
-      char* end = nullptr;
-      rank = std::strtoll(d, &end, 10);
-      step = *end == ':' ? std::strtoll(end + 1, nullptr, 10) : -1;
-    }
-  };
-  hook("FERRY_TRAIN_DIE", c.die_rank, c.die_at_step);
-  hook("FERRY_TRAIN_FLIP", c.flip_rank, c.flip_at_step);
-  c.keep_saves = std::getenv("FERRY_TRAIN_KEEP_SAVES") != nullptr;
-#endif
+  ferry::trainer::apply_test_hooks(c);  // in the tests' ferry-train-hooked only
 
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
   const std::string who = "ferry-train: rank " + rank + ": ";
