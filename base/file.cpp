@@ -120,7 +120,7 @@ result<atomic_file, error> atomic_file::create(const std::filesystem::path& targ
   atomic_file f;
   f.target_ = target;
   f.sync_ = sync;
-  f.direct_ = direct;
+  f.direct_ = direct && sync;  // pages dropped only once they are on the disk
   // A cleaner may take a temporary in the moment between its creation and
   // its lock; then the name no longer leads to our file. Try another name.
   for (int attempt = 0;; ++attempt) {
@@ -151,12 +151,13 @@ result<atomic_file, error> atomic_file::create(const std::filesystem::path& targ
 
 // Starts the writeback of what was written since it last did (from
 // behind_piece on), then waits for and drops the pieces more than
-// behind_window behind. A file system without sync_file_range (EINVAL,
-// ESPIPE, ENOSYS) ends write-behind; the bytes go on through the cache.
+// behind_window behind. A kernel without sync_file_range (ENOSYS, as
+// under some sandboxes) or a file that is not a regular one (ESPIPE) ends
+// write-behind; the bytes go on through the cache.
 int atomic_file::write_behind() noexcept {
 #ifdef __linux__
   const auto stop = [&](int e) {
-    if (e != EINVAL && e != ESPIPE && e != ENOSYS) return e;
+    if (e != ESPIPE && e != ENOSYS) return e;
     direct_ = false;
     return 0;
   };
@@ -219,10 +220,16 @@ void atomic_file::discard() noexcept {
 
 result<void, error> atomic_file::write(std::span<const std::byte> bytes) {
   assert(fd_ >= 0 && "write() after commit()");
-  if (failed_errno_ == 0) failed_errno_ = write_all(fd_, bytes);
-  if (failed_errno_ != 0) return os_error(failed_errno_, target_);
-  size_ += bytes.size();
-  if (direct_) failed_errno_ = write_behind();
+  // With write-behind, a long span goes in pieces of behind_piece, so no
+  // more than behind_window + behind_piece of it is ever in the cache.
+  while (failed_errno_ == 0 && !bytes.empty()) {
+    const std::size_t n = direct_ ? std::min<std::size_t>(bytes.size(), behind_piece) : bytes.size();
+    failed_errno_ = write_all(fd_, bytes.first(n));
+    if (failed_errno_ != 0) break;
+    size_ += n;
+    bytes = bytes.subspan(n);
+    if (direct_) failed_errno_ = write_behind();
+  }
   if (failed_errno_ != 0) return os_error(failed_errno_, target_);
   return {};
 }

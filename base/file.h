@@ -60,17 +60,16 @@ namespace ferry::base {
 ///   temporary is removed by the next create() for the same target.
 /// - commit() fsyncs the file (unless sync is off), renames it over
 ///   `target` and fsyncs the folder; the target's permission bits are kept.
-/// - `direct`: the bytes pass through the page cache without staying
-///   there (write-behind): the writeback of every 8 MiB written starts at
-///   once (sync_file_range), and what lies more than 32 MiB behind is
-///   waited for and dropped from the cache (POSIX_FADV_DONTNEED), the rest
-///   after the fsync. Writing GBs then leaves no writeback for the fsync,
-///   keeps the device busy while the writer computes, and evicts nothing
-///   others cache. O_DIRECT, used before, waited for each 8 MiB write
-///   alone: 1.3-1.5 s for 1 GiB on a 2-core VM where write-behind takes
-///   0.7 s and write() + fsync 1.4-2.9 s. Where sync_file_range is missing
-///   (not Linux, or refused by the file system) the bytes go through the
-///   cache.
+/// - `direct` (with `sync`): the bytes pass through the page cache without
+///   staying there (write-behind): the writeback of every 8 MiB written
+///   starts at once (sync_file_range), and what lies more than 32 MiB
+///   behind is waited for and dropped from the cache (POSIX_FADV_DONTNEED),
+///   the rest after the fsync; a long span is written 8 MiB at a time for
+///   this. Writing GBs then leaves no writeback for the fsync, keeps the
+///   device busy while the writer computes, and evicts nothing others
+///   cache (measured against O_DIRECT and write() + fsync in
+///   docs/benchmarks.md). Without sync_file_range (not Linux, ENOSYS) or on
+///   a file that is not a regular one, the bytes go through the cache.
 /// Not thread-safe; one writer per object.
 class atomic_file {
  public:
@@ -88,7 +87,7 @@ class atomic_file {
   [[nodiscard]] result<void, error> commit();
   /// Bytes written so far.
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
-  /// Whether write-behind is on (direct asked and granted).
+  /// Whether write-behind is on (direct and sync asked, and granted).
   [[nodiscard]] bool direct() const noexcept { return direct_; }
   [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
   [[nodiscard]] const std::filesystem::path& temporary() const noexcept { return temporary_; }

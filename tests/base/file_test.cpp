@@ -1,7 +1,10 @@
 #include "ferry/base/file.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -196,6 +199,44 @@ TEST_F(File, DirectWritesAroundTheCacheReadBackTheSame) {
     }
   }
   EXPECT_TRUE(others("").empty());
+}
+
+// After one 96 MiB write() with write-behind, at most its window (32 MiB)
+// and a piece or two (8 MiB each) are in the page cache before the commit.
+// (write() also takes such a span 8 MiB at a time, so that no more than
+// that is in the cache while it runs: not observable from here.) In the
+// working folder (a disk under ctest); on tmpfs or ramfs, whose pages
+// cannot be dropped, only the bytes are checked.
+TEST_F(File, DirectWriteOfOneLongSpanKeepsOnlyAWindowCached) {
+  const std::size_t mib = std::size_t{1} << 20, n = 96 * mib;
+  const auto target = fs::current_path() / ("ferry-window-test-" + std::to_string(::getpid()));
+  std::vector<std::byte> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<std::byte>(i * 131 >> 3);
+  auto f = atomic_file::create(target, true, true);
+  ASSERT_TRUE(f) << f.error();
+  ASSERT_TRUE(f->write(want));
+  struct statfs sf {};
+  ASSERT_EQ(::statfs(f->temporary().c_str(), &sf), 0);
+  const bool droppable = sf.f_type != 0x01021994 /* TMPFS_MAGIC */ && sf.f_type != 0x858458f6 /* RAMFS_MAGIC */;
+  if (droppable && f->direct()) {
+    const int fd = ::open(f->temporary().c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void* map = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(map, MAP_FAILED);
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> in_core((n + page - 1) / page);
+    ASSERT_EQ(::mincore(map, n, in_core.data()), 0);
+    ::munmap(map, n);
+    std::size_t cached = 0;
+    for (const unsigned char c : in_core) cached += (c & 1) * page;
+    EXPECT_LE(cached, 48 * mib) << "of " << n << " bytes written in one call";
+  }
+  ASSERT_TRUE(f->commit());
+  const auto back = read_file(target);
+  ASSERT_TRUE(back) << back.error();
+  EXPECT_TRUE(*back == want);
+  fs::remove(target);
 }
 
 TEST_F(File, RelativePathsUseTheCurrentFolder) {
