@@ -64,6 +64,12 @@ result<void> mapped_file::read(std::uint64_t offset, std::span<std::byte> out, i
   return pread_exact(fd_, offset, out, sys_errno);
 }
 
+void mapped_file::will_need(std::uint64_t offset, std::uint64_t n) const noexcept {
+  if (n > 0 && !cached(offset)) {
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+  }
+}
+
 mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int& map_errno, bool fault) const noexcept {
   if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};
   const std::uint64_t page = page_size();
@@ -83,9 +89,7 @@ mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int
   }
   const auto length = static_cast<std::size_t>(map_end - map_offset);
   const auto delta = static_cast<std::size_t>(offset - map_offset);
-  if (!cached(offset)) {
-    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
-  }
+  will_need(offset, n);
   const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
   void* base = huge ? map_aligned(length, prot, map_offset, static_cast<std::size_t>(block)) : MAP_FAILED;
   if (base == MAP_FAILED) base = ::mmap(nullptr, length, prot, MAP_PRIVATE, fd_, static_cast<off_t>(map_offset));

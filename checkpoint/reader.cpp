@@ -245,9 +245,10 @@ struct reader::state {
   }
 
   // Maps (or reads) storage i, checks its checksums if `check` (the first
-  // fetch) and converts it to host order. Touches no shared state: threads
-  // may load storages at once.
-  result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check) const {
+  // fetch) and converts it to host order, with at most `threads` threads
+  // (read_stored). Touches no shared state: threads may load storages at
+  // once.
+  result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check, unsigned threads) const {
     const storage_info& st = file.storages[i];
     if (set) return set->load(i, st.nbytes, opt.copy_on_write);  // the shards check their CRCs
     if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
@@ -301,7 +302,7 @@ struct reader::state {
       } catch (const std::bad_alloc&) {
         return storage_error(i, checkpoint_errc::storage_too_large);
       }
-      if (auto r = read_stored(i, o->writable(), checks); !r) return r.error();
+      if (auto r = read_stored(i, o->writable(), checks, threads); !r) return r.error();
       return std::shared_ptr<const storage_buffer>(std::move(o));
     }
     if (n > 0 && aligned) {
@@ -333,10 +334,14 @@ struct reader::state {
   // Reads storage i whole into `out` with pread, in pieces of about 1 MiB
   // (whole elements, or whole blocks: their fields swap one by one), each
   // checksummed under `checks` and converted to host order while it is in
-  // the cache. From 64 MiB on, without checksums to chain, one thread per
-  // core takes a share of the pieces (a .npy holds one large array).
-  result<void, error> read_stored(std::uint32_t i, std::span<std::byte> out, detail::fetch_checksums checks) const {
+  // the cache. From 64 MiB on, without checksums to chain, up to
+  // `threads` threads (0: one per core, at most 8) take a share of the
+  // pieces (a .npy holds one large array). A storage not in the page cache
+  // is asked for whole first (posix_fadvise), as a mapping is.
+  result<void, error> read_stored(std::uint32_t i, std::span<std::byte> out, detail::fetch_checksums checks,
+                                  unsigned threads = 0) const {
     const storage_info& st = file.storages[i];
+    mapped.will_need(st.offset, out.size());
     const std::size_t width = codec::size_of(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
     const std::optional<ggml_type> blocks = gguf_blocks(i);
@@ -359,22 +364,26 @@ struct reader::state {
       return {};
     };
     const std::size_t pieces = (out.size() + piece - 1) / piece;
-    const std::size_t threads = checks.any() || out.size() < (std::size_t{64} << 20)
-                                    ? 1
-                                    : std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
-    std::vector<std::optional<error>> errors(threads);
+    if (threads == 0) threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+    const std::size_t shares = checks.any() || out.size() < (std::size_t{64} << 20) ? 1 : threads;
+    std::vector<std::optional<error>> errors(shares);
     std::vector<std::thread> pool;
-    const auto share = [&](std::size_t k) {
-      auto r = read_pieces(pieces * k / threads, pieces * (k + 1) / threads);
-      if (!r) errors[k] = std::move(r.error());
+    pool.reserve(shares - 1);
+    const auto share = [&](std::size_t k) noexcept {
+      try {
+        auto r = read_pieces(pieces * k / shares, pieces * (k + 1) / shares);
+        if (!r) errors[k] = std::move(r.error());
+      } catch (const std::bad_alloc&) {  // an error's text: not across the thread's edge
+        errors[k] = error(checkpoint_errc::storage_too_large);
+      }
     };
     std::size_t started = 1;
     try {
-      for (; started < threads; ++started) pool.emplace_back(share, started);
+      for (; started < shares; ++started) pool.emplace_back(share, started);
     } catch (const std::system_error&) {  // no thread to spare: this one reads those shares too
     }
     share(0);
-    for (std::size_t k = started; k < threads; ++k) share(k);
+    for (std::size_t k = started; k < shares; ++k) share(k);
     for (auto& t : pool) t.join();
     for (auto& e : errors) {
       if (e) return std::move(*e);
@@ -413,14 +422,14 @@ struct reader::state {
 
   // Storage i in host order, from the cache or loaded (its CRC checked the
   // first time). Concurrent fetches of one storage end with one buffer.
-  result<std::shared_ptr<const storage_buffer>, error> fetch(std::uint32_t i) const {
+  result<std::shared_ptr<const storage_buffer>, error> fetch(std::uint32_t i, unsigned threads = 0) const {
     bool check = false;
     {
       std::lock_guard lock(mu);
       if (auto cached = cache[i].lock()) return cached;
       check = !verified[i];
     }
-    FERRY_TRY_ASSIGN(auto buf, load(i, check));
+    FERRY_TRY_ASSIGN(auto buf, load(i, check, threads));
     std::lock_guard lock(mu);
     if (auto cached = cache[i].lock()) return cached;  // another thread won
     cache[i] = buf;
@@ -520,11 +529,17 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
   std::vector<std::shared_ptr<const storage_buffer>> buffers(n);
   std::vector<std::optional<error>> errors(n);
   std::atomic<std::size_t> next{0};
+  // `threads` in all: as many storages at once as there are to load, and
+  // the rest of the budget to each (a foreign-order .npy is one storage).
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned budget = threads;
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(n, 1)));
+  const unsigned inner = std::max(1u, budget / threads);
   const auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < n;) {
       if (s_->first_tensor_of[i] == UINT32_MAX) continue;  // no tensor views it
       try {
-        auto b = s_->fetch(static_cast<std::uint32_t>(i));
+        auto b = s_->fetch(static_cast<std::uint32_t>(i), inner);
         if (b) buffers[i] = std::move(*b);
         else errors[i] = std::move(b.error());
       } catch (const std::bad_alloc&) {  // not across the thread's edge
@@ -532,8 +547,6 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
       }
     }
   };
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(n, 1)));
   std::vector<std::thread> pool;
   for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
   work();

@@ -142,8 +142,10 @@ class reader {
   [[nodiscard]] result<void, error> read_into(const tensor_info& t, std::span<std::byte> out) const;
 
   /// Every tensor, in file order, as get() gives them, with the storages
-  /// loaded (and their CRCs checked) by `threads` threads at once (0: one
-  /// per core). The error names the first bad storage's first tensor.
+  /// loaded (and their CRCs checked) by `threads` threads in all (0: one
+  /// per core): several storages at once, and a large storage in another
+  /// byte order converted by the threads left over. The error names the
+  /// first bad storage's first tensor.
   [[nodiscard]] result<std::vector<tensor>, error> get_all(unsigned threads = 0) const;
 
   /// Checks every storage's CRC32C and the zero padding between storages

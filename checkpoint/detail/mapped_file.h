@@ -58,6 +58,11 @@ class mapped_file {
   /// errno in sys_errno), truncated (the file shrank).
   [[nodiscard]] result<void> read(std::uint64_t offset, std::span<std::byte> out, int& sys_errno) const noexcept;
 
+  /// Asks for [offset, offset + n) whole (posix_fadvise WILLNEED) when its
+  /// first byte is not in the page cache: a cold range about to be read in
+  /// pieces, on a descriptor whose readahead is off (POSIX_FADV_RANDOM).
+  void will_need(std::uint64_t offset, std::uint64_t n) const noexcept;
+
   /// Maps [offset, offset + n) privately (writable copy-on-write if asked)
   /// and, if `fault`, faults it in (a caller about to read every byte, for a
   /// CRC, lets its reads fault it in: 4% faster). A cold range (its first

@@ -248,7 +248,23 @@ TEST_F(NpyWrite, LargeForeignOrderArraysConvertWhole) {
   std::vector<std::byte> into(n * 8);
   ASSERT_TRUE(r->read_into(r->tensors().front(), into));
   EXPECT_EQ(std::memcmp(into.data(), v.data(), n * 8), 0);
+  // get_all with one thread and with four (the conversion shares them).
+  for (const unsigned threads : {1u, 4u}) {
+    auto fresh = reader::open(p);
+    ASSERT_TRUE(fresh) << fresh.error();
+    auto all = fresh->get_all(threads);
+    ASSERT_TRUE(all) << all.error();
+    EXPECT_EQ(std::memcmp(all->front().bytes().data(), v.data(), n * 8), 0);
+  }
+  // Opened whole, then cut short (another program truncating it): the
+  // threads' pieces past the end fail, and the error says so.
+  auto opened = reader::open(p);
+  ASSERT_TRUE(opened) << opened.error();
   fs::resize_file(p, fs::file_size(p) - 5000);
+  auto late = opened->get("arr_0");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code(), errc::truncated) << late.error();
+  EXPECT_FALSE(opened->read_into(opened->tensors().front(), into));
   auto cut = reader::open(p);
   EXPECT_FALSE(cut && cut->get("arr_0"));
 }
