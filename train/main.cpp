@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
                stderr);
     return 2;
   }
-  ferry::trainer::apply_test_hooks(c);  // in the tests' ferry-train-hooked only
+  ferry::trainer::read_test_hooks(c);  // in the tests' ferry-train-hooked only
 
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
   const std::string who = "ferry-train: rank " + rank + ": ";

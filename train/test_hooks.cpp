@@ -13,7 +13,7 @@
 namespace ferry::trainer {
 
 #ifdef FERRY_TRAIN_TEST_HOOKS
-void apply_test_hooks(train_config& c) {
+void read_test_hooks(train_config& c) {
   const auto hook = [](const char* name, std::int64_t& rank, std::int64_t& step) {
     if (const char* d = std::getenv(name); d != nullptr) {
       char* end = nullptr;
@@ -26,7 +26,7 @@ void apply_test_hooks(train_config& c) {
   c.keep_saves = std::getenv("FERRY_TRAIN_KEEP_SAVES") != nullptr;
 }
 #else
-void apply_test_hooks(train_config&) {}
+void read_test_hooks(train_config&) {}
 #endif
 
 }  // namespace ferry::trainer

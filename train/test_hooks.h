@@ -11,6 +11,6 @@ struct train_config;
 /// FERRY_TRAIN_DIE=RANK:STEP (that rank exits at that step),
 /// FERRY_TRAIN_FLIP=RANK:STEP (that rank flips a parameter bit) and
 /// FERRY_TRAIN_KEEP_SAVES (rank 0 keeps a copy of each save), into `c`.
-void apply_test_hooks(train_config& c);
+void read_test_hooks(train_config& c);
 
 }  // namespace ferry::trainer
