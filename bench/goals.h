@@ -124,8 +124,9 @@ inline void time_read_once(benchmark::State& state, const std::string& path) {
 
 /// The benchmark loop of read() of the whole file at `path` into one
 /// buffer (the machine's ceiling for a load that copies). The first read
-/// is not timed: on a VM, the first read() into fresh memory took 2 s a
-/// GiB (the host backing the pages), later ones 0.07 s.
+/// is not timed: on a 2-core VM it took 2 s a GiB and later ones 0.07 s
+/// (the buffer already zero-filled, the file in the page cache: a cost of
+/// the VM's first copy into those pages, not of the file).
 inline void time_read_whole(benchmark::State& state, const std::string& path) {
   const int probe = ::open(path.c_str(), O_RDONLY);
   struct stat st {};
