@@ -70,12 +70,13 @@ inline std::uint64_t read_once(std::span<const std::span<const std::uint64_t>> p
       // This thread's words are [begin, end) of all parts laid end to end.
       const std::size_t begin = total * t / threads, end = total * (t + 1) / threads;
       std::uint64_t a = 0, b = 0, c = 0, d = 0;
-      std::size_t at = 0;
+      std::size_t start = 0;  // of `part` among all words
       for (const auto& part : parts) {
-        const std::size_t lo = std::max(begin, at), hi = std::min(end, at + part.size());
-        at += part.size();
+        if (start >= end) break;
+        const std::size_t lo = std::max(begin, start), hi = std::min(end, start + part.size());
+        const std::uint64_t* w = part.data() + (lo - start);
+        start += part.size();
         if (lo >= hi) continue;
-        const std::uint64_t* w = part.data() + (lo - (at - part.size()));
         const std::size_t n = hi - lo;
         std::size_t i = 0;
         for (; i + 4 <= n; i += 4) {
