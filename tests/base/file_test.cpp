@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -217,7 +218,9 @@ TEST_F(File, DirectWriteOfOneLongSpanKeepsOnlyAWindowCached) {
   ASSERT_TRUE(f->write(want));
   struct statfs sf {};
   ASSERT_EQ(::statfs(f->temporary().c_str(), &sf), 0);
-  const bool droppable = sf.f_type != 0x01021994 /* TMPFS_MAGIC */ && sf.f_type != 0x858458f6 /* RAMFS_MAGIC */;
+  // f_type is int on 32-bit ARM and long elsewhere; the magic numbers are 32-bit.
+  const auto type = static_cast<std::uint32_t>(sf.f_type);
+  const bool droppable = type != 0x01021994u /* TMPFS_MAGIC */ && type != 0x858458f6u /* RAMFS_MAGIC */;
   if (droppable && f->direct()) {
     const int fd = ::open(f->temporary().c_str(), O_RDONLY);
     ASSERT_GE(fd, 0);
