@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -67,11 +68,18 @@ class SetCrash : public scratch_dir {};
 
 TEST_F(SetCrash, KilledSavesLeaveTheNewestCommittedSet) {
   const auto index = dir_ / "model.ferry";
+  // One save, timed: the kills sweep two saves' length (stratified, one
+  // random moment in each 1/50 of it), so they land in every phase of a save
+  // however slow the machine is (qemu, ASan, a shared core).
+  const auto started = std::chrono::steady_clock::now();
   save_version(index, 0);
+  const auto one_save = std::max<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count(), 1000);
   std::int64_t committed = 0;
   std::mt19937 rng(20261124);
   int uncommitted_seen = 0;
-  for (int round = 0; round < 50; ++round) {
+  constexpr int rounds = 50;
+  for (int round = 0; round < rounds; ++round) {
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t child = ::fork();
@@ -84,8 +92,8 @@ TEST_F(SetCrash, KilledSavesLeaveTheNewestCommittedSet) {
       }
     }
     ::close(fds[1]);
-    // A save here takes some milliseconds: kill anywhere in the first few.
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40000)(rng)));
+    const double at = (round + std::uniform_real_distribution<double>(0, 1)(rng)) / rounds;
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(at * 2.0 * static_cast<double>(one_save))));
     ASSERT_EQ(::kill(child, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
