@@ -6,7 +6,7 @@
 #                two ranks (ferry-run + ferry-train) and draw its curves
 #                (build/native/tools/ferry-codec-demo shows the codecs' speeds)
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
-#                qemu-user, and the fuzz corpora under libFuzzer
+#                qemu-user (each tree replays the fuzz corpora)
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
@@ -14,6 +14,7 @@
 #                against PyTorch DDP on a simulated cluster
 #                (bench/comm_cluster, bench/train_compare; need root)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
+#                (clang; make fuzz-replay only builds them and replays)
 
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
@@ -21,16 +22,19 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps bench-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
+.PHONY: all deps bench-deps fuzz-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
 all: test
 
 # make test installs LibTorch (the trainer and ferry::torch), Fashion-MNIST and
 # llama.cpp's libggml (the GGUF oracle, from npm);
 # the peers' message formats, Boost.Serialization, cereal and Google
-# Benchmark are only for make bench.
+# Benchmark are only for make bench, clang only for make fuzz.
 deps:
-	@scripts/install-deps build test cross fuzz oracle
+	@scripts/install-deps build test cross oracle
+
+fuzz-deps:
+	@scripts/install-deps build fuzz
 
 bench-deps:
 	@scripts/install-deps build cross bench
@@ -68,14 +72,17 @@ cross: $(CROSS_ARCHES)
 	$(call build_preset,native)
 	ctest --preset mixed
 
-fuzz-build: deps
+fuzz-build: fuzz-deps
 	$(call build_preset,fuzz)
 
 fuzz-replay: fuzz-build
 	ctest --preset fuzz
 
-test: native asan cross fuzz-replay
-	@echo "make test: native, asan, $(CROSS_ARCHES) and fuzz corpora all passed"
+# The corpora are replayed by every tree above (fuzz/*_replay, label fuzz;
+# under ASan+UBSan in the asan tree), so make test leaves the clang tree to
+# make fuzz.
+test: native asan cross
+	@echo "make test: native, asan and $(CROSS_ARCHES), fuzz corpora included, all passed"
 
 # New inputs go to build/fuzz/new-corpus/<name>; copy the interesting ones
 # into fuzz/corpus/<name> to keep them.
