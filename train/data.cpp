@@ -1,5 +1,5 @@
 // ferry-train's data: an IDX classification set read into tensors.
-#include <torch/torch.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 
@@ -14,7 +14,7 @@ namespace {
 // once: a batch is then a gather of rows.
 at::Tensor load_images(const dataset& d, std::size_t n) {
   const auto pixels = static_cast<std::size_t>(d.rows) * d.cols;
-  auto x = torch::empty({static_cast<std::int64_t>(n), static_cast<std::int64_t>(pixels)}, torch::kFloat32);
+  auto x = at::empty({static_cast<std::int64_t>(n), static_cast<std::int64_t>(pixels)}, at::kFloat);
   float* dst = x.data_ptr<float>();
   for (std::size_t i = 0; i < n * pixels; ++i) dst[i] = static_cast<float>(d.images[i]) / 255.0f;
   return x;
@@ -27,7 +27,7 @@ data_split load_split(const train_config& c, std::string_view split, std::size_t
   data_split out;
   out.count = n;
   out.images = load_images(d, n);
-  out.labels = torch::empty({static_cast<std::int64_t>(n)}, torch::kInt64);
+  out.labels = at::empty({static_cast<std::int64_t>(n)}, at::kLong);
   for (std::size_t i = 0; i < n; ++i) out.labels.data_ptr<std::int64_t>()[i] = d.labels[i];
   return out;
 }

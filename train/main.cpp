@@ -16,7 +16,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include "cli11.h"
 #include "collectives.h"
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
   };
   std::unique_ptr<ferry::trainer::collectives> comm;
   try {
-    torch::set_num_threads(thread_count(c.threads));
+    at::set_num_threads(thread_count(c.threads));
     // Data first: the wall time runs from the rendezvous on, as PyTorch's
     // reference script measures it.
     const auto data = ferry::trainer::load_data(c);
