@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/linear.h>
 
 namespace ferry::trainer {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
 
 #include "job.h"
 #include "model.h"
