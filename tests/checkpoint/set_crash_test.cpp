@@ -10,7 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -68,13 +67,7 @@ class SetCrash : public scratch_dir {};
 
 TEST_F(SetCrash, KilledSavesLeaveTheNewestCommittedSet) {
   const auto index = dir_ / "model.ferry";
-  // One save, timed: the kills sweep two saves' length (stratified, one
-  // random moment in each 1/50 of it), so they land in every phase of a save
-  // however slow the machine is (qemu, ASan, a shared core).
-  const auto started = std::chrono::steady_clock::now();
   save_version(index, 0);
-  const auto one_save = std::max<std::int64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count(), 1000);
   std::int64_t committed = 0;
   std::mt19937 rng(20261124);
   int uncommitted_seen = 0;
@@ -92,8 +85,21 @@ TEST_F(SetCrash, KilledSavesLeaveTheNewestCommittedSet) {
       }
     }
     ::close(fds[1]);
+    // The child's own pace: the time between two of its reports is one
+    // save as it runs now (however slow the machine, the disk or the other
+    // tests make it). The kill then lands at a moment of the next save
+    // that sweeps the whole save over the rounds (stratified: one random
+    // moment in each fiftieth), so every phase of a save is hit.
+    const auto report = [&] {
+      std::int64_t k = 0;
+      EXPECT_EQ(::read(fds[0], &k, sizeof k), static_cast<ssize_t>(sizeof k));
+      committed = k;
+      return std::chrono::steady_clock::now();
+    };
+    const auto first = report();
+    const auto save = report() - first;
     const double at = (round + std::uniform_real_distribution<double>(0, 1)(rng)) / rounds;
-    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(at * 2.0 * static_cast<double>(one_save))));
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::microseconds>(save * at));
     ASSERT_EQ(::kill(child, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
