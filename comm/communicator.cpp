@@ -9,8 +9,10 @@
 
 #include "ferry/comm/detail/kernels.h"
 #include "ferry/comm/detail/link.h"
+#include "ferry/comm/detail/reduce.h"
 #include "ferry/comm/detail/worker.h"
 #include "ferry/comm/frame.h"
+#include "ferry/wire/bulk.h"
 
 namespace ferry::comm {
 
@@ -21,7 +23,7 @@ namespace {
 // Staging of the ring allreduce, reused across collectives (grown, never
 // shrunk), so a call does not fault fresh pages in.
 struct ring_staging {
-  std::vector<float> rx;  // a received chunk
+  std::vector<std::byte> rx;  // a received chunk
 };
 
 }  // namespace
@@ -35,7 +37,9 @@ struct communicator::impl {
 
   impl(const comm::config& c, std::optional<listener> l) : link(c, std::move(l)) {}
 
-  void allreduce(std::span<float> data, const allreduce_options& o);
+  void allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o);
+  void reduce_scatter(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
+                      std::span<std::byte> out, const allreduce_options& o);
   void broadcast(codec::dtype type, std::span<std::byte> data, std::uint32_t root);
   void allgather(codec::dtype type, std::span<const std::byte> mine, std::span<std::byte> out);
   void barrier();
@@ -101,6 +105,17 @@ void expect_header(const detail::link& l, const frame_header& h, codec::dtype ty
   }
 }
 
+// A bool is a byte holding 0 or 1 (any other value in a bool is undefined
+// behaviour in C++): a peer's other bytes are refused, naming it.
+void check_bools(const detail::link& l, std::span<const std::byte> payload, const char* what) {
+  const std::size_t i = detail::first_bad_bool(payload.data(), payload.size());
+  if (i != payload.size()) {
+    l.fail(errc::bad_value, l.prev(),
+           rank_name(l.prev()) + " sent the byte " + std::to_string(std::to_integer<unsigned>(payload[i])) +
+               " as a bool in the " + what);
+  }
+}
+
 std::uint32_t frame_count(const detail::link& l, std::size_t frames) {
   if (frames > UINT32_MAX) {
     l.fail(errc::limit_exceeded, std::nullopt, "a collective this large needs more than 2^32 frames; raise chunk_bytes");
@@ -114,9 +129,13 @@ std::size_t mod(std::int64_t k, std::uint32_t n) {
 }
 
 // Ring allreduce, at place p on the ring. Stage t < n-1 (reduce-scatter):
-// send block (p - t), receive block (p - t - 1) and add it in. Stage n-1+u
-// (all-gather): send block (p + 1 - u), receive block (p - u) and copy it. Chunk c of stage t+1 is
-// sent as soon as chunk c of stage t is in.
+// send block (p - t), receive block (p - t - 1) and combine it with this
+// rank's own values (detail::reduce: own values first, the received
+// partial result second). Stage n-1+u (all-gather): send block (p + 1 - u),
+// receive block (p - u) and copy it. Chunk c of stage t+1 is sent as soon
+// as chunk c of stage t is in. Each block is combined along the ring ending
+// at its owner, who divides it (avg) and sends it on: every rank ends with
+// the owner's bits.
 //
 // Compressed (bf16, f16), every value is rounded once where it is produced
 // and goes out from a scratch slot of the link: the received chunk is
@@ -125,15 +144,22 @@ std::size_t mod(std::int64_t k, std::uint32_t n) {
 // forwarded from it as it came.
 struct ring_plan final : detail::plan {
   detail::link& l;
-  std::span<float> data;
+  codec::dtype type;
+  std::size_t width;
+  std::span<std::byte> bytes;
+  std::span<float> data;  // compressed (f32 only): the same buffer as floats
   allreduce_options o;
   encoding enc;
   chunking ch;
   std::size_t stages;
-  std::vector<float>& rx;
+  std::vector<std::byte>& rx;
   int rx_slot = -1;  // compressed all-gather: the slot the chunk arrives in
 
-  ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, const allreduce_options& o_);
+  ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, const allreduce_options& o_);
+
+  [[nodiscard]] std::span<std::byte> region_bytes(std::size_t off, std::size_t len) const {
+    return bytes.subspan(off * width, len * width);
+  }
 
   // Blocks are numbered by place on the ring (link::position()).
   [[nodiscard]] std::size_t send_block(std::size_t t) const {
@@ -153,7 +179,7 @@ struct ring_plan final : detail::plan {
   // The header of chunk `chunk` of stage t, `count` elements.
   [[nodiscard]] frame_header header(std::size_t t, std::size_t chunk, std::size_t count) const {
     frame_header h;
-    h.type = codec::dtype::f32;
+    h.type = enc == encoding::raw ? type : codec::dtype::f32;
     h.enc = enc;
     h.chunk = static_cast<std::uint32_t>(t * ch.m + chunk);
     h.count = static_cast<std::uint32_t>(count);
@@ -163,7 +189,7 @@ struct ring_plan final : detail::plan {
   // Queues chunk `chunk` of stage t: `payload` (in the host's order), held
   // in scratch slot `slot` if not -1.
   void send(std::size_t t, std::size_t chunk, std::span<const std::byte> payload, int slot = -1) {
-    l.send(header(t, chunk, payload.size() / (enc == encoding::raw ? 4 : 2)), payload, slot);
+    l.send(header(t, chunk, payload.size() / (enc == encoding::raw ? width : 2)), payload, slot);
   }
 
   // Rounds a chunk into a fresh scratch slot: the payload and its slot.
@@ -192,7 +218,7 @@ struct ring_plan final : detail::plan {
   void start(std::size_t chunk) {
     const auto [off, len] = ch.chunk(send_block(0), chunk);
     if (enc == encoding::raw) {
-      send(0, chunk, std::as_bytes(data.subspan(off, len)));
+      send(0, chunk, region_bytes(off, len));
       return;
     }
     l.send_later(header(0, chunk, len), 2 * len);
@@ -210,27 +236,27 @@ struct ring_plan final : detail::plan {
   std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
     const std::size_t t = index / ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), index % ch.m);
-    expect_header(l, h, codec::dtype::f32, enc, len, "allreduce");
+    expect_header(l, h, enc == encoding::raw ? type : codec::dtype::f32, enc, len, "allreduce");
     const bool gather = t + 1 >= l.size();
     if (gather && enc == encoding::raw && h.order == wire::host_order) {
-      return std::as_writable_bytes(data.subspan(off, len));  // straight into place
+      return region_bytes(off, len);  // straight into place
     }
     if (gather && enc != encoding::raw) {
       rx_slot = l.acquire_scratch();
       return std::as_writable_bytes(l.scratch(rx_slot)).first(2 * len);
     }
-    return std::as_writable_bytes(std::span(rx)).first(len * wire_element_size(h));
+    return std::span(rx).first(len * wire_element_size(h));
   }
 
   void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
     const std::size_t t = index / ch.m;
     const std::size_t chunk = index % ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), chunk);
-    const auto region = data.subspan(off, len);
     const bool scatter = t + 1 < l.size();
     const bool last_scatter = t + 2 == l.size();  // the block is complete here
-    const float divisor = o.op == reduce_op::avg ? static_cast<float>(l.size()) : 0.0f;
     if (enc != encoding::raw) {
+      const auto region = data.subspan(off, len);
+      const float divisor = o.op == reduce_op::avg ? static_cast<float>(l.size()) : 0.0f;
       if (scatter) {
         // The sum goes straight out, rounded; only the owner of the block
         // keeps it, exactly as sent, so every rank ends equal.
@@ -260,41 +286,133 @@ struct ring_plan final : detail::plan {
       }
       return;
     }
+    if (type == codec::dtype::boolean) check_bools(l, payload, "allreduce");
+    const auto region = region_bytes(off, len);
     if (scatter) {
-      if (h.order != wire::host_order) payload_to_host(h, payload);
-      if (!last_scatter) {  // a partial sum, only passed on
+      if (!last_scatter) {  // a partial result, only passed on
         const int slot = l.acquire_scratch();
-        const auto sum = l.scratch(slot).first(len);
-        detail::add(sum.data(), region.data(), rx.data(), len);
-        send(t + 1, chunk, std::as_bytes(sum), slot);
+        const auto partial = std::as_writable_bytes(l.scratch(slot)).first(len * width);
+        detail::reduce(o.op, type, partial.data(), region.data(), payload.data(), h.order, len);
+        send(t + 1, chunk, partial, slot);
         return;
       }
-      detail::add(region.data(), region.data(), rx.data(), len);
-      if (divisor != 0.0f) {
-        for (float& v : region) v /= divisor;
-      }
-      send(t + 1, chunk, std::as_bytes(region));
+      detail::reduce(o.op, type, region.data(), region.data(), payload.data(), h.order, len);
+      if (o.op == reduce_op::avg) detail::divide(type, region.data(), len, l.size());
+      send(t + 1, chunk, region);
     } else {  // all-gather
-      if (payload.data() != static_cast<void*>(region.data())) decode_f32_payload(h.enc, h.order, payload, region);
-      if (t + 1 < stages) send(t + 1, chunk, std::as_bytes(region));
+      if (payload.data() != region.data()) {
+        wire::convert(payload, h.order, region, wire::host_order, width);
+      }
+      if (t + 1 < stages) send(t + 1, chunk, region);
     }
   }
 };
 
-ring_plan::ring_plan(detail::link& l_, ring_staging& st, std::span<float> d, const allreduce_options& o_)
+ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d,
+                     const allreduce_options& o_)
     : l(l_),
-      data(d),
+      type(t),
+      width(codec::size_of(t)),
+      bytes(d),
       o(o_),
       enc(encoding_of(o_.comp)),
-      ch(d.size(), l_.size(), l_.config().chunk_bytes / (o_.comp == compression::none ? 4 : 2)),
+      ch(d.size() / width, l_.size(), std::max<std::size_t>(1, l_.config().chunk_bytes / (enc == encoding::raw ? width : 2))),
       stages(2 * (std::size_t{l_.size()} - 1)),
       rx(st.rx) {
+  if (enc != encoding::raw) data = std::span(reinterpret_cast<float*>(d.data()), d.size() / sizeof(float));
   name = "allreduce";
   expected = frame_count(l, stages * ch.m);
   sends = expected;
-  const std::size_t chunk = std::min(ch.grain, ch.base + 1);
+  // A received chunk in the staging: as wide as its elements travel (f32
+  // values compressed to 16 bits arrive in scratch slots instead).
+  const std::size_t chunk = std::min(ch.grain, ch.base + 1) * width;
   if (rx.size() < chunk) rx.resize(chunk);
 }
+
+// Reduce-scatter, at place p on the ring: the first half of the ring
+// allreduce with pieces of any size. The piece of the rank at place q is
+// block q; stage t (of n-1) sends block (p - t - 1) and receives block
+// (p - t - 2), combining it with this rank's own values (own first); at
+// stage n-2 a rank receives its own block, combines it into `out` and, for
+// an average, divides. Block q is so combined starting from the values of
+// place q+1 and ending with q's own: the order in which the allreduce
+// combines its block q+1, which it completes at place q.
+struct scatter_plan final : detail::plan {
+  detail::link& l;
+  codec::dtype type;
+  std::size_t width;
+  std::span<const std::byte> in;
+  std::span<std::byte> out;
+  reduce_op op;
+  std::vector<std::size_t> start, size;  // of each place's block, in elements of `in`
+  std::size_t grain;
+  std::size_t m = 1;  // chunks per block, the same for all
+  std::vector<std::byte>& rx;
+
+  scatter_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<const std::byte> in_,
+               std::span<const std::size_t> counts, std::span<std::byte> out_, reduce_op op_)
+      : l(l_), type(t), width(codec::size_of(t)), in(in_), out(out_), op(op_),
+        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.rx) {
+    std::vector<std::size_t> rank_start(counts.size() + 1, 0);
+    for (std::size_t r = 0; r < counts.size(); ++r) rank_start[r + 1] = rank_start[r] + counts[r];
+    for (std::size_t q = 0; q < l.size(); ++q) {
+      const std::uint32_t r = l.rank_at(q);
+      start.push_back(rank_start[r]);
+      size.push_back(counts[r]);
+      m = std::max(m, (counts[r] + grain - 1) / grain);
+    }
+    name = "reduce_scatter";
+    expected = frame_count(l, (std::size_t{l.size()} - 1) * m);
+    sends = expected;
+    if (rx.size() < grain * width) rx.resize(grain * width);
+  }
+
+  [[nodiscard]] std::size_t block(std::size_t shift, std::size_t t) const {
+    return mod(static_cast<std::int64_t>(l.position()) - static_cast<std::int64_t>(t + shift), l.size());
+  }
+  // Offset (in elements of `in`) and length of chunk c of block q.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> chunk(std::size_t q, std::size_t c) const {
+    const std::size_t from = std::min(size[q], c * grain);
+    return {start[q] + from, std::min(grain, size[q] - from)};
+  }
+
+  void send(std::size_t t, std::size_t c, std::span<const std::byte> payload, int slot = -1) {
+    frame_header h;
+    h.type = type;
+    h.chunk = static_cast<std::uint32_t>(t * m + c);
+    h.count = static_cast<std::uint32_t>(payload.size() / width);
+    l.send(h, payload, slot);
+  }
+  void begin() {
+    for (std::size_t c = 0; c < m; ++c) {
+      const auto [off, len] = chunk(block(1, 0), c);
+      send(0, c, in.subspan(off * width, len * width));
+    }
+  }
+  std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
+    const auto [off, len] = chunk(block(2, index / m), index % m);
+    expect_header(l, h, type, encoding::raw, len, name);
+    return std::span(rx).first(len * width);
+  }
+  void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+    const std::size_t t = index / m;
+    const std::size_t c = index % m;
+    const std::size_t q = block(2, t);
+    const auto [off, len] = chunk(q, c);
+    if (type == codec::dtype::boolean) check_bools(l, payload, name);
+    const std::byte* own = in.data() + off * width;
+    if (t + 2 < l.size()) {  // a partial result, passed on
+      const int slot = l.acquire_scratch();
+      const auto partial = std::as_writable_bytes(l.scratch(slot)).first(len * width);
+      detail::reduce(op, type, partial.data(), own, payload.data(), h.order, len);
+      send(t + 1, c, partial, slot);
+      return;
+    }
+    std::byte* mine = out.data() + (off - start[q]) * width;  // q is this rank's place
+    detail::reduce(op, type, mine, own, payload.data(), h.order, len);
+    if (op == reduce_op::avg) detail::divide(type, mine, len, l.size());
+  }
+};
 
 // The copy pipeline of broadcast and allgather: values move around the
 // ring unchanged, chunk by chunk, each received chunk landing in place and
@@ -348,6 +466,7 @@ struct copy_plan final : detail::plan {
     return data.subspan(off * width, len * width);
   }
   void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+    if (type == codec::dtype::boolean) check_bools(l, payload, name);
     payload_to_host(h, payload);
     if (const auto next = forward_stage(index / ch.m)) send(*next, index % ch.m);
   }
@@ -355,15 +474,64 @@ struct copy_plan final : detail::plan {
 
 }  // namespace
 
-void communicator::impl::allreduce(std::span<float> data, const allreduce_options& o) {
-  if (o.comp != compression::none && o.feedback != nullptr && o.feedback->residual().size() != data.size()) {
+void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o) {
+  const std::size_t width = codec::size_of(type);
+  if (!detail::reducible(o.op, type)) {
+    link.fail(comm_errc::unsupported, std::nullopt,
+              "allreduce " + std::string(name(o.op)) + " is not defined on " + std::string(codec::name(type)) +
+                  " (band, bor and bxor take integers and bool, avg no bool, FP8 none)");
+  }
+  if (data.size() % width != 0) {
+    link.fail(errc::size_mismatch, std::nullopt, "allreduce buffer is not a whole number of elements");
+  }
+  if (o.comp != compression::none && type != codec::dtype::f32) {
+    link.fail(comm_errc::bad_argument, std::nullopt,
+              "allreduce compression " + std::string(name(o.comp)) + " applies to F32 values, not " +
+                  std::string(codec::name(type)));
+  }
+  if (o.comp != compression::none && (o.op == reduce_op::min || o.op == reduce_op::max || o.op == reduce_op::product)) {
+    link.fail(comm_errc::bad_argument, std::nullopt,
+              "allreduce compression " + std::string(name(o.comp)) + " applies to sum and avg, not " +
+                  std::string(name(o.op)));
+  }
+  const std::size_t count = data.size() / width;
+  if (o.comp != compression::none && o.feedback != nullptr && o.feedback->residual().size() != count) {
     link.fail(errc::size_mismatch, std::nullopt,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
-                  std::to_string(data.size()));
+                  std::to_string(count));
   }
-  ring_plan p(link, staging, data, o);
+  ring_plan p(link, staging, type, data, o);
   link.run(p, [&] {
     p.start();
+  });
+}
+
+void communicator::impl::reduce_scatter(codec::dtype type, std::span<const std::byte> in,
+                                        std::span<const std::size_t> counts, std::span<std::byte> out,
+                                        const allreduce_options& o) {
+  const std::size_t width = codec::size_of(type);
+  if (!detail::reducible(o.op, type)) {
+    link.fail(comm_errc::unsupported, std::nullopt,
+              "reduce_scatter " + std::string(name(o.op)) + " is not defined on " + std::string(codec::name(type)));
+  }
+  if (o.comp != compression::none) {
+    link.fail(comm_errc::bad_argument, std::nullopt, "reduce_scatter takes no compression");
+  }
+  std::size_t total = 0;
+  for (const std::size_t c : counts) total += c;
+  if (counts.size() != link.size() || in.size() != total * width || out.size() != counts[link.rank()] * width) {
+    link.fail(errc::size_mismatch, std::nullopt,
+              "reduce_scatter of " + std::to_string(in.size()) + " bytes into " + std::to_string(out.size()) +
+                  " with " + std::to_string(counts.size()) + " piece sizes for " + std::to_string(link.size()) +
+                  " ranks: the pieces must add up to the input and this rank's to the output");
+  }
+  if (link.size() == 1) {
+    if (!out.empty()) std::memcpy(out.data(), in.data(), out.size());
+    return;
+  }
+  scatter_plan p(link, staging, type, in, counts, out, o.op);
+  link.run(p, [&] {
+    p.begin();
   });
 }
 
@@ -461,13 +629,27 @@ const config& communicator::config() const noexcept { return impl_->link.config(
 const hello& communicator::prev_peer() const noexcept { return impl_->link.prev_hello(); }
 const hello& communicator::next_peer() const noexcept { return impl_->link.next_hello(); }
 
-void communicator::allreduce(std::span<float> data, const allreduce_options& o) {
-  impl_->worker.run_inline([&] { impl_->allreduce(data, o); });
+void communicator::allreduce_bytes(codec::dtype type, std::span<std::byte> data, const allreduce_options& o) {
+  impl_->worker.run_inline([&] { impl_->allreduce(type, data, o); });
 }
 
-work communicator::start_allreduce(std::span<float> data, const allreduce_options& o) {
+work communicator::start_allreduce_bytes(codec::dtype type, std::span<std::byte> data, const allreduce_options& o) {
   impl* p = impl_.get();
-  return work(p->worker.submit([p, data, o] { p->allreduce(data, o); }));
+  return work(p->worker.submit([p, type, data, o] { p->allreduce(type, data, o); }));
+}
+
+void communicator::reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in,
+                                        std::span<const std::size_t> counts, std::span<std::byte> out,
+                                        const allreduce_options& o) {
+  impl_->worker.run_inline([&] { impl_->reduce_scatter(type, in, counts, out, o); });
+}
+
+work communicator::start_reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in,
+                                              std::vector<std::size_t> counts, std::span<std::byte> out,
+                                              const allreduce_options& o) {
+  impl* p = impl_.get();
+  return work(p->worker.submit(
+      [p, type, in, counts = std::move(counts), out, o] { p->reduce_scatter(type, in, counts, out, o); }));
 }
 
 void communicator::broadcast_bytes(codec::dtype type, std::span<std::byte> data, std::uint32_t root) {

@@ -8,13 +8,13 @@
 //
 // Allreduce is a ring: reduce-scatter, then all-gather, each of the n
 // segments cut into chunks of config::chunk_bytes so that sending,
-// receiving and adding overlap. Segment k's sum is formed in one fixed
-// order, the value of the rank at place k on the ring first, then the one
-// at place k+1's, ... (places: config.h's ring_order; floating-point
-// addition of two operands is commutative, so each step is exact to
-// specify), and then copied to every rank: all ranks end with the same
-// bits, whatever their architecture or timing. Average divides the sum by
-// n on the segment's owner before it is copied.
+// receiving and combining overlap. Segment k's result is formed in one
+// fixed order, the value of the rank at place k on the ring first, then the
+// one at place k+1's, ... (places: config.h's ring_order; each step is one
+// operation of detail/reduce.h's kernels, which also fix what IEEE leaves
+// to the CPU, such as which NaN survives), and then copied to every rank:
+// all ranks end with the same bits, whatever their architecture or timing.
+// Average divides the sum by n on the segment's owner before it is copied.
 //
 // Every rank must call the same collectives in the same order with buffers
 // of the same size; a frame from another collective is an error
@@ -52,8 +52,6 @@
 #include "ferry/comm/peer.h"
 
 namespace ferry::comm {
-
-enum class reduce_op : std::uint8_t { sum, avg };
 
 /// How values travel: as f32, or rounded to 16 bits (half the bytes).
 enum class compression : std::uint8_t { none, bf16, f16 };
@@ -179,10 +177,59 @@ class communicator {
   [[nodiscard]] const hello& prev_peer() const noexcept;
   [[nodiscard]] const hello& next_peer() const noexcept;
 
-  /// Sum or average of `data` over all ranks, in place, on every rank.
-  void allreduce(std::span<float> data, const allreduce_options& o = {});
+  /// `data` combined over all ranks by o.op, in place, on every rank; every
+  /// rank ends with the same bits, whatever its architecture. `data` is any
+  /// contiguous range of elements (a std::span, a std::vector, ...) of a
+  /// type o.op is defined on: sum, avg, min, max and product on numbers,
+  /// band, bor and bxor on integers and bool (the rules for NaNs, signed
+  /// zeros and overflow: docs/comm-protocol.md). Compression (o.comp)
+  /// applies to float sums and averages. Throws comm_error: unsupported for
+  /// an op the type does not take, bad_argument for compression elsewhere.
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  void allreduce(R&& data, const allreduce_options& o = {}) {
+    allreduce_bytes(element_dtype<std::ranges::range_value_t<R>>, std::as_writable_bytes(std::span(data)), o);
+  }
   /// The same, queued; `data` (and o.feedback) must outlive the wait.
-  work start_allreduce(std::span<float> data, const allreduce_options& o = {});
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  work start_allreduce(R&& data, const allreduce_options& o = {}) {
+    return start_allreduce_bytes(element_dtype<std::ranges::range_value_t<R>>,
+                                 std::as_writable_bytes(std::span(data)), o);
+  }
+  /// allreduce of host-order bytes holding elements of `type`, for callers
+  /// that know the type only at run time (the torch backend).
+  void allreduce_bytes(codec::dtype type, std::span<std::byte> data, const allreduce_options& o = {});
+  work start_allreduce_bytes(codec::dtype type, std::span<std::byte> data, const allreduce_options& o = {});
+
+  /// Combines every rank's `in` by o.op, as allreduce does, and leaves on
+  /// each rank only its piece: `in` holds world_size() pieces in rank
+  /// order, rank r's of counts[r] elements (every rank passes the same
+  /// counts), and `out` receives this rank's piece, counts[rank()]
+  /// elements. `in` is not changed and may not overlap `out`. The piece of
+  /// the rank at ring place q is combined starting from place q+1's values
+  /// and ending with its own: the order of the allreduce's block q+1, which
+  /// the ring completes at place q (docs/comm-protocol.md). No compression.
+  template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires element<std::ranges::range_value_t<In>> &&
+             std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void reduce_scatter(const In& in, std::span<const std::size_t> counts, Out&& out, const allreduce_options& o = {}) {
+    reduce_scatter_bytes(element_dtype<std::ranges::range_value_t<In>>, std::as_bytes(std::span(in)), counts,
+                         std::as_writable_bytes(std::span(out)), o);
+  }
+  /// The same with equal pieces: `in` holds world_size() * size(out).
+  template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires element<std::ranges::range_value_t<In>> &&
+             std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void reduce_scatter(const In& in, Out&& out, const allreduce_options& o = {}) {
+    const std::vector<std::size_t> counts(world_size(), std::ranges::size(out));
+    reduce_scatter(in, counts, out, o);
+  }
+  /// reduce_scatter of host-order bytes holding elements of `type`.
+  void reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
+                            std::span<std::byte> out, const allreduce_options& o = {});
+  work start_reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in, std::vector<std::size_t> counts,
+                                  std::span<std::byte> out, const allreduce_options& o = {});
 
   /// Copies `root`'s buffer to every rank (same size everywhere). `data`
   /// is any contiguous range of elements: a std::span, a std::vector, ...

@@ -37,4 +37,48 @@ inline constexpr frame_auth all_frame_auths[] = {frame_auth::none, frame_auth::f
   return std::nullopt;
 }
 
+/// How an allreduce combines the ranks' values (the kernels and the NaN,
+/// signed-zero and integer rules: comm/detail/reduce.h and
+/// docs/comm-protocol.md). The codes are what frames carry; sum and avg keep
+/// the values they had when they were the only two.
+enum class reduce_op : std::uint8_t {
+  sum = 0,
+  avg = 1,      ///< the sum, divided once by the world size where it is complete
+  min = 2,
+  max = 3,
+  product = 4,
+  band = 5,     ///< bitwise and: integers and bool only
+  bor = 6,      ///< bitwise or: integers and bool only
+  bxor = 7,     ///< bitwise xor: integers and bool only
+};
+
+/// "sum", "avg", "min", "max", "product", "band", "bor", "bxor"
+/// (torch.distributed.ReduceOp's names, lower case).
+[[nodiscard]] constexpr std::string_view name(reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum: break;
+    case reduce_op::avg: return "avg";
+    case reduce_op::min: return "min";
+    case reduce_op::max: return "max";
+    case reduce_op::product: return "product";
+    case reduce_op::band: return "band";
+    case reduce_op::bor: return "bor";
+    case reduce_op::bxor: return "bxor";
+  }
+  return "sum";
+}
+
+/// Every op, in code order.
+inline constexpr reduce_op all_reduce_ops[] = {reduce_op::sum,     reduce_op::avg,  reduce_op::min,
+                                               reduce_op::max,     reduce_op::product, reduce_op::band,
+                                               reduce_op::bor,     reduce_op::bxor};
+
+/// The op name() gives `s`; nullopt for any other text.
+[[nodiscard]] constexpr std::optional<reduce_op> reduce_op_from_name(std::string_view s) noexcept {
+  for (const reduce_op op : all_reduce_ops) {
+    if (name(op) == s) return op;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ferry::comm

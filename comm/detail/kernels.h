@@ -1,7 +1,7 @@
-// ferry/comm/detail/kernels.h: INTERNAL. The arithmetic of the ring
-// allreduce: the sum of two chunks, and the compressed ring's step (widen,
-// add, average, round to 16 bits with error feedback) fused into one pass.
-// Not part of the API.
+// ferry/comm/detail/kernels.h: INTERNAL. The arithmetic of the compressed
+// ring allreduce: its step (widen, add, average, round to 16 bits with
+// error feedback) fused into one pass, and the f32 sum it uses. Every other
+// reduction goes through reduce.h. Not part of the API.
 //
 // Every kernel is lane-wise IEEE arithmetic (vector extensions let the
 // compiler use the SIMD unit where there is one), so it gives the same bits

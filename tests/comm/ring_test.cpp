@@ -10,6 +10,7 @@
 
 #include "ferry/codec/crc32c.h"
 #include "ferry/comm/communicator.h"
+#include "ferry/comm/detail/reduce.h"
 #include "ferry/comm/frame.h"
 #include "world.h"
 
@@ -307,6 +308,230 @@ TEST_P(Ring, CompressionBoundsAndErrorFeedbackConvergence) {
     err_plain /= count;
     EXPECT_LT(err_fb, err_plain / 4) << "feedback " << err_fb << " plain " << err_plain;
     for (std::uint32_t r = 1; r < n; ++r) EXPECT_EQ(out[r].bytes, out[0].bytes) << "rank " << r;
+  }
+}
+
+// Rank-dependent values of `t` as host-order bytes: random patterns, and
+// for floats NaNs with payloads (quiet and signalling, both signs),
+// infinities of both signs and signed zeros, placed so that ranks meet
+// them in different combinations.
+std::vector<std::byte> typed_input(std::uint32_t rank, codec::dtype t, std::size_t count) {
+  const std::size_t w = codec::size_of(t);
+  std::mt19937_64 rng(77 + rank * 131 + static_cast<unsigned>(t));
+  std::vector<std::byte> v(count * w);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t x = rng();
+    if (t == codec::dtype::boolean) x &= 1;
+    if (i % 7 == rank % 7) {
+      const std::uint64_t f32[] = {0x7FC00000, 0xFFA0BEEF, 0x7F800001, 0x7F800000, 0xFF800000, 0x80000000, 0};
+      const std::uint64_t f64[] = {0x7FF8000000000000, 0xFFF4DEADBEEF0001, 0x7FF0000000000001,
+                                   0x7FF0000000000000, 0xFFF0000000000000, 0x8000000000000000, 0};
+      const std::uint64_t f16[] = {0x7E00, 0xFE3F, 0x7C01, 0x7C00, 0xFC00, 0x8000, 0};
+      const std::uint64_t bf16[] = {0x7FC0, 0xFFA5, 0x7F81, 0x7F80, 0xFF80, 0x8000, 0};
+      const std::size_t k = (i / 7 + rank) % 7;
+      if (t == codec::dtype::f32) x = f32[k];
+      if (t == codec::dtype::f64) x = f64[k];
+      if (t == codec::dtype::f16) x = f16[k];
+      if (t == codec::dtype::bf16) x = bf16[k];
+    }
+    for (std::size_t b = 0; b < w; ++b) {
+      const std::size_t shift = 8 * (wire::host_order == wire::byte_order::little ? b : w - 1 - b);
+      v[i * w + b] = static_cast<std::byte>(x >> shift);
+    }
+  }
+  return v;
+}
+
+// The ring's order for any op, with the kernels themselves (reduce_test
+// checks them against a scalar reference): block k starts from the values
+// of place k, and each following place combines its own values (first
+// operand) with what it received (second).
+std::vector<std::byte> typed_ring_reference(const std::vector<std::vector<std::byte>>& x, codec::dtype t, reduce_op op) {
+  const std::size_t n = x.size();
+  const std::size_t w = codec::size_of(t);
+  const std::size_t count = x[0].size() / w;
+  std::vector<std::byte> out(x[0].size());
+  const std::size_t base = count / n, rem = count % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t start = base * k + std::min(k, rem);
+    const std::size_t size = base + (k < rem ? 1 : 0);
+    std::byte* r = out.data() + start * w;
+    std::memcpy(r, x[k].data() + start * w, size * w);
+    for (std::size_t j = 1; j < n; ++j) {
+      detail::reduce(op, t, r, x[(k + j) % n].data() + start * w, r, wire::host_order, size);
+    }
+    if (op == reduce_op::avg) detail::divide(t, r, size, static_cast<std::uint32_t>(n));
+  }
+  return out;
+}
+
+TEST_P(Ring, EveryOpAndDtypeIsTheRingOrderFold) {
+  const std::uint32_t n = GetParam();
+  constexpr std::size_t count = 777;
+  std::vector<std::pair<codec::dtype, reduce_op>> cases;
+  for (const codec::dtype t : codec::all_dtypes) {
+    for (const reduce_op op : all_reduce_ops) {
+      if (detail::reducible(op, t)) cases.emplace_back(t, op);
+    }
+  }
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::byte> all;
+        for (const auto& [t, op] : cases) {
+          auto v = typed_input(r, t, count);
+          comm.allreduce_bytes(t, v, {.op = op});
+          all.insert(all.end(), v.begin(), v.end());
+        }
+        // The typed front door: a vector of int32 and one of bool.
+        std::vector<std::int32_t> ints{static_cast<std::int32_t>(r) - 1, 5};
+        comm.allreduce(ints, {.op = reduce_op::min});
+        bool flags[2] = {r == 0, true};
+        comm.allreduce(flags, {.op = reduce_op::band});
+        const auto tail = to_bytes(ints);
+        all.insert(all.end(), tail.begin(), tail.end());
+        all.push_back(std::byte{flags[0]});
+        all.push_back(std::byte{flags[1]});
+        return all;
+      },
+      [](std::uint32_t, config& c) { c.chunk_bytes = 512; });
+  expect_all_ok(out);
+  std::size_t at = 0;
+  for (const auto& [t, op] : cases) {
+    std::vector<std::vector<std::byte>> xs(n);
+    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count);
+    const auto want = typed_ring_reference(xs, t, op);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                       out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+      EXPECT_EQ(got, want) << codec::name(t) << " " << name(op) << ", rank " << r;
+    }
+    at += want.size();
+  }
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const auto ints = from_bytes<std::int32_t>(std::vector<std::byte>(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + 8)));
+    EXPECT_EQ(ints, (std::vector<std::int32_t>{-1, 5}));
+    EXPECT_EQ(out[r].bytes[at + 8], std::byte{0});
+    EXPECT_EQ(out[r].bytes[at + 9], std::byte{1});
+  }
+}
+
+// reduce_scatter's piece for the rank at place q is the allreduce's block
+// q+1, bit for bit, when the pieces are laid out as those blocks; and uneven
+// pieces (some empty) with other ops follow the same order.
+TEST_P(Ring, ReduceScatterGivesTheAllreducesBlocks) {
+  const std::uint32_t n = GetParam();
+  constexpr std::size_t count = 1001;
+  const std::size_t base = count / n, rem = count % n;
+  const auto block_start = [&](std::size_t k) { return base * k + std::min(k, rem); };
+  const auto block_size = [&](std::size_t k) { return base + (k < rem ? 1 : 0); };
+  // Rank q's piece is block q+1: the input rotated left by block 0.
+  std::vector<std::size_t> counts(n);
+  for (std::size_t q = 0; q < n; ++q) counts[q] = block_size((q + 1) % n);
+  const auto rotated = [&](const std::vector<float>& v) {
+    std::vector<float> r(v.begin() + static_cast<std::ptrdiff_t>(block_size(0)), v.end());
+    r.insert(r.end(), v.begin(), v.begin() + static_cast<std::ptrdiff_t>(block_size(0)));
+    return r;
+  };
+  const std::vector<std::size_t> uneven = [&] {
+    std::vector<std::size_t> c(n);
+    for (std::size_t q = 0; q < n; ++q) c[q] = q == 1 ? 0 : 37 * q + 5;
+    return c;
+  }();
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        auto all = input(r, count, 9);
+        const auto in = rotated(all);
+        comm.allreduce(all, {.op = reduce_op::avg});
+        std::vector<float> piece(counts[r]);
+        comm.reduce_scatter(in, counts, piece, {.op = reduce_op::avg});
+        // Uneven pieces of int64 products, with the start_ form.
+        std::size_t total = 0;
+        for (const std::size_t k : uneven) total += k;
+        std::vector<std::int64_t> ints(total);
+        for (std::size_t i = 0; i < total; ++i) ints[i] = static_cast<std::int64_t>(i % 5) + r - 1;
+        std::vector<std::int64_t> mine(uneven[r]);
+        comm.start_reduce_scatter_bytes(codec::dtype::i64, std::as_bytes(std::span(ints)), uneven,
+                                        std::as_writable_bytes(std::span(mine)), {.op = reduce_op::product})
+            .wait();
+        const std::size_t b = (r + 1) % n;
+        std::vector<float> block(all.begin() + static_cast<std::ptrdiff_t>(block_start(b)),
+                                 all.begin() + static_cast<std::ptrdiff_t>(block_start(b) + block_size(b)));
+        auto bytes = to_bytes(block);
+        const auto p = to_bytes(piece);
+        bytes.insert(bytes.end(), p.begin(), p.end());
+        const auto q = to_bytes(mine);
+        bytes.insert(bytes.end(), q.begin(), q.end());
+        return bytes;
+      },
+      [](std::uint32_t, config& c) { c.chunk_bytes = 64; });
+  expect_all_ok(out);
+  std::size_t before = 0;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const std::size_t half = counts[r] * 4;
+    ASSERT_EQ(out[r].bytes.size(), 2 * half + uneven[r] * 8) << "rank " << r;
+    EXPECT_TRUE(std::equal(out[r].bytes.begin(), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(half),
+                           out[r].bytes.begin() + static_cast<std::ptrdiff_t>(half)))
+        << "rank " << r << ": reduce_scatter's piece differs from the allreduce's block";
+    const auto got = from_bytes<std::int64_t>(
+        std::vector<std::byte>(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(2 * half), out[r].bytes.end()));
+    for (std::size_t i = 0; i < uneven[r]; ++i) {
+      std::int64_t want = 1;
+      for (std::uint32_t k = 0; k < n; ++k) want *= static_cast<std::int64_t>((before + i) % 5) + k - 1;
+      EXPECT_EQ(got[i], want) << "rank " << r << ", element " << i;
+    }
+    before += uneven[r];
+  }
+}
+
+TEST_P(Ring, OpsATypeDoesNotTakeAreRefusedAndABadBoolIsNamed) {
+  const std::uint32_t n = GetParam();
+  const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    std::vector<std::string> texts;
+    // Refused on every rank before any frame: the communicator stays usable.
+    const auto refused = [&](auto&& call) {
+      try {
+        call();
+        texts.push_back("no error");
+      } catch (const comm_error& e) {
+        texts.push_back(std::string(name(e.code())) + ": " + e.what());
+      }
+    };
+    std::vector<f8_e4m3> fp8(4);
+    refused([&] { comm.allreduce(fp8); });
+    std::vector<float> f(4);
+    refused([&] { comm.allreduce(f, {.op = reduce_op::bxor}); });
+    std::vector<std::int32_t> i(4);
+    refused([&] { comm.allreduce(i, {.comp = compression::bf16}); });
+    refused([&] { comm.allreduce(f, {.op = reduce_op::max, .comp = compression::f16}); });
+    // Rank 1 sends a byte no bool holds; its successor names it.
+    std::vector<std::uint8_t> flags(16, 1);
+    if (r == 1) flags[9] = 2;
+    refused([&] { comm.allreduce_bytes(codec::dtype::boolean, std::as_writable_bytes(std::span(flags)), {}); });
+    std::string all;
+    for (const auto& t : texts) all += t + "\n";
+    return std::vector<std::byte>(reinterpret_cast<const std::byte*>(all.data()),
+                                  reinterpret_cast<const std::byte*>(all.data() + all.size()));
+  });
+  expect_all_ok(out);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const std::string text(reinterpret_cast<const char*>(out[r].bytes.data()), out[r].bytes.size());
+    EXPECT_NE(text.find("unsupported: rank " + std::to_string(r) + ": allreduce sum is not defined on F8_E4M3"),
+              std::string::npos) << text;
+    EXPECT_NE(text.find("allreduce bxor is not defined on F32"), std::string::npos) << text;
+    EXPECT_NE(text.find("bad_argument: rank " + std::to_string(r) + ": allreduce compression bf16 applies to F32 values, not I32"),
+              std::string::npos) << text;
+    EXPECT_NE(text.find("allreduce compression f16 applies to sum and avg, not max"), std::string::npos) << text;
+    if (r == 2 % n) {
+      // (With 4 ranks the byte reaches rank 2 or'ed with rank 1's partial result: 3.)
+      EXPECT_NE(text.find("bad_value: rank " + std::to_string(r) + ": rank 1 sent the byte " + (n == 4 ? "3" : "2") +
+                          " as a bool in the allreduce"),
+                std::string::npos) << text;
+    }
   }
 }
 
