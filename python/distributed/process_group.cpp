@@ -205,6 +205,20 @@ std::string local_address_toward(const std::string& host) {
 std::mutex live_mutex;
 std::unordered_set<process_group*> live;
 
+// torch's reduce op as comm/'s (check_op has refused the others).
+comm::reduce_op comm_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::AVG: return comm::reduce_op::avg;
+    case ReduceOp::PRODUCT: return comm::reduce_op::product;
+    case ReduceOp::MIN: return comm::reduce_op::min;
+    case ReduceOp::MAX: return comm::reduce_op::max;
+    case ReduceOp::BAND: return comm::reduce_op::band;
+    case ReduceOp::BOR: return comm::reduce_op::bor;
+    case ReduceOp::BXOR: return comm::reduce_op::bxor;
+    default: return comm::reduce_op::sum;
+  }
+}
+
 }  // namespace
 
 comm::config process_group::config_for(int rank, int size) {
@@ -321,42 +335,33 @@ void process_group::broadcast_now(at::Tensor& t, std::uint32_t root) {
 }
 
 void process_group::allreduce_now(at::Tensor& t, ReduceOp op) {
-  const bool ring = op == ReduceOp::SUM || op == ReduceOp::AVG;
-  const comm::allreduce_options o{.op = op == ReduceOp::AVG ? comm::reduce_op::avg : comm::reduce_op::sum};
-  if (ring && t.scalar_type() == at::kFloat) {
-    comm_.allreduce(elements<float>(t), o);
-  } else if (ring && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)) {
+  const comm::allreduce_options o{.op = comm_op(op)};
+  const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+  if (half && (op == ReduceOp::SUM || op == ReduceOp::AVG)) {
+    // Sums of 16-bit values are formed in f32 and rounded once at the end.
     at::Tensor wide = t.to(at::kFloat);
     comm_.allreduce(elements<float>(wide), o);
     t.copy_(wide);
-  } else {
-    allreduce_folded(t, op);
+    return;
   }
+  with_element(t.scalar_type(), [&]<class T>(T) { comm_.allreduce(elements<T>(t), o); });
 }
 
-void process_group::allreduce_folded(at::Tensor& t, ReduceOp op) {
-  const std::int64_t n = getSize();
-  at::Tensor flat = t.view({-1});
-  at::Tensor all = at::empty({n, flat.numel()}, t.options());
-  allgather_now(flat, all);
-  at::Tensor acc = all[0].clone();
-  for (std::int64_t r = 1; r < n; ++r) {
-    const at::Tensor x = all[r];
-    switch (op) {
-      case ReduceOp::SUM:
-      case ReduceOp::AVG: acc.add_(x); break;
-      case ReduceOp::PRODUCT: acc.mul_(x); break;
-      case ReduceOp::MIN: acc = at::minimum(acc, x); break;
-      case ReduceOp::MAX: acc = at::maximum(acc, x); break;
-      case ReduceOp::BAND: acc.bitwise_and_(x); break;
-      case ReduceOp::BOR: acc.bitwise_or_(x); break;
-      case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
-      default:
-        fail(comm_errc::unsupported, "ferry: reduce op ", static_cast<int>(op.op_));
-    }
+void process_group::reduce_scatter_now(const at::Tensor& in, const std::vector<std::size_t>& counts, at::Tensor& out,
+                                       ReduceOp op) {
+  const comm::allreduce_options o{.op = comm_op(op)};
+  const bool half = out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16;
+  if (half && (op == ReduceOp::SUM || op == ReduceOp::AVG)) {
+    // As allreduce_now: 16-bit values summed in f32, rounded once.
+    const at::Tensor wide_in = in.to(at::kFloat);
+    at::Tensor wide_out = at::empty({out.numel()}, wide_in.options());
+    comm_.reduce_scatter(elements<const float>(wide_in), counts, elements<float>(wide_out), o);
+    out.copy_(wide_out.view(out.sizes()));
+    return;
   }
-  if (op == ReduceOp::AVG) acc.div_(static_cast<double>(n));
-  flat.copy_(acc);
+  on_dense(out, [&](at::Tensor& d) {
+    with_element(out.scalar_type(), [&]<class T>(T) { comm_.reduce_scatter(elements<const T>(in), counts, elements<T>(d), o); });
+  });
 }
 
 void process_group::check_root(std::int64_t root, const char* what) const {
@@ -430,6 +435,38 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<
   });
 }
 
+c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                  std::vector<at::Tensor>& inputs,
+                                                                  const c10d::AllgatherOptions&) {
+  require(!inputs.empty(), comm_errc::bad_argument, "ferry: allgather_coalesced was given no tensors");
+  require(outputs.size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
+          "ferry: allgather_coalesced takes ", getSize(), " output lists, one per rank, not ", outputs.size());
+  for (const at::Tensor& t : inputs) {
+    check_tensor(t, "allgather_coalesced");
+    require(t.scalar_type() == inputs[0].scalar_type(), comm_errc::bad_argument,
+            "ferry: allgather_coalesced takes tensors of one dtype, not ", inputs[0].scalar_type(), " and ",
+            t.scalar_type());
+  }
+  std::vector<at::Tensor> outs;  // rank by rank, input by input: the order of the gathered values
+  for (const auto& list : outputs) {
+    require(list.size() == inputs.size(), comm_errc::bad_argument, "ferry: allgather_coalesced's output lists must ",
+            "hold one tensor per input, ", inputs.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      check_tensor(list[i], "allgather_coalesced");
+      require(list[i].numel() == inputs[i].numel() && list[i].scalar_type() == inputs[i].scalar_type(),
+              comm_errc::bad_argument, "ferry: allgather_coalesced's output ", i,
+              " must have input ", i, "'s size and dtype");
+      outs.push_back(list[i]);
+    }
+  }
+  return enqueue(OpType::ALLGATHER_COALESCED, outs, [this, ins = inputs, outs]() mutable {
+    const at::Tensor mine = concatenated(ins);
+    at::Tensor all = at::empty({getSize() * mine.numel()}, mine.options());
+    allgather_now(mine, all);
+    split_into(all, outs);
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions&) {
   check_tensor(input, "_allgather_base");
@@ -498,25 +535,21 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(std::vector<at::Ten
   // rank i keeps, so this rank's input must have its output's size, and
   // every rank must pass the same sizes in the same order (as with gloo,
   // a rank that does not is a bug its peers cannot see).
-  std::int64_t before = 0;  // elements of the pieces ahead of this rank's
-  for (std::size_t i = 0; i < inputs[0].size(); ++i) {
-    const at::Tensor& t = inputs[0][i];
+  for (const at::Tensor& t : inputs[0]) {
     check_tensor(t, "reduce_scatter");
     require(t.scalar_type() == out.scalar_type(), comm_errc::bad_argument,
             "ferry: reduce_scatter's inputs must have the output's dtype, ", out.scalar_type(), ", not ",
             t.scalar_type());
-    if (static_cast<std::int64_t>(i) < getRank()) before += t.numel();
   }
   require(inputs[0][static_cast<std::size_t>(getRank())].numel() == out.numel(), comm_errc::bad_argument,
           "ferry: reduce_scatter's input ", getRank(), " (this rank's piece) must have the output's size, ",
           out.numel(), " elements");
   check_op(opts.reduceOp, out.scalar_type(), "reduce_scatter");
-  // An allreduce of the concatenated inputs; each rank keeps its piece.
+  std::vector<std::size_t> counts;
+  for (const at::Tensor& t : inputs[0]) counts.push_back(static_cast<std::size_t>(t.numel()));
   const ReduceOp op = opts.reduceOp;
-  return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins = inputs[0], op, before]() mutable {
-    at::Tensor all = concatenated(ins);
-    allreduce_now(all, op);
-    out.copy_(all.narrow(0, before, out.numel()).view(out.sizes()));
+  return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins = inputs[0], op, counts]() mutable {
+    reduce_scatter_now(concatenated(ins), counts, out, op);
   });
 }
 
@@ -529,10 +562,9 @@ c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(at::Tensor& o
           "ferry: _reduce_scatter_base's input must hold world size times the output, of its dtype");
   check_op(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
   const ReduceOp op = opts.reduceOp;
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op]() mutable {
-    at::Tensor all = in.reshape({-1}).clone();
-    allreduce_now(all, op);
-    out.copy_(all.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(getSize()), static_cast<std::size_t>(output.numel()));
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op, counts]() mutable {
+    reduce_scatter_now(in.reshape({-1}).contiguous(), counts, out, op);
   });
 }
 

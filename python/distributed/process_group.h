@@ -98,6 +98,12 @@ class process_group final : public c10d::ProcessGroup {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  /// outputs[r][i] = rank r's inputs[i]: one allgather of the inputs
+  /// concatenated (torch's all_gather_coalesced; complex tensors arrive
+  /// viewed as real ones).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -132,7 +138,10 @@ class process_group final : public c10d::ProcessGroup {
   void stop();
   void check_root(std::int64_t root, const char* what) const;
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
-  void allreduce_folded(at::Tensor& t, c10d::ReduceOp op);
+  /// `in` (contiguous, every rank's piece in rank order, counts[r]
+  /// elements each) reduce-scattered into `out`.
+  void reduce_scatter_now(const at::Tensor& in, const std::vector<std::size_t>& counts, at::Tensor& out,
+                          c10d::ReduceOp op);
   void allgather_now(const at::Tensor& in, at::Tensor& out);
   void broadcast_now(at::Tensor& t, std::uint32_t root);
 

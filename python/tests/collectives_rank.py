@@ -92,6 +92,24 @@ def main():
     dist.broadcast(s, 0)
     assert torch.equal(s.view(torch.int32), special), s.view(torch.int32)
 
+    # The kernels' rules hold on every rank (comm-protocol.md, Reductions):
+    # a NaN wins MIN and MAX, quieted with its payload; min(-0, +0) is -0 and
+    # max(-0, +0) is +0 whichever rank holds which; inf + -inf is the
+    # positive quiet NaN 0x7FC00000 (x86 alone would make 0xFFC00000).
+    z = torch.tensor([-0.0 if rank == 0 else 0.0, float("inf") if rank == 0 else -float("inf"), 5.0])
+    z.view(torch.int32)[2] = 0x7F80_1234 if rank == 1 else z.view(torch.int32)[2]  # a signalling NaN
+    lo, hi, tot = z.clone(), z.clone(), z.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(tot)
+    assert lo.view(torch.int32).tolist() == [-0x8000_0000, -0x80_0000, 0x7FC0_1234], lo.view(torch.int32)
+    assert hi.view(torch.int32).tolist() == [0, 0x7F80_0000, 0x7FC0_1234], hi.view(torch.int32)
+    assert tot.view(torch.int32).tolist()[1:] == [0x7FC0_0000, 0x7FC0_1234], tot.view(torch.int32)
+    # Integer sums and products wrap around, as in C and in torch.
+    w = torch.tensor([2**31 - 1 if rank == 0 else 1, -3], dtype=torch.int32)
+    dist.all_reduce(w)
+    assert w.tolist() == [-2**31 + world - 2, -3 * world], w
+
     # Non-contiguous tensors are reduced in place.
     m = (torch.arange(12, dtype=torch.float32).reshape(3, 4) + rank).t()
     dist.all_reduce(m)
@@ -136,6 +154,19 @@ def main():
     dist.all_gather_into_tensor(flat, value(rank))
     assert torch.equal(flat, torch.cat(every)), flat
     dist.barrier()
+
+    # all_gather_coalesced: several tensors of one dtype, any shapes, in one
+    # allgather; complex tensors travel viewed as real ones.
+    ins = [value(rank, n=4).reshape(2, 2), value(rank, n=1), value(rank, n=3) * 2]
+    outs = [[torch.zeros_like(t) for t in ins] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(world):
+        want = [value(r, n=4).reshape(2, 2), value(r, n=1), value(r, n=3) * 2]
+        assert all(torch.equal(o, w) for o, w in zip(outs[r], want)), (r, outs[r])
+    z = torch.complex(value(rank, n=3), -value(rank, n=3))
+    zs = [[torch.zeros_like(z)] for _ in range(world)]
+    dist.all_gather_coalesced(zs, [z])
+    assert all(torch.equal(zs[r][0], torch.complex(value(r, n=3), -value(r, n=3))) for r in range(world)), zs
 
     # Async: wait() and the future both hold the result.
     t = torch.ones(4)
