@@ -116,6 +116,18 @@ void check_bools(const detail::link& l, std::span<const std::byte> payload, cons
   }
 }
 
+// The same for this rank's own buffer, before anything is sent (and 2 & 1
+// would hide it on the way).
+void check_own_bools(const detail::link& l, codec::dtype type, std::span<const std::byte> data, const char* what) {
+  if (type != codec::dtype::boolean) return;
+  const std::size_t i = detail::first_bad_bool(data.data(), data.size());
+  if (i != data.size()) {
+    l.fail(comm_errc::bad_argument, std::nullopt,
+           std::string(what) + " of bools: element " + std::to_string(i) + " holds the byte " +
+               std::to_string(std::to_integer<unsigned>(data[i])));
+  }
+}
+
 std::uint32_t frame_count(const detail::link& l, std::size_t frames) {
   if (frames > UINT32_MAX) {
     l.fail(errc::limit_exceeded, std::nullopt, "a collective this large needs more than 2^32 frames; raise chunk_bytes");
@@ -494,6 +506,7 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
               "allreduce compression " + std::string(name(o.comp)) + " applies to sum and avg, not " +
                   std::string(name(o.op)));
   }
+  check_own_bools(link, type, data, "allreduce");
   const std::size_t count = data.size() / width;
   if (o.comp != compression::none && o.feedback != nullptr && o.feedback->residual().size() != count) {
     link.fail(errc::size_mismatch, std::nullopt,
@@ -525,6 +538,7 @@ void communicator::impl::reduce_scatter(codec::dtype type, std::span<const std::
                   " with " + std::to_string(counts.size()) + " piece sizes for " + std::to_string(link.size()) +
                   " ranks: the pieces must add up to the input and this rank's to the output");
   }
+  check_own_bools(link, type, in, "reduce_scatter");
   if (link.size() == 1) {
     if (!out.empty()) std::memcpy(out.data(), in.data(), out.size());
     return;

@@ -183,7 +183,7 @@ class communicator {
   /// type o.op is defined on: sum, avg, min, max and product on numbers,
   /// band, bor and bxor on integers and bool (the rules for NaNs, signed
   /// zeros and overflow: docs/comm-protocol.md). Compression (o.comp)
-  /// applies to float sums and averages. Throws comm_error: unsupported for
+  /// applies to sums and averages of f32 values (aligned as floats). Throws comm_error: unsupported for
   /// an op the type does not take, bad_argument for compression elsewhere.
   template <std::ranges::contiguous_range R>
     requires element<std::ranges::range_value_t<R>>
@@ -228,6 +228,7 @@ class communicator {
   /// reduce_scatter of host-order bytes holding elements of `type`.
   void reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
                             std::span<std::byte> out, const allreduce_options& o = {});
+  /// The same, queued; `in` and `out` must outlive the wait.
   work start_reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in, std::vector<std::size_t> counts,
                                   std::span<std::byte> out, const allreduce_options& o = {});
 

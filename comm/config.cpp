@@ -88,7 +88,7 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
     }
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
   }
-  FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 4, 1u << 30, c.chunk_bytes));
+  FERRY_TRY(read_number<std::uint32_t>({"FERRY_CHUNK_BYTES"}, 8, 1u << 30, c.chunk_bytes));
   FERRY_TRY(read_number<std::uint32_t>({"FERRY_SEND_BUFFER"}, 0, 1u << 30, c.send_buffer_bytes));
   if (const char* a = env("FERRY_AUTH")) {
     const auto mode = frame_auth_from_name(a);
@@ -118,7 +118,8 @@ result<void, error> config::validate() const {
     return bad("no shared secret: set FERRY_SECRET or FERRY_SECRET_FILE to the same value on every rank");
   }
   if (timeout.count() <= 0) return bad("the timeout must be positive");
-  if (chunk_bytes < 4 || chunk_bytes % 4 != 0) return bad("chunk_bytes must be a positive multiple of 4");
+  // A multiple of 8: a frame holds at least one element of every dtype.
+  if (chunk_bytes < 8 || chunk_bytes % 8 != 0) return bad("chunk_bytes must be a positive multiple of 8");
   if (std::find(std::begin(all_frame_auths), std::end(all_frame_auths), auth) == std::end(all_frame_auths)) {
     return bad("auth is not one of none, frames, encrypt");
   }

@@ -39,8 +39,8 @@ inline constexpr frame_auth all_frame_auths[] = {frame_auth::none, frame_auth::f
 
 /// How an allreduce combines the ranks' values (the kernels and the NaN,
 /// signed-zero and integer rules: comm/detail/reduce.h and
-/// docs/comm-protocol.md). The codes are what frames carry; sum and avg keep
-/// the values they had when they were the only two.
+/// docs/comm-protocol.md). Every rank must pass the same op: frames do not
+/// carry it, so ranks that disagree combine their values wrongly, unseen.
 enum class reduce_op : std::uint8_t {
   sum = 0,
   avg = 1,      ///< the sum, divided once by the world size where it is complete

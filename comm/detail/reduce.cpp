@@ -197,7 +197,15 @@ void integer_reduce(reduce_op op, std::byte* out, const std::byte* a, const std:
     case reduce_op::avg:
       return each<U>(out, a, b, n, [](auto x, auto y) { return static_cast<decltype(x)>(x + y); });
     case reduce_op::product:
-      return each<U>(out, a, b, n, [](auto x, auto y) { return static_cast<decltype(x)>(x * y); });
+      // Scalars narrower than int are promoted to (signed) int, where
+      // 65535 * 65535 overflows: multiplied as unsigned instead.
+      return each<U>(out, a, b, n, [](auto x, auto y) {
+        if constexpr (std::is_integral_v<decltype(x)> && sizeof(x) < sizeof(unsigned)) {
+          return static_cast<decltype(x)>(static_cast<unsigned>(x) * static_cast<unsigned>(y));
+        } else {
+          return static_cast<decltype(x)>(x * y);
+        }
+      });
     case reduce_op::band:
       return each<U>(out, a, b, n, [](auto x, auto y) { return static_cast<decltype(x)>(x & y); });
     case reduce_op::bor:

@@ -30,10 +30,14 @@
 // integers: truncated toward zero, as C++ and NCCL divide). Not on bool.
 // FP8 takes no reduction (reducible() is false).
 //
-// The sums and products are vectorised with GCC's vector extensions
-// (16-byte vectors: SSE2, NEON, z/Architecture), lane-wise IEEE arithmetic
-// with no contraction; the rules above go lane by lane only where a lane
-// needs them (a NaN; a zero under min or max).
+// The kernels are written with GCC's vector extensions (16-byte vectors),
+// lane-wise IEEE arithmetic with no contraction, which the compiler maps to
+// the SIMD unit where the target has an IEEE-exact one (SSE2 on x86-64,
+// NEON on aarch64) and to scalar instructions elsewhere (armhf's VFP, an
+// s390x target without the vector facility): the same bits either way. The
+// rules above go lane by lane only where a lane needs them (a NaN; a zero
+// under min or max). A world of one runs no kernel: its buffer is returned
+// as it was.
 #pragma once
 
 #include <cstddef>

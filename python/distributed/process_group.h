@@ -26,15 +26,12 @@
 // failure; its future (get_future()) holds the output tensors. CPU tensors
 // only; a non-contiguous tensor is copied in and out.
 //
-//   allreduce, reduce, reduce_scatter, allreduce_coalesced:
-//     f32 with SUM or AVG travels the ring (communicator.h): every rank ends
-//     with the same bits whatever its architecture. f16 and bf16 with SUM
-//     or AVG are widened to f32, reduced on the ring and rounded back
-//     (round to nearest even), so they agree bit for bit too. Every other
-//     dtype (f64, integers, bool) and op (PRODUCT, MIN, MAX, BAND, BOR,
-//     BXOR) is an allgather of every rank's tensor, folded on every rank in
-//     rank order: exact and identical everywhere, but n times the bytes of
-//     the ring, meant for the small tensors (metrics, counts) they carry.
+//   allreduce, reduce, reduce_scatter, allreduce_coalesced: every op on
+//     every dtype travels the ring in its own dtype (communicator.h's
+//     allreduce and reduce_scatter, comm/detail/reduce.h's kernels): every
+//     rank ends with the same bits whatever its architecture. f16 and bf16
+//     with SUM or AVG are widened to f32, reduced on the ring and rounded
+//     back once (round to nearest even), so they agree bit for bit too.
 //     AVG of an integer tensor is refused, as PyTorch's other backends do.
 //   broadcast, allgather, _allgather_base, gather, scatter, barrier: every
 //     dtype above, converted to each receiver's byte order on the way.

@@ -117,7 +117,7 @@ def main():
     assert torch.equal(m, want), m
 
     # Parameters (leaves that require grad) are reduced in place, as by any
-    # backend, on every path: the ring, f16/bf16 through f32, and folded.
+    # backend, on every path: f32, f16/bf16 through f32, and f64.
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         p = torch.nn.Parameter(torch.full((3,), float(rank + 1), dtype=dtype))
         dist.all_reduce(p.data if dtype == torch.float32 else p)
@@ -145,6 +145,17 @@ def main():
         out = torch.zeros(rank + 2, dtype=dtype)
         dist.reduce_scatter(out, pieces)
         assert torch.equal(out, sum(value(rank + r, n=rank + 2, dtype=dtype) for r in range(world))), out
+    # bf16 pieces (summed through f32) into a non-contiguous output, and a
+    # MIN reduce_scatter_tensor of int64.
+    out = torch.zeros(3, 2, dtype=torch.bfloat16).t()
+    dist.reduce_scatter(out, [value(r + rank, dtype=torch.bfloat16).reshape(3, 2).t() for r in range(world)])
+    want = sum(value(rank + r) for r in range(world)).reshape(3, 2).t().to(torch.bfloat16)
+    assert torch.equal(out, want), out
+    big = torch.cat([value(r + 2 * rank, dtype=torch.int64) for r in range(world)])
+    mine = torch.zeros(6, dtype=torch.int64)
+    dist.reduce_scatter_tensor(mine, big, op=dist.ReduceOp.MIN)
+    want = torch.stack([value(rank + 2 * r, dtype=torch.int64) for r in range(world)]).min(0).values
+    assert torch.equal(mine, want), mine
     try:  # this rank's piece must have the output's size: said before anything is sent
         dist.reduce_scatter(torch.zeros(rank + 3), [torch.zeros(r + 2) for r in range(world)])
         raise AssertionError("a reduce_scatter output of the wrong size was accepted")

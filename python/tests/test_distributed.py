@@ -203,8 +203,9 @@ def test_a_configuration_that_differs_is_named():
 
 def test_a_rank_without_the_secret_is_refused():
     # Rank 0 refuses the stranger and waits for a rank 1 that never comes:
-    # it ends at its timeout (kept short), rank 1 at once.
-    results = finish(start("ddp_rank.py", 2, ["--steps", "5", "--timeout", "5"],
+    # it ends at its timeout (kept short, but long enough for both ranks to
+    # import torch on a loaded machine), rank 1 at once.
+    results = finish(start("ddp_rank.py", 2, ["--steps", "5", "--timeout", "15"],
                            env_of=lambda rank: {"FERRY_SECRET": "another secret"} if rank == 1 else {}))
     lines = failure_lines(results)
     assert all(code != 0 for code, _, _ in results), lines

@@ -86,7 +86,7 @@ TEST(Handshake, ConfigMismatchNamesBothSides) {
 
 // Rank 1 joins properly, then writes `bytes` on its link to rank 0 in place
 // of its allreduce frame; rank 0's allreduce must fail with `code` naming 1.
-void hostile_frame(const std::vector<std::byte>& bytes, error_code code) {
+void hostile_frame(const std::vector<std::byte>& bytes, error_code code, bool bools = false) {
   const auto out = run_world(2, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
     c.timeout = 5s;
     if (r == 1) {
@@ -96,8 +96,13 @@ void hostile_frame(const std::vector<std::byte>& bytes, error_code code) {
       return nothing();
     }
     communicator comm(c, std::move(l));
-    std::vector<float> v(1000, 1.0f);
-    comm.allreduce(v);
+    if (bools) {
+      bool v[1000] = {};
+      comm.allreduce(v);
+    } else {
+      std::vector<float> v(1000, 1.0f);
+      comm.allreduce(v);
+    }
     return nothing();
   });
   ASSERT_FALSE(out[0].ok);
@@ -135,6 +140,18 @@ TEST(HostileFrames, WrongSequenceIsAnErrorNotMixedIn) {
 }
 
 TEST(HostileFrames, WrongSizeNamesThePeer) { hostile_frame(frame_bytes(499, 1), errc::size_mismatch); }
+
+// A bool is a byte holding 0 or 1: a peer's 2 is refused, naming it.
+TEST(HostileFrames, ABoolByteOtherThanZeroOrOneNamesThePeer) {
+  frame_header h;
+  h.sender = 1;
+  h.sequence = 1;
+  h.type = codec::dtype::boolean;
+  h.count = 500;
+  std::vector<std::byte> v(500, std::byte{1});
+  v[321] = std::byte{2};
+  hostile_frame(encode_frame(h, v), errc::bad_value, true);
+}
 
 // A rank killed with SIGKILL mid-allreduce: every other rank fails within
 // 5 s, naming it. Authenticated, the ABORTs that carry the news around the

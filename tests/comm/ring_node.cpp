@@ -24,17 +24,14 @@
 #include "ferry/comm/detail/reduce.h"
 #include "ferry/wire/bulk.h"
 #include "ferry/wire/byte_order.h"
+#include "typed_input.h"
 
 namespace {
 
 using namespace ferry;
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using comm::test::splitmix;
+using comm::test::typed_input;
 
 // Finite floats of many magnitudes, with signed zeros and subnormals.
 float value(std::uint32_t rank, std::size_t i, std::uint32_t salt) {
@@ -60,35 +57,6 @@ void append_le(std::vector<unsigned char>& out, const std::vector<float>& v) {
     wire::store<float>(f, reinterpret_cast<std::byte*>(b), wire::byte_order::little);
     out.insert(out.end(), b, b + 4);
   }
-}
-
-// Values of any dtype as host-order bytes: random patterns, and for the
-// floats NaNs with payloads (quiet and signalling), infinities of both
-// signs and signed zeros, which meet other ranks' numbers and NaNs.
-std::vector<std::byte> typed_input(std::uint32_t rank, codec::dtype t, std::size_t count) {
-  const std::size_t w = codec::size_of(t);
-  std::vector<std::byte> v(count * w);
-  for (std::size_t i = 0; i < count; ++i) {
-    std::uint64_t x = splitmix((std::uint64_t{rank} << 48) ^ (std::uint64_t{static_cast<unsigned>(t)} << 40) ^ i);
-    if (t == codec::dtype::boolean) x &= 1;
-    if ((i + rank) % 5 == 0) {
-      const std::size_t k = (i / 5 + rank) % 6;
-      const std::uint64_t f32[] = {0x7FC00000, 0xFFA0BEEF, 0x7F800001, 0x7F800000, 0xFF800000, 0x80000000};
-      const std::uint64_t f64[] = {0x7FF8000000000000, 0xFFF4DEADBEEF0001, 0x7FF0000000000001,
-                                   0x7FF0000000000000, 0xFFF0000000000000, 0x8000000000000000};
-      const std::uint64_t f16[] = {0x7E00, 0xFE3F, 0x7C01, 0x7C00, 0xFC00, 0x8000};
-      const std::uint64_t bf16[] = {0x7FC0, 0xFFA5, 0x7F81, 0x7F80, 0xFF80, 0x8000};
-      if (t == codec::dtype::f32) x = f32[k];
-      if (t == codec::dtype::f64) x = f64[k];
-      if (t == codec::dtype::f16) x = f16[k];
-      if (t == codec::dtype::bf16) x = bf16[k];
-    }
-    for (std::size_t b = 0; b < w; ++b) {
-      const std::size_t shift = 8 * (wire::host_order == wire::byte_order::little ? b : w - 1 - b);
-      v[i * w + b] = static_cast<std::byte>(x >> shift);
-    }
-  }
-  return v;
 }
 
 }  // namespace
@@ -148,6 +116,18 @@ int main(int argc, char** argv) {
         wire::convert(v, wire::host_order, le, wire::byte_order::little, codec::size_of(t));
         for (const std::byte x : le) out.push_back(std::to_integer<unsigned char>(x));
       }
+    }
+    // reduce_scatter: uneven pieces (one empty), the other byte orders' frames.
+    for (const codec::dtype t : {codec::dtype::f32, codec::dtype::i16, codec::dtype::bf16, codec::dtype::f64}) {
+      std::vector<std::size_t> counts(c.world_size);
+      std::size_t total = 0;
+      for (std::size_t r = 0; r < counts.size(); ++r) total += counts[r] = r == 1 ? 0 : 300 + 17 * r;
+      const auto in = typed_input(c.rank, t, total);
+      std::vector<std::byte> piece(counts[c.rank] * codec::size_of(t));
+      comm.reduce_scatter_bytes(t, in, counts, piece, {.op = comm::reduce_op::max});
+      std::vector<std::byte> le(piece.size());
+      wire::convert(piece, wire::host_order, le, wire::byte_order::little, codec::size_of(t));
+      for (const std::byte x : le) out.push_back(std::to_integer<unsigned char>(x));
     }
     auto b = input(c.rank, 3000, 5);
     comm.broadcast(b, c.world_size - 1);
