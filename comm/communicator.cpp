@@ -331,7 +331,8 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::sp
       ch(d.size() / width, l_.size(), std::max<std::size_t>(1, l_.config().chunk_bytes / (enc == encoding::raw ? width : 2))),
       stages(2 * (std::size_t{l_.size()} - 1)),
       rx(st.rx) {
-  if (enc != encoding::raw) data = std::span(reinterpret_cast<float*>(d.data()), d.size() / sizeof(float));
+  // (The caller passed f32 values: the bytes are aligned as floats.)
+  if (enc != encoding::raw) data = std::span(static_cast<float*>(static_cast<void*>(d.data())), d.size() / sizeof(float));
   name = "allreduce";
   expected = frame_count(l, stages * ch.m);
   sends = expected;
