@@ -7,7 +7,8 @@
 // "port N" first. Every rank runs the same collectives on inputs that are a
 // pure function of (rank, index), so they are the same on every
 // architecture, and writes everything it ends with to OUT (and its
-// error-feedback residual, which is per rank, to OUT.residual) in
+// error-feedback residual and its reduce_scatter pieces, which are per
+// rank, to OUT.residual) in
 // little-endian byte order, so outputs from different hosts compare byte
 // for byte.
 #include <cinttypes>
@@ -117,7 +118,8 @@ int main(int argc, char** argv) {
         for (const std::byte x : le) out.push_back(std::to_integer<unsigned char>(x));
       }
     }
-    // reduce_scatter: uneven pieces (one empty), the other byte orders' frames.
+    // reduce_scatter: uneven pieces (one empty), the other byte orders'
+    // frames. Each rank's piece is its own: it goes with the residual.
     for (const codec::dtype t : {codec::dtype::f32, codec::dtype::i16, codec::dtype::bf16, codec::dtype::f64}) {
       std::vector<std::size_t> counts(c.world_size);
       std::size_t total = 0;
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
       comm.reduce_scatter_bytes(t, in, counts, piece, {.op = comm::reduce_op::max});
       std::vector<std::byte> le(piece.size());
       wire::convert(piece, wire::host_order, le, wire::byte_order::little, codec::size_of(t));
-      for (const std::byte x : le) out.push_back(std::to_integer<unsigned char>(x));
+      for (const std::byte x : le) residual.push_back(std::to_integer<unsigned char>(x));
     }
     auto b = input(c.rank, 3000, 5);
     comm.broadcast(b, c.world_size - 1);
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {
     const auto ranks = comm.allgather(static_cast<double>(c.rank) * 1.25);
     append_le(out, std::vector<float>(ranks.begin(), ranks.end()));
     comm.barrier();
-    // The residual differs per rank by design; everything else must not.
+    // The residual and the pieces differ per rank by design; everything
+    // else must not.
     auto save = [](const std::string& path, const std::vector<unsigned char>& bytes) {
       std::ofstream(path, std::ios::binary)
           .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
