@@ -205,6 +205,22 @@ std::string local_address_toward(const std::string& host) {
 std::mutex live_mutex;
 std::unordered_set<process_group*> live;
 
+// A coalesced collective's tensors: at least one, each fit for `op`, all
+// of one dtype.
+void check_one_dtype(const std::vector<at::Tensor>& tensors, const char* op) {
+  require(!tensors.empty(), comm_errc::bad_argument, "ferry: ", op, " was given no tensors");
+  for (const at::Tensor& t : tensors) {
+    check_tensor(t, op);
+    require(t.scalar_type() == tensors[0].scalar_type(), comm_errc::bad_argument, "ferry: ", op,
+            " takes tensors of one dtype, not ", tensors[0].scalar_type(), " and ", t.scalar_type());
+  }
+}
+
+// Sums of f16/bf16 values are formed in f32 and rounded once at the end.
+bool summed_in_f32(at::ScalarType type, ReduceOp op) {
+  return (type == at::kHalf || type == at::kBFloat16) && (op == ReduceOp::SUM || op == ReduceOp::AVG);
+}
+
 // torch's reduce op as comm/'s (check_op has refused the others).
 comm::reduce_op comm_op(ReduceOp op) {
   switch (op) {
@@ -336,9 +352,7 @@ void process_group::broadcast_now(at::Tensor& t, std::uint32_t root) {
 
 void process_group::allreduce_now(at::Tensor& t, ReduceOp op) {
   const comm::allreduce_options o{.op = comm_op(op)};
-  const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
-  if (half && (op == ReduceOp::SUM || op == ReduceOp::AVG)) {
-    // Sums of 16-bit values are formed in f32 and rounded once at the end.
+  if (summed_in_f32(t.scalar_type(), op)) {
     at::Tensor wide = t.to(at::kFloat);
     comm_.allreduce(elements<float>(wide), o);
     t.copy_(wide);
@@ -350,9 +364,7 @@ void process_group::allreduce_now(at::Tensor& t, ReduceOp op) {
 void process_group::reduce_scatter_now(const at::Tensor& in, const std::vector<std::size_t>& counts, at::Tensor& out,
                                        ReduceOp op) {
   const comm::allreduce_options o{.op = comm_op(op)};
-  const bool half = out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16;
-  if (half && (op == ReduceOp::SUM || op == ReduceOp::AVG)) {
-    // As allreduce_now: 16-bit values summed in f32, rounded once.
+  if (summed_in_f32(out.scalar_type(), op)) {
     const at::Tensor wide_in = in.to(at::kFloat);
     at::Tensor wide_out = at::empty({out.numel()}, wide_in.options());
     comm_.reduce_scatter(elements<const float>(wide_in), counts, elements<float>(wide_out), o);
@@ -391,13 +403,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  require(!tensors.empty(), comm_errc::bad_argument, "ferry: allreduce_coalesced was given no tensors");
-  for (const at::Tensor& t : tensors) {
-    check_tensor(t, "allreduce_coalesced");
-    require(t.scalar_type() == tensors[0].scalar_type(), comm_errc::bad_argument,
-            "ferry: allreduce_coalesced takes tensors of one dtype, not ", tensors[0].scalar_type(), " and ",
-            t.scalar_type());
-  }
+  check_one_dtype(tensors, "allreduce_coalesced");
   check_op(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
   const ReduceOp op = opts.reduceOp;
   return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, op]() mutable {
@@ -438,15 +444,9 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<
 c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                   std::vector<at::Tensor>& inputs,
                                                                   const c10d::AllgatherOptions&) {
-  require(!inputs.empty(), comm_errc::bad_argument, "ferry: allgather_coalesced was given no tensors");
+  check_one_dtype(inputs, "allgather_coalesced");
   require(outputs.size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
           "ferry: allgather_coalesced takes ", getSize(), " output lists, one per rank, not ", outputs.size());
-  for (const at::Tensor& t : inputs) {
-    check_tensor(t, "allgather_coalesced");
-    require(t.scalar_type() == inputs[0].scalar_type(), comm_errc::bad_argument,
-            "ferry: allgather_coalesced takes tensors of one dtype, not ", inputs[0].scalar_type(), " and ",
-            t.scalar_type());
-  }
   std::vector<at::Tensor> outs;  // rank by rank, input by input: the order of the gathered values
   for (const auto& list : outputs) {
     require(list.size() == inputs.size(), comm_errc::bad_argument, "ferry: allgather_coalesced's output lists must ",
