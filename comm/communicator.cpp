@@ -245,7 +245,7 @@ struct ring_plan final : detail::plan {
     return compressed(step);
   }
 
-  std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
+  std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const std::size_t t = index / ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), index % ch.m);
     expect_header(l, h, enc == encoding::raw ? type : codec::dtype::f32, enc, len, "allreduce");
@@ -260,7 +260,7 @@ struct ring_plan final : detail::plan {
     return std::span(rx).first(len * wire_element_size(h));
   }
 
-  void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+  void on_frame(std::size_t, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
     const std::size_t t = index / ch.m;
     const std::size_t chunk = index % ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), chunk);
@@ -334,8 +334,8 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::sp
   // (The caller passed f32 values: the bytes are aligned as floats.)
   if (enc != encoding::raw) data = std::span(static_cast<float*>(static_cast<void*>(d.data())), d.size() / sizeof(float));
   name = "allreduce";
-  expected = frame_count(l, stages * ch.m);
-  sends = expected;
+  sends = frame_count(l, stages * ch.m);
+  expected = l.only_from(detail::link::prev_channel, static_cast<std::uint32_t>(sends));
   // A received chunk in the staging: as wide as its elements travel (f32
   // values compressed to 16 bits arrive in scratch slots instead).
   const std::size_t chunk = std::min(ch.grain, ch.base + 1) * width;
@@ -375,8 +375,8 @@ struct scatter_plan final : detail::plan {
       m = std::max(m, (counts[r] + grain - 1) / grain);
     }
     name = "reduce_scatter";
-    expected = frame_count(l, (std::size_t{l.size()} - 1) * m);
-    sends = expected;
+    sends = frame_count(l, (std::size_t{l.size()} - 1) * m);
+    expected = l.only_from(detail::link::prev_channel, static_cast<std::uint32_t>(sends));
     if (rx.size() < grain * width) rx.resize(grain * width);
   }
 
@@ -402,12 +402,12 @@ struct scatter_plan final : detail::plan {
       send(0, c, in.subspan(off * width, len * width));
     }
   }
-  std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
+  std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const auto [off, len] = chunk(block(2, index / m), index % m);
     expect_header(l, h, type, encoding::raw, len, name);
     return std::span(rx).first(len * width);
   }
-  void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+  void on_frame(std::size_t, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
     const std::size_t t = index / m;
     const std::size_t c = index % m;
     const std::size_t q = block(2, t);
@@ -473,12 +473,12 @@ struct copy_plan final : detail::plan {
     h.count = static_cast<std::uint32_t>(len);
     l.send(h, data.subspan(off * width, len * width));
   }
-  std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) override {
+  std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const auto [off, len] = ch.chunk(received_block(index / ch.m), index % ch.m);
     expect_header(l, h, type, encoding::raw, len, name);
     return data.subspan(off * width, len * width);
   }
-  void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+  void on_frame(std::size_t, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
     if (type == codec::dtype::boolean) check_bools(l, payload, name);
     payload_to_host(h, payload);
     if (const auto next = forward_stage(index / ch.m)) send(*next, index % ch.m);
@@ -560,7 +560,7 @@ void communicator::impl::broadcast(codec::dtype type, std::span<std::byte> data,
   copy_plan p(link, type, data, 1, false);
   p.forward = link.next() != root;
   const std::uint32_t frames = frame_count(link, p.ch.m);  // on every rank, the root too
-  p.expected = link.rank() == root ? 0 : frames;
+  p.expected = link.only_from(detail::link::prev_channel, link.rank() == root ? 0 : frames);
   p.sends = p.forward ? p.ch.m : 0;
   link.run(p, [&] {
     if (link.rank() == root) {
@@ -578,8 +578,8 @@ void communicator::impl::allgather(codec::dtype type, std::span<const std::byte>
   }
   if (!mine.empty()) std::memcpy(out.data() + link.rank() * mine.size(), mine.data(), mine.size());
   copy_plan p(link, type, out, n, true);
-  p.expected = frame_count(link, (n - 1) * p.ch.m);
-  p.sends = p.expected;
+  p.sends = frame_count(link, (n - 1) * p.ch.m);
+  p.expected = link.only_from(detail::link::prev_channel, static_cast<std::uint32_t>(p.sends));
   link.run(p, [&] {
     for (std::size_t chunk = 0; chunk < p.ch.m; ++chunk) p.send(0, chunk);
   });

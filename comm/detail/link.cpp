@@ -25,35 +25,45 @@ constexpr std::size_t seal_window = std::size_t{1} << 19;
 
 }  // namespace
 
-// Hands the decoder's frames to the running plan, checking that each is the
-// next one of this collective from the previous rank. On an authenticated
-// link that check waits for the tag: a frame out of order there is one
-// replayed, reordered or injected on the path (forged_frame, from the tag)
-// unless its tag verifies, and only then a rank out of step.
+// Hands a channel's frames to the running plan, checking that each is the
+// next one of this collective from that channel's peer. On an
+// authenticated link that check waits for the tag: a frame out of order
+// there is one replayed, reordered or injected on the path (forged_frame,
+// from the tag) unless its tag verifies, and only then a rank out of step.
 class link::receiver final : public frame_sink {
  public:
   receiver(link& l, plan& p) : l_(l), p_(p), authenticated_(l.cfg_.auth != frame_auth::none) {}
 
+  // The channel whose bytes go to the decoder next.
+  void from(std::size_t c) { c_ = c; }
+
   result<std::span<std::byte>> on_header(const frame_header& h) override {
+    channel& c = l_.channels_[c_];
+    if (c.received >= c.expected) {
+      l_.fail(comm_errc::protocol_error, c.peer,
+              rank_name(c.peer) + " sent a frame that collective #" + std::to_string(l_.sequence_) + " (" +
+                  p_.name + ") does not expect from it");
+    }
     if (!authenticated_) check_order(h);
-    return p_.on_header(h, l_.received_);
+    return p_.on_header(c_, h, c.received);
   }
 
   result<void> on_frame(const frame_header& h, std::span<std::byte> payload) override {
     if (authenticated_) check_order(h);
-    const std::uint32_t index = l_.received_++;
-    p_.on_frame(h, index, payload);
+    const std::uint32_t index = l_.channels_[c_].received++;
+    p_.on_frame(c_, h, index, payload);
     return {};
   }
 
-  result<void> on_abort(const abort_message& a) override { l_.fail_from_abort(a, l_.prev_); }
+  result<void> on_abort(const abort_message& a) override { l_.fail_from_abort(a, l_.channels_[c_].peer); }
 
  private:
   void check_order(const frame_header& h) {
-    if (h.sender != l_.prev_ || h.sequence != l_.sequence_ || h.chunk != l_.received_) {
-      l_.fail(comm_errc::sequence_mismatch, l_.prev_,
-              l_.inbound() + ": expected chunk " + std::to_string(l_.received_) + " of collective #" +
-                  std::to_string(l_.sequence_) + " (" + p_.name + ") from " + rank_name(l_.prev_) + ", got chunk " +
+    const channel& c = l_.channels_[c_];
+    if (h.sender != c.peer || h.sequence != l_.sequence_ || h.chunk != c.received) {
+      l_.fail(comm_errc::sequence_mismatch, c.peer,
+              l_.inbound(c) + ": expected chunk " + std::to_string(c.received) + " of collective #" +
+                  std::to_string(l_.sequence_) + " (" + p_.name + ") from " + rank_name(c.peer) + ", got chunk " +
                   std::to_string(h.chunk) + " of collective #" + std::to_string(h.sequence) + " from sender " +
                   std::to_string(h.sender) + ": do all ranks call the same collectives in the same order?");
     }
@@ -62,34 +72,48 @@ class link::receiver final : public frame_sink {
   link& l_;
   plan& p_;
   bool authenticated_;
+  std::size_t c_ = 0;
 };
 
-namespace {
-
-frame_decoder make_decoder(const comm::config& c, const ring_links& links) {
-  if (c.auth == frame_auth::none || c.world_size == 1) return frame_decoder(c.max_frame_bytes);
-  return frame_decoder(c.max_frame_bytes, c.auth, links.prev_keys.initiator);
-}
-
-}  // namespace
-
-link::link(const comm::config& c, std::optional<listener> rank0)
-    : cfg_(c),
-      links_(form_ring(c, std::move(rank0))),
-      rank_(c.rank),
-      n_(c.world_size),
-      position_(static_cast<std::uint32_t>(std::find(links_.ring.begin(), links_.ring.end(), c.rank) - links_.ring.begin())),
-      prev_(rank_at((position_ + n_ - 1) % n_)),
-      next_(rank_at((position_ + 1) % n_)),
-      decoder_(make_decoder(c, links_)) {
-  if (c.auth != frame_auth::none && n_ > 1) {
-    seal_next_.emplace(c.auth, links_.next_keys.initiator, true);
-    seal_prev_.emplace(c.auth, links_.prev_keys.acceptor, true);
-    open_next_.emplace(c.auth, links_.next_keys.acceptor, false);
+link::link(const comm::config& c, std::optional<listener> rank0) : cfg_(c), rank_(c.rank), n_(c.world_size) {
+  ring_links links = form_ring(c, std::move(rank0));
+  ring_ = std::move(links.ring);
+  prev_hello_ = links.prev_hello;
+  next_hello_ = links.next_hello;
+  if (n_ == 1) return;
+  position_ = static_cast<std::uint32_t>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
+  prev_ = rank_at((position_ + n_ - 1) % n_);
+  next_ = rank_at((position_ + 1) % n_);
+  // This rank accepted the link from the previous rank and initiated the
+  // one to the next: the initiator's key seals what the initiator sends.
+  channels_.resize(2);
+  channel& from_prev = channels_[prev_channel];
+  from_prev.peer = prev_;
+  from_prev.sock = std::move(links.prev);
+  channel& to_next = channels_[next_channel];
+  to_next.peer = next_;
+  to_next.sock = std::move(links.next);
+  to_next.frames_in = false;
+  if (c.auth == frame_auth::none) {
+    from_prev.decoder = frame_decoder(c.max_frame_bytes);
+    to_next.decoder = frame_decoder(c.max_frame_bytes);
+  } else {
+    from_prev.decoder = frame_decoder(c.max_frame_bytes, c.auth, links.prev_keys.initiator);
+    from_prev.seal.emplace(c.auth, links.prev_keys.acceptor, true);
+    to_next.decoder = frame_decoder(c.max_frame_bytes, c.auth, links.next_keys.acceptor);
+    to_next.seal.emplace(c.auth, links.next_keys.initiator, true);
   }
 }
 
-std::string link::inbound() const { return "link from " + rank_name(prev_) + " to " + rank_name(rank_); }
+std::vector<std::uint32_t> link::only_from(std::size_t c, std::uint32_t frames) const {
+  std::vector<std::uint32_t> v(channels_.size(), 0);
+  if (c < v.size()) v[c] = frames;
+  return v;
+}
+
+std::string link::inbound(const channel& c) const {
+  return "link from " + rank_name(c.peer) + " to " + rank_name(rank_);
+}
 
 void link::fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const {
   throw comm_error(code, culprit, rank_name(rank_) + ": " + what);
@@ -111,7 +135,7 @@ void link::fail_from_abort(const abort_message& a, std::uint32_t from) {
   fail(a.code, a.culprit, what);
 }
 
-// Best effort, bounded: tell both neighbours, then close the links.
+// Best effort, bounded: tell every peer, then close the links.
 void link::abort_links(const comm_error& e) noexcept {
   abort_message a;
   if (abort_seen_) {
@@ -123,44 +147,36 @@ void link::abort_links(const comm_error& e) noexcept {
     a.sequence = sequence_;
   }
   const auto deadline = clock::now() + std::chrono::seconds(1);
-  try {
-    // A frame half sent must be finished first, or the ABORT would land
-    // inside it. Sealed frames form a prefix of the queue, so the ABORT's
-    // counter follows the last frame that reaches the wire.
-    std::uint64_t counter = next_counter_;
-    if (!sendq_.empty() && sendq_.front().sealed) counter = sendq_.front().counter;
-    if (!sendq_.empty() && sendq_.front().sent > 0 && links_.next.valid()) {
-      const out_frame& f = sendq_.front();
-      std::vector<std::byte> rest(f.total());
-      std::memcpy(rest.data(), f.header.data(), frame_header_size);
-      if (f.size > 0) std::memcpy(rest.data() + frame_header_size, f.payload, f.size);
-      std::memcpy(rest.data() + frame_header_size + f.size, f.trailer.data(), f.trailer_size);
-      send_all(links_.next, std::span(rest).subspan(f.sent), deadline, "next");
-      counter = f.counter + 1;
-    }
-    if (links_.next.valid()) {
-      if (seal_next_) {
-        send_all(links_.next, seal_abort(a, *seal_next_, counter), deadline, "next");
-      } else {
-        send_all(links_.next, encode_abort(a), deadline, "next");
+  for (channel& c : channels_) {
+    try {
+      // A frame half sent must be finished first, or the ABORT would land
+      // inside it. Sealed frames form a prefix of the queue, so the
+      // ABORT's counter follows the last frame that reaches the wire.
+      std::uint64_t counter = c.counter;
+      if (!c.sendq.empty() && c.sendq.front().sealed) counter = c.sendq.front().counter;
+      if (!c.sendq.empty() && c.sendq.front().sent > 0 && c.sock.valid()) {
+        const out_frame& f = c.sendq.front();
+        std::vector<std::byte> rest(f.total());
+        std::memcpy(rest.data(), f.header.data(), frame_header_size);
+        if (f.size > 0) std::memcpy(rest.data() + frame_header_size, f.payload, f.size);
+        std::memcpy(rest.data() + frame_header_size + f.size, f.trailer.data(), f.trailer_size);
+        send_all(c.sock, std::span(rest).subspan(f.sent), deadline, rank_name(c.peer));
+        counter = f.counter + 1;
       }
-    }
-  } catch (...) {
-  }
-  try {
-    if (links_.prev.valid()) {
-      if (seal_prev_) {
-        send_all(links_.prev, seal_abort(a, *seal_prev_, prev_counter_++), deadline, "prev");
-      } else {
-        send_all(links_.prev, encode_abort(a), deadline, "prev");
+      if (c.sock.valid()) {
+        if (c.seal) {
+          send_all(c.sock, seal_abort(a, *c.seal, counter), deadline, rank_name(c.peer));
+        } else {
+          send_all(c.sock, encode_abort(a), deadline, rank_name(c.peer));
+        }
       }
+    } catch (...) {
     }
-  } catch (...) {
   }
-  sendq_.clear();
-  for (socket* s : {&links_.prev, &links_.next}) {
-    if (s->valid()) ::shutdown(s->fd(), SHUT_RDWR);
-    s->close();
+  for (channel& c : channels_) {
+    c.sendq.clear();
+    if (c.sock.valid()) ::shutdown(c.sock.fd(), SHUT_RDWR);
+    c.sock.close();
   }
 }
 
@@ -176,13 +192,14 @@ int link::acquire_scratch() {
   return slot;
 }
 
-void link::send(frame_header h, std::span<const std::byte> payload, int slot) {
-  queue(h, payload.data(), payload.size(), slot, true);
+void link::send(std::size_t to, frame_header h, std::span<const std::byte> payload, int slot) {
+  queue(to, h, payload.data(), payload.size(), slot, true);
 }
 
-void link::send_later(frame_header h, std::size_t bytes) { queue(h, nullptr, bytes, -1, false); }
+void link::send_later(frame_header h, std::size_t bytes) { queue(next_channel, h, nullptr, bytes, -1, false); }
 
-void link::queue(frame_header h, const std::byte* payload, std::size_t size, int slot, bool produced) {
+void link::queue(std::size_t to, frame_header h, const std::byte* payload, std::size_t size, int slot,
+                 bool produced) {
   h.order = wire::host_order;
   h.sender = rank_;
   h.sequence = sequence_;
@@ -193,11 +210,11 @@ void link::queue(frame_header h, const std::byte* payload, std::size_t size, int
   f.slot = slot;
   f.produced = produced;
   f.trailer_size = static_cast<std::uint8_t>(trailer_size(cfg_.auth));
-  sendq_.push_back(f);
+  channels_[to].sendq.push_back(f);
   ++queued_;
 }
 
-void link::seal_frame(out_frame& f) {
+void link::seal_frame(channel& c, out_frame& f) {
   if (!f.produced) {
     const auto [payload, slot] = running_->produce(f.h);
     assert(payload.size() == f.size);
@@ -205,7 +222,7 @@ void link::seal_frame(out_frame& f) {
     f.slot = slot;
     f.produced = true;
   }
-  if (!seal_next_) {
+  if (!c.seal) {
     const frame_envelope e = seal(f.h, std::span(f.payload, f.size));
     std::copy(e.header.begin(), e.header.end(), f.header.begin());
     std::copy(e.trailer.begin(), e.trailer.end(), f.trailer.begin());
@@ -213,7 +230,7 @@ void link::seal_frame(out_frame& f) {
     return;
   }
   std::span<std::byte> ciphertext;
-  if (seal_next_->mode() == frame_auth::encrypt) {
+  if (c.seal->mode() == frame_auth::encrypt) {
     if (cipher_free_.empty()) {
       cipher_bufs_.emplace_back();
       cipher_free_.push_back(static_cast<int>(cipher_bufs_.size() - 1));
@@ -224,34 +241,34 @@ void link::seal_frame(out_frame& f) {
     if (buf.size() < f.size) buf.resize(std::max<std::size_t>(f.size, cfg_.chunk_bytes));
     ciphertext = std::span(buf).first(f.size);
   }
-  const sealed_envelope e = seal(f.h, std::span(f.payload, f.size), *seal_next_, next_counter_, ciphertext);
+  const sealed_envelope e = seal(f.h, std::span(f.payload, f.size), *c.seal, c.counter, ciphertext);
   std::copy(e.header.begin(), e.header.end(), f.header.begin());
   std::copy(e.tag.begin(), e.tag.end(), f.trailer.begin());
   if (!ciphertext.empty()) f.payload = ciphertext.data();
-  f.counter = next_counter_++;
+  f.counter = c.counter++;
   f.sealed = true;
 }
 
 // Seals queued frames up to seal_window bytes ahead of what the socket has
 // taken (at least the first).
-void link::seal_ahead() {
+void link::seal_ahead(channel& c) {
   std::size_t ahead = 0;
-  for (out_frame& f : sendq_) {
+  for (out_frame& f : c.sendq) {
     if (ahead >= seal_window) return;
-    if (!f.sealed) seal_frame(f);
+    if (!f.sealed) seal_frame(c, f);
     ahead += f.total() - f.sent;
   }
 }
 
-bool link::try_send() {
+bool link::try_send(channel& c) {
   bool progress = false;
-  while (!sendq_.empty()) {
-    seal_ahead();
+  while (!c.sendq.empty()) {
+    seal_ahead(c);
     constexpr std::size_t max_frames = 32;
     std::array<iovec, 3 * max_frames> iov{};
     std::size_t k = 0;
     std::size_t frames = 0;
-    for (auto it = sendq_.begin(); it != sendq_.end() && frames < max_frames && it->sealed; ++it, ++frames) {
+    for (auto it = c.sendq.begin(); it != c.sendq.end() && frames < max_frames && it->sealed; ++it, ++frames) {
       std::size_t skip = it->sent;
       auto add = [&](const void* p, std::size_t len) {
         if (skip >= len) {
@@ -268,26 +285,33 @@ bool link::try_send() {
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = k;
-    const ssize_t sent = ::sendmsg(links_.next.fd(), &msg, MSG_NOSIGNAL);
+    const ssize_t sent = ::sendmsg(c.sock.fd(), &msg, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
       const int err = errno;
-      // The next rank may have failed first and said why before closing.
-      (void)check_upstream(false);
-      fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " lost while sending: " + std::strerror(err));
+      // The peer may have failed first and said why before closing.
+      if (!c.frames_in) {
+        // (Only ABORTs can be waiting, so reading them takes nothing of a
+        // later collective.)
+        receiver r(*this, *running_);
+        r.from(static_cast<std::size_t>(&c - channels_.data()));
+        (void)check_idle(c, r, false);
+      }
+      fail(comm_errc::peer_lost, c.peer,
+           "connection to " + rank_name(c.peer) + " lost while sending: " + std::strerror(err));
     }
     progress = true;
     auto left = static_cast<std::size_t>(sent);
     while (left > 0) {
-      out_frame& f = sendq_.front();
+      out_frame& f = c.sendq.front();
       const std::size_t take = std::min(left, f.total() - f.sent);
       f.sent += take;
       left -= take;
       if (f.sent == f.total()) {
         if (f.slot >= 0) scratch_free_.push_back(f.slot);
         if (f.cipher_slot >= 0) cipher_free_.push_back(f.cipher_slot);
-        sendq_.pop_front();
+        c.sendq.pop_front();
       }
     }
   }
@@ -295,124 +319,160 @@ bool link::try_send() {
 }
 
 // Reads what is there; false if nothing was.
-bool link::try_recv(plan& p, receiver& r) {
+bool link::try_recv(plan& p, channel& c, receiver& r) {
   bool progress = false;
-  while (received_ < p.expected) {
+  r.from(static_cast<std::size_t>(&c - channels_.data()));
+  while (c.received < c.expected) {
     // After a payload and its CRC the next header may be read in the same
-    // call, but never past this collective's last frame.
+    // call, but never past this collective's last frame on the channel.
     std::array<std::span<std::byte>, 3> bufs;
-    const std::size_t k = decoder_.buffers(bufs, received_ + 1 < p.expected);
+    const std::size_t k = c.decoder.buffers(bufs, c.received + 1 < c.expected);
     std::array<iovec, 3> iov{};
     for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
-    const ssize_t got = ::readv(links_.prev.fd(), iov.data(), static_cast<int>(k));
+    const ssize_t got = ::readv(c.sock.fd(), iov.data(), static_cast<int>(k));
     if (got == 0) {
-      fail(comm_errc::peer_lost, prev_,
-           inbound() + ": connection from " + rank_name(prev_) + " closed (did it die?)");
+      fail(comm_errc::peer_lost, c.peer, inbound(c) + ": connection from " + rank_name(c.peer) + " closed (did it die?)");
     }
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
-      fail(comm_errc::peer_lost, prev_,
-           inbound() + ": connection from " + rank_name(prev_) + " lost: " + std::strerror(errno));
+      fail(comm_errc::peer_lost, c.peer,
+           inbound(c) + ": connection from " + rank_name(c.peer) + " lost: " + std::strerror(errno));
     }
     progress = true;
-    const auto s = decoder_.advance(static_cast<std::size_t>(got), r);
+    const auto s = c.decoder.advance(static_cast<std::size_t>(got), r);
     if (s) continue;
     const error_code e = s.error();
     if (e == errc::limit_exceeded) {
-      fail(e, prev_,
-           inbound() + ": " + rank_name(prev_) + " announced a frame larger than the negotiated maximum of " +
+      fail(e, c.peer,
+           inbound(c) + ": " + rank_name(c.peer) + " announced a frame larger than the negotiated maximum of " +
                std::to_string(cfg_.max_frame_bytes) + " bytes; refused before reading it");
     }
     if (e == errc::checksum_mismatch) {
-      fail(e, prev_,
-           inbound() + ": CRC32C mismatch in chunk " + std::to_string(received_) + " of collective #" +
-               std::to_string(sequence_) + " (or in an ABORT) from " + rank_name(prev_) +
+      fail(e, c.peer,
+           inbound(c) + ": CRC32C mismatch in chunk " + std::to_string(c.received) + " of collective #" +
+               std::to_string(sequence_) + " (or in an ABORT) from " + rank_name(c.peer) +
                ": the bytes were corrupted on the way");
     }
     if (e == comm_errc::forged_frame) {
-      fail(e, prev_,
-           inbound() + ": message #" + std::to_string(decoder_.counter()) + " on the link (chunk " +
-               std::to_string(received_) + " of collective #" + std::to_string(sequence_) + ", " + p.name +
+      fail(e, c.peer,
+           inbound(c) + ": message #" + std::to_string(c.decoder.counter()) + " on the link (chunk " +
+               std::to_string(c.received) + " of collective #" + std::to_string(sequence_) + ", " + p.name +
                ") failed authentication (FERRY_AUTH=" + std::string(comm::name(cfg_.auth)) +
                "): a frame or ABORT altered, injected, replayed, reordered or dropped on the way");
     }
-    fail(e, prev_, inbound() + ": malformed frame or ABORT from " + rank_name(prev_));
+    fail(e, c.peer, inbound(c) + ": malformed frame or ABORT from " + rank_name(c.peer));
   }
   return progress;
 }
 
-bool link::check_upstream(bool sending_done) {
+// Reads an ABORT from a channel that carries nothing else this collective
+// (the next rank's). False once the peer, done with its part, closed.
+bool link::check_idle(channel& c, receiver& r, bool sending_done) {
   for (;;) {
-    const std::size_t need = open_next_ ? sealed_abort_size : abort_size;
-    const ssize_t got = ::recv(links_.next.fd(), up_head_.data() + up_got_, need - up_got_, 0);
-    if (got == 0 && sending_done && up_got_ == 0) return false;
-    if (got == 0) fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " closed (did it die?)");
+    if (c.decoder.idle()) {
+      // Only an ABORT may come this way: anything else is refused before
+      // the decoder takes it for a frame.
+      std::array<std::byte, 4> magic{};
+      if (::recv(c.sock.fd(), magic.data(), magic.size(), MSG_PEEK) == 4 && !is_abort(magic)) {
+        fail(comm_errc::protocol_error, c.peer, rank_name(c.peer) + " sent data against the ring's direction");
+      }
+    }
+    std::array<std::span<std::byte>, 3> bufs;
+    c.decoder.buffers(bufs, false);  // between frames: the rest of an ABORT
+    const ssize_t got = ::recv(c.sock.fd(), bufs[0].data(), bufs[0].size(), 0);
+    if (got == 0 && sending_done && c.decoder.idle()) return false;
+    if (got == 0) fail(comm_errc::peer_lost, c.peer, "connection to " + rank_name(c.peer) + " closed (did it die?)");
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      if (sending_done && up_got_ == 0) return false;
-      fail(comm_errc::peer_lost, next_, "connection to " + rank_name(next_) + " lost: " + std::strerror(errno));
+      if (sending_done && c.decoder.idle()) return false;
+      fail(comm_errc::peer_lost, c.peer, "connection to " + rank_name(c.peer) + " lost: " + std::strerror(errno));
     }
-    up_got_ += static_cast<std::size_t>(got);
-    if (up_got_ >= 4 && !is_abort(up_head_)) {
-      fail(comm_errc::protocol_error, next_, rank_name(next_) + " sent data against the ring's direction");
+    const auto s = c.decoder.advance(static_cast<std::size_t>(got), r);
+    if (s) continue;
+    if (s.error() == comm_errc::forged_frame) {
+      fail(s.error(), c.peer,
+           "link from " + rank_name(rank_) + " to " + rank_name(c.peer) + ": an ABORT from " + rank_name(c.peer) +
+               " failed authentication (FERRY_AUTH=" + std::string(comm::name(cfg_.auth)) +
+               "): altered or injected on the way");
     }
-    if (up_got_ == need) {
-      const auto a = open_next_ ? open_abort(up_head_, *open_next_, up_counter_)
-                                : parse_abort(std::span(up_head_).first<abort_size>());
-      if (!a && a.error() == comm_errc::forged_frame) {
-        fail(a.error(), next_,
-             "link from " + rank_name(rank_) + " to " + rank_name(next_) + ": an ABORT from " + rank_name(next_) +
-                 " failed authentication (FERRY_AUTH=" + std::string(comm::name(cfg_.auth)) +
-                 "): altered or injected on the way");
-      }
-      if (!a) fail(a.error(), next_, rank_name(next_) + " sent a malformed ABORT");
-      ++up_counter_;
-      fail_from_abort(*a, next_);
-    }
+    fail(s.error(), c.peer, rank_name(c.peer) + " sent a malformed ABORT");
   }
 }
-
 
 void link::pump(plan& p) {
   receiver r(*this, p);
   auto last = clock::now();
-  bool watch_next = true;
-  while (received_ < p.expected || !sendq_.empty() || queued_ < p.sends) {
-    bool progress = try_send();
-    progress = try_recv(p, r) || progress;
+  std::vector<pollfd> fds;
+  const auto receiving = [](const channel& c) { return c.received < c.expected; };
+  for (;;) {
+    bool busy = queued_ < p.sends;
+    bool progress = false;
+    for (channel& c : channels_) {
+      progress = try_send(c) || progress;
+      progress = (receiving(c) && try_recv(p, c, r)) || progress;
+      busy = busy || receiving(c) || !c.sendq.empty();
+    }
+    if (!busy) return;
     if (progress) {
       last = clock::now();
       continue;
     }
-    const bool receiving = received_ < p.expected;
-    const bool sending_done = queued_ == p.sends && sendq_.empty();
-    waiting_on_ = receiving ? prev_ : next_;
-    // A neighbour that is done with this collective may close; its end
-    // of the link is ignored from then on.
-    std::array<pollfd, 2> fds{};
-    fds[0] = {receiving ? links_.prev.fd() : -1, POLLIN, 0};
-    fds[1] = {watch_next ? links_.next.fd() : -1, static_cast<short>(POLLIN | (sendq_.empty() ? 0 : POLLOUT)), 0};
-    const int rc = ::poll(fds.data(), fds.size(), poll_timeout(last + cfg_.timeout));
+    // Whom this rank waits for: a peer whose frames are due, else one that
+    // has not taken this rank's frames yet.
+    const channel* waits = nullptr;
+    for (const channel& c : channels_) {
+      if (receiving(c)) {
+        waits = &c;
+        break;
+      }
+    }
+    const bool in = waits != nullptr;
+    for (const channel& c : channels_) {
+      if (waits == nullptr && !c.sendq.empty()) waits = &c;
+    }
+    if (waits == nullptr) waits = &channels_[next_channel];  // its frames are not queued yet
+    waiting_on_ = waits->peer;
+    // A channel that carries only ABORTs is watched for them; a peer that
+    // is done with this collective may close its end, which is ignored
+    // from then on.
+    fds.resize(channels_.size());
+    const std::size_t nfds = fds.size();
+    for (std::size_t i = 0; i < nfds; ++i) {
+      const channel& c = channels_[i];
+      short events = 0;
+      if (receiving(c) || (!c.frames_in && c.watch)) events |= POLLIN;
+      if (!c.sendq.empty()) events |= POLLOUT;
+      fds[i] = {events != 0 ? c.sock.fd() : -1, events, 0};
+    }
+    const int rc = ::poll(fds.data(), nfds, poll_timeout(last + cfg_.timeout));
     if (rc < 0 && errno != EINTR) fail(comm_errc::peer_lost, std::nullopt, std::string("poll: ") + std::strerror(errno));
     if (rc == 0) {
-      const std::uint32_t silent = receiving ? prev_ : next_;
-      fail(comm_errc::timed_out, silent,
+      fail(comm_errc::timed_out, waiting_on_,
            "no progress for " + std::to_string(cfg_.timeout.count()) + " ms in collective #" +
-               std::to_string(sequence_) + " (" + p.name + ") " + (receiving ? "waiting for " : "sending to ") +
-               rank_name(silent));
+               std::to_string(sequence_) + " (" + p.name + ") " + (in ? "waiting for " : "sending to ") +
+               rank_name(waits->peer));
     }
-    // When the previous rank has data too, read it first: an error in the
-    // data path names its cause, while a relayed ABORT from upstream only
-    // echoes a failure that the data would have shown here.
-    const bool prev_ready = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-    if (watch_next && !prev_ready && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      watch_next = check_upstream(sending_done);
+    // When a peer whose frames are due has data, read it first: an error in
+    // the data path names its cause, while a relayed ABORT only echoes a
+    // failure that the data would have shown here.
+    constexpr short readable = POLLIN | POLLHUP | POLLERR;
+    bool data_ready = false;
+    for (std::size_t i = 0; i < nfds; ++i) {
+      data_ready = data_ready || (receiving(channels_[i]) && (fds[i].revents & readable) != 0);
+    }
+    if (data_ready) continue;
+    for (std::size_t i = 0; i < nfds; ++i) {
+      channel& c = channels_[i];
+      if (!c.frames_in && c.watch && (fds[i].revents & readable) != 0) {
+        r.from(i);
+        const bool sending_done = queued_ == p.sends && c.sendq.empty();
+        c.watch = check_idle(c, r, sending_done);
+      }
     }
   }
 }
-
 
 void link::run(plan& p, const std::function<void()>& start) {
   if (broken_) {
@@ -420,8 +480,12 @@ void link::run(plan& p, const std::function<void()>& start) {
                      rank_name(rank_) + ": communicator unusable after an earlier failure: " + broken_->what());
   }
   ++sequence_;
-  received_ = 0;
   queued_ = 0;
+  for (std::size_t i = 0; i < channels_.size(); ++i) {
+    channels_[i].received = 0;
+    channels_[i].expected = i < p.expected.size() ? p.expected[i] : 0;
+    channels_[i].watch = true;
+  }
   scratch_free_.clear();
   for (int i = static_cast<int>(scratch_.size()) - 1; i >= 0; --i) scratch_free_.push_back(i);
   cipher_free_.clear();

@@ -1,12 +1,18 @@
-// ferry/comm/detail/link.h: INTERNAL. A rank's two ring links and the pump
-// that moves one collective's frames over them: frames out to the next
-// rank (gathered straight from their buffers), frames in from the previous
-// one (through frame_decoder, payloads straight into place), and ABORT
-// messages both ways when a collective fails. With config::auth, every
+// ferry/comm/detail/link.h: INTERNAL. A rank's connections to its peers
+// (channels) and the pump that moves one collective's frames over them:
+// frames out (gathered straight from their buffers), frames in (through
+// each channel's frame_decoder, payloads straight into place), and ABORT
+// messages to every peer when a collective fails. With config::auth, every
 // message is sealed with its direction's key and counter (frame.h's
 // AUTHENTICATION): frames lazily, a little ahead of the socket, so sealing
 // overlaps sending and encrypt mode needs only a few ciphertext buffers.
-// Not part of the API.
+//
+// Today the channels are the ring's two links: channel 0 (prev_channel)
+// carries frames from the previous rank on the ring and ABORTs back to it,
+// channel 1 (next_channel) frames to the next rank and ABORTs from it. A
+// plan names the channel of every frame it sends and is told the channel
+// of every frame it receives, so collectives over other peers need only
+// more channels. Not part of the API.
 #pragma once
 
 #include <array>
@@ -33,11 +39,12 @@ std::string rank_name(std::uint32_t r);
 /// comm_error.
 struct plan {
   virtual ~plan() = default;
-  /// Validates an incoming header (index = its position in this
-  /// collective) and says where its payload goes.
-  virtual std::span<std::byte> on_header(const frame_header& h, std::uint32_t index) = 0;
+  /// Validates an incoming header that arrived on channel `from` (index =
+  /// its position among this collective's frames on that channel) and
+  /// says where its payload goes.
+  virtual std::span<std::byte> on_header(std::size_t from, const frame_header& h, std::uint32_t index) = 0;
   /// The payload arrived and its CRC or tag is right.
-  virtual void on_frame(const frame_header& h, std::uint32_t index, std::span<std::byte> payload) = 0;
+  virtual void on_frame(std::size_t from, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) = 0;
   /// Makes the payload of a frame queued with link::send_later(), just
   /// before the frame is sealed and sent: the payload (h.count elements)
   /// and the scratch slot holding it (-1 for none).
@@ -45,8 +52,10 @@ struct plan {
     (void)h;
     return {{}, -1};  // a plan that calls send_later() overrides this
   }
-  std::uint32_t expected = 0;  ///< frames to receive
-  std::size_t sends = 0;       ///< frames to send
+  /// Frames to receive on each channel (indexed like the link's channels;
+  /// missing entries are none).
+  std::vector<std::uint32_t> expected;
+  std::size_t sends = 0;  ///< frames to send, on all channels together
   const char* name = "";
 };
 
@@ -62,27 +71,40 @@ class link {
   /// the rank at a place. Ring collectives number their blocks by place.
   [[nodiscard]] std::uint32_t position() const noexcept { return position_; }
   [[nodiscard]] std::uint32_t rank_at(std::size_t position) const noexcept {
-    return links_.ring.empty() ? 0 : links_.ring[position];
+    return ring_.empty() ? 0 : ring_[position];
   }
   [[nodiscard]] std::uint32_t prev() const noexcept { return prev_; }
   [[nodiscard]] std::uint32_t next() const noexcept { return next_; }
-  [[nodiscard]] const hello& prev_hello() const noexcept { return links_.prev_hello; }
-  [[nodiscard]] const hello& next_hello() const noexcept { return links_.next_hello; }
+  [[nodiscard]] const hello& prev_hello() const noexcept { return prev_hello_; }
+  [[nodiscard]] const hello& next_hello() const noexcept { return next_hello_; }
+
+  /// The channels: frames from the previous rank arrive on prev_channel,
+  /// frames to the next rank leave on next_channel.
+  static constexpr std::size_t prev_channel = 0;
+  static constexpr std::size_t next_channel = 1;
+  [[nodiscard]] std::size_t channel_count() const noexcept { return channels_.size(); }
+  /// A plan's `expected` with `frames` on channel `c` and none elsewhere.
+  [[nodiscard]] std::vector<std::uint32_t> only_from(std::size_t c, std::uint32_t frames) const;
 
   /// Runs one collective: `start` queues its first frames, then the pump
   /// runs until `p` has every frame and every queued frame is sent. On a
-  /// failure it tells both neighbours (ABORT), closes the links and
-  /// rethrows; every later run() throws `aborted` with the first error.
+  /// failure it tells every peer (ABORT), closes the links and rethrows;
+  /// every later run() throws `aborted` with the first error.
   void run(plan& p, const std::function<void()>& start);
 
-  /// Queues a frame of the running collective (sender, sequence and byte
-  /// order are filled in). The payload must stay valid until it is sent;
-  /// `slot`, a scratch buffer holding it, is released once it is.
-  void send(frame_header h, std::span<const std::byte> payload, int slot = -1);
-  /// Queues a frame whose payload (`bytes` long) the plan makes only when
-  /// the frame comes within the seal window of the socket (plan::produce):
-  /// the work and the scratch slot it needs stay a little ahead of the
-  /// wire instead of a whole stage ahead.
+  /// Queues a frame of the running collective on channel `to` (sender,
+  /// sequence and byte order are filled in). The payload must stay valid
+  /// until it is sent; `slot`, a scratch buffer holding it, is released
+  /// once it is.
+  void send(std::size_t to, frame_header h, std::span<const std::byte> payload, int slot = -1);
+  /// The same to the next rank on the ring.
+  void send(frame_header h, std::span<const std::byte> payload, int slot = -1) {
+    send(next_channel, h, payload, slot);
+  }
+  /// Queues a frame to the next rank whose payload (`bytes` long) the plan
+  /// makes only when the frame comes within the seal window of the socket
+  /// (plan::produce): the work and the scratch slot it needs stay a little
+  /// ahead of the wire instead of a whole stage ahead.
   void send_later(frame_header h, std::size_t bytes);
 
   /// Buffers of chunk_bytes for payloads in flight that are not in the
@@ -112,21 +134,39 @@ class link {
     std::uint8_t trailer_size = frame_trailer_size;
     [[nodiscard]] std::size_t total() const { return frame_header_size + size + trailer_size; }
   };
+  // One connection to one peer. Frames and ABORTs from the peer go through
+  // `decoder`; this rank's frames wait in `sendq`. Authenticated, each
+  // direction has its key and message counter: `seal` and `counter` for
+  // what this rank sends, the decoder's for what it receives.
+  struct channel {
+    std::uint32_t peer = 0;
+    socket sock;
+    frame_decoder decoder{0};
+    std::optional<frame_cipher> seal;
+    std::uint64_t counter = 0;  // messages sealed for the peer
+    std::deque<out_frame> sendq;
+    bool frames_in = true;      // false: the peer sends only ABORTs here
+    std::uint32_t expected = 0;  // the running collective's frames from the peer
+    std::uint32_t received = 0;
+    bool watch = true;  // false once an idle peer closed after its part
+  };
   class receiver;
 
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from);
-  [[nodiscard]] std::string inbound() const;  // "link from rank P to rank R"
-  void seal_ahead();
-  void queue(frame_header h, const std::byte* payload, std::size_t size, int slot, bool produced);
-  void seal_frame(out_frame& f);
+  [[nodiscard]] std::string inbound(const channel& c) const;  // "link from rank P to rank R"
+  void seal_ahead(channel& c);
+  void queue(std::size_t to, frame_header h, const std::byte* payload, std::size_t size, int slot, bool produced);
+  void seal_frame(channel& c, out_frame& f);
   void abort_links(const comm_error& e) noexcept;
-  bool try_send();
-  bool try_recv(plan& p, receiver& r);
-  bool check_upstream(bool sending_done);
+  bool try_send(channel& c);
+  bool try_recv(plan& p, channel& c, receiver& r);
+  bool check_idle(channel& c, receiver& r, bool sending_done);
   void pump(plan& p);
 
   comm::config cfg_;
-  ring_links links_;
+  std::vector<std::uint32_t> ring_;  // the ranks by place; empty when n == 1
+  hello prev_hello_;
+  hello next_hello_;
   std::uint32_t rank_ = 0;
   std::uint32_t n_ = 1;
   std::uint32_t position_ = 0;
@@ -134,29 +174,15 @@ class link {
   std::uint32_t next_ = 0;
   std::uint64_t sequence_ = 0;
   std::optional<comm_error> broken_;
+  std::vector<channel> channels_;  // none when n == 1
 
-  frame_decoder decoder_;
-  std::uint32_t received_ = 0;
   std::size_t queued_ = 0;
   plan* running_ = nullptr;  // the collective run() is running
-  std::deque<out_frame> sendq_;
-  // An ABORT arriving against the flow, from the next rank (and its tag).
-  std::array<std::byte, sealed_abort_size> up_head_{};
-  std::size_t up_got_ = 0;
-
-  // Authenticated modes: one cipher and one counter per direction of each
-  // socket (the decoder holds the fourth, for frames from the previous rank).
-  std::optional<frame_cipher> seal_next_;  // frames and ABORTs to the next rank
-  std::optional<frame_cipher> seal_prev_;  // ABORTs to the previous rank
-  std::optional<frame_cipher> open_next_;  // ABORTs from the next rank
-  std::uint64_t next_counter_ = 0;         // messages sealed for the next rank
-  std::uint64_t prev_counter_ = 0;         // ABORTs sent to the previous rank
-  std::uint64_t up_counter_ = 0;           // ABORTs accepted from the next rank
   // Ciphertext buffers (encrypt mode), reused across collectives.
   std::vector<std::vector<std::byte>> cipher_bufs_;
   std::vector<int> cipher_free_;
   std::optional<abort_message> abort_seen_;
-  std::optional<std::uint32_t> waiting_on_;  // the neighbour the pump waits for
+  std::optional<std::uint32_t> waiting_on_;  // the peer the pump waits for
 
   std::vector<std::vector<float>> scratch_;
   std::vector<int> scratch_free_;
