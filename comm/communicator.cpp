@@ -623,6 +623,21 @@ void communicator::impl::check_ring() {
   }
 }
 
+void combine(reduce_op o, codec::dtype type, std::span<std::byte> acc, std::span<const std::byte> in) {
+  const std::size_t width = codec::size_of(type);
+  if (!detail::reducible(o, type)) {
+    throw comm_error(comm_errc::unsupported, std::nullopt,
+                     "combine " + std::string(name(o)) + " is not defined on " + std::string(codec::name(type)));
+  }
+  if (acc.size() != in.size() || acc.size() % width != 0) {
+    throw comm_error(errc::size_mismatch, std::nullopt,
+                     "combine of " + std::to_string(in.size()) + " bytes into " + std::to_string(acc.size()) +
+                         " bytes of " + std::string(codec::name(type)));
+  }
+  const reduce_op op = o == reduce_op::avg ? reduce_op::sum : o;
+  detail::reduce(op, type, acc.data(), acc.data(), in.data(), wire::host_order, acc.size() / width);
+}
+
 // ---------------------------------------------------------------------------
 // communicator
 

@@ -101,6 +101,15 @@ struct allreduce_options {
   error_feedback* feedback = nullptr;
 };
 
+/// in-place `acc` = o(acc, in), element by element, for host-order
+/// elements of `type` (the same number in each), by the rules every
+/// collective follows (NaNs, signed zeros, wrapping: docs/comm-protocol.md):
+/// what a caller holding several buffers per rank folds before one
+/// allreduce. `in` may alias `acc`. avg combines as sum (the caller
+/// divides). Throws comm_error: unsupported for an op the type does not
+/// take, size_mismatch for spans of different sizes or partial elements.
+void combine(reduce_op o, codec::dtype type, std::span<std::byte> acc, std::span<const std::byte> in);
+
 /// Element types broadcast and allgather move: every dtype of codec/ with a
 /// C++ type (integers, bool, float, double, f16, bf16, FP8), and std::byte.
 /// Multi-byte values arrive in the receiver's byte order.

@@ -216,6 +216,14 @@ void check_one_dtype(const std::vector<at::Tensor>& tensors, const char* op) {
   }
 }
 
+// The deprecated multi-tensor forms (several tensors per rank, as Gloo
+// takes them): at least one, each of the first's size and dtype.
+void check_alike(const std::vector<at::Tensor>& tensors, const char* op) {
+  require(!tensors.empty(), comm_errc::bad_argument, "ferry: ", op, " was given no tensors");
+  check_tensor(tensors[0], op);
+  check_like(tensors, tensors[0], op, "tensors", "first");
+}
+
 // Sums of f16/bf16 values are formed in f32 and rounded once at the end.
 bool summed_in_f32(at::ScalarType type, ReduceOp op) {
   return (type == at::kHalf || type == at::kBFloat16) && (op == ReduceOp::SUM || op == ReduceOp::AVG);
@@ -310,7 +318,13 @@ void process_group::drain_all() {
 
 c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<at::Tensor> outputs,
                                                       std::function<void()> body) {
-  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  c10::IValue value(outputs);
+  return enqueue(type, std::move(outputs), std::move(value), std::move(body));
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<at::Tensor> outputs,
+                                                      c10::IValue value, std::function<void()> body) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(value.type());
   auto handle = c10::make_intrusive<work>(getRank(), type, future, outputs);
   if (getSize() == 1) {
     // A world of one sends nothing: the collective runs here, at once,
@@ -323,11 +337,11 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
       future->setError(std::current_exception());
       return handle;
     }
-    future->markCompleted(c10::IValue(outputs));
+    future->markCompleted(std::move(value));
     return handle;
   }
   // The future carries the outcome; the worker's own state goes unused.
-  (void)worker_.submit([future, outputs = std::move(outputs), body = std::move(body)] {
+  (void)worker_.submit([future, value = std::move(value), body = std::move(body)] {
     // Outputs are written in place, as by any backend: not an autograd op,
     // even on a leaf that requires grad.
     const at::NoGradGuard no_grad;
@@ -337,7 +351,7 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
       future->setError(std::current_exception());
       return;
     }
-    future->markCompleted(c10::IValue(outputs));
+    future->markCompleted(value);
   });
   return handle;
 }
@@ -383,21 +397,50 @@ void process_group::check_root(std::int64_t root, const char* what) const {
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  at::Tensor t = one_tensor(tensors, "broadcast");
+  check_alike(tensors, "broadcast");
   check_root(opts.rootRank, "broadcast from");
+  require(opts.rootTensor >= 0 && static_cast<std::size_t>(opts.rootTensor) < tensors.size(), comm_errc::bad_argument,
+          "ferry: broadcast's root tensor ", opts.rootTensor, " is not one of the ", tensors.size(), " given");
   const auto root = static_cast<std::uint32_t>(opts.rootRank);
-  return enqueue(OpType::BROADCAST, {t}, [this, t, root]() mutable {
+  const auto which = static_cast<std::size_t>(opts.rootTensor);
+  // The root's tensor `which` reaches every tensor of every rank.
+  return enqueue(OpType::BROADCAST, tensors, [this, tensors, root, which]() mutable {
+    at::Tensor& t = tensors[which];
     on_dense(t, [&](at::Tensor& d) { broadcast_now(d, root); });
+    for (at::Tensor& other : tensors) {
+      if (!other.is_same(t)) other.copy_(t);
+    }
   });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  at::Tensor t = one_tensor(tensors, "allreduce");
-  check_op(opts.reduceOp, t.scalar_type(), "allreduce");
+  check_alike(tensors, "allreduce");
+  check_op(opts.reduceOp, tensors[0].scalar_type(), "allreduce");
   const ReduceOp op = opts.reduceOp;
-  return enqueue(OpType::ALLREDUCE, {t}, [this, t, op]() mutable {
-    on_dense(t, [&](at::Tensor& d) { allreduce_now(d, op); });
+  require(tensors.size() == 1 || op != ReduceOp::AVG, comm_errc::unsupported,
+          "ferry: allreduce AVG takes one tensor per rank, not ", tensors.size());
+  if (tensors.size() == 1) {
+    return enqueue(OpType::ALLREDUCE, tensors, [this, t = tensors[0], op]() mutable {
+      on_dense(t, [&](at::Tensor& d) { allreduce_now(d, op); });
+    });
+  }
+  // Several per rank: each rank folds its own in order (comm::combine,
+  // with the collectives' rules; f16/bf16 sums in f32), one allreduce
+  // combines the folds, and every tensor receives the result.
+  return enqueue(OpType::ALLREDUCE, tensors, [this, tensors, op]() mutable {
+    const bool wide = summed_in_f32(tensors[0].scalar_type(), op);
+    const auto operand = [&](const at::Tensor& t) { return (wide ? t.to(at::kFloat) : t).contiguous(); };
+    at::Tensor acc = operand(tensors[0]).clone();
+    with_element(acc.scalar_type(), [&]<class T>(T) {
+      for (std::size_t i = 1; i < tensors.size(); ++i) {
+        const at::Tensor in = operand(tensors[i]);
+        comm::combine(comm_op(op), comm::element_dtype<T>, std::as_writable_bytes(elements<T>(acc)),
+                      std::as_bytes(elements<const T>(in)));
+      }
+    });
+    allreduce_now(acc, op);
+    for (at::Tensor& t : tensors) t.copy_(acc.view(t.sizes()));
   });
 }
 
@@ -428,16 +471,28 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
 c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllgatherOptions&) {
-  const at::Tensor& in = one_tensor(inputs, "allgather");
-  require(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument,
-          "ferry: allgather takes one list of ", getSize(), " output tensors");
-  check_like(outputs[0], in, "allgather", "outputs", "input");
-  std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(OpType::ALLGATHER, outs, [this, in, outs]() mutable {
-    at::Tensor mine = in.contiguous();
-    at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
+  check_alike(inputs, "allgather");
+  // With k inputs per rank (the multi-tensor form), k output lists, each
+  // receiving every rank's k inputs in rank order.
+  const std::size_t k = inputs.size();
+  const std::size_t per_list = k * static_cast<std::size_t>(getSize());
+  require(outputs.size() == k, comm_errc::bad_argument, "ferry: allgather takes one output list per input tensor (",
+          k, "), not ", outputs.size());
+  std::vector<at::Tensor> outs;
+  for (const auto& list : outputs) {
+    require(list.size() == per_list, comm_errc::bad_argument, "ferry: allgather's output lists must hold ", per_list,
+            " tensors, not ", list.size());
+    check_like(list, inputs[0], "allgather", "outputs", "input");
+    outs.insert(outs.end(), list.begin(), list.end());
+  }
+  // The future holds what Gloo's does: the list, or with several inputs
+  // the list of lists.
+  c10::IValue value = k == 1 ? c10::IValue(outputs[0]) : c10::IValue(outputs);
+  return enqueue(OpType::ALLGATHER, outs, std::move(value), [this, ins = inputs, lists = outputs]() mutable {
+    const at::Tensor mine = concatenated(ins);
+    at::Tensor all = at::empty({getSize() * mine.numel()}, mine.options());
     allgather_now(mine, all);
-    split_into(all, outs);
+    for (auto& list : lists) split_into(all, list);
   });
 }
 

@@ -130,7 +130,11 @@ class process_group final : public c10d::ProcessGroup {
   static void drain_all();
 
  private:
+  /// Queues `body`; its work's result() is `outputs`, and its future
+  /// completes with the list `outputs`, or with `value`.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void()> body);
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, c10::IValue value,
                                          std::function<void()> body);
   void stop();
   void check_root(std::int64_t root, const char* what) const;

@@ -5,6 +5,7 @@ variables. Exits 0 when every check held; an AssertionError otherwise."""
 import os
 import sys
 
+import math
 import torch
 import torch.distributed as dist
 
@@ -178,6 +179,49 @@ def main():
     zs = [[torch.zeros_like(z)] for _ in range(world)]
     dist.all_gather_coalesced(zs, [z])
     assert all(torch.equal(zs[r][0], torch.complex(value(r, n=3), -value(r, n=3))) for r in range(world)), zs
+
+    # The multi-tensor forms, as PyTorch's test_c10d_gloo.py runs them on
+    # the process group: several tensors per rank.
+    pg = dist.distributed_c10d._get_default_group()
+    for root in range(world):
+        for which in range(2):
+            xs = [torch.tensor([rank * 2 + 0.0]), torch.tensor([rank * 2 + 1.0])]
+            opts = dist.BroadcastOptions()
+            opts.rootRank, opts.rootTensor = root, which
+            pg.broadcast(xs, opts).wait()
+            assert all(torch.equal(x, torch.tensor([root * 2.0 + which])) for x in xs), (root, which, xs)
+    cases = [(dist.ReduceOp.SUM, float(sum(range(2 * world)))),
+             (dist.ReduceOp.PRODUCT, float(math.prod(range(1, 2 * world + 1)))),
+             (dist.ReduceOp.MIN, 1.0), (dist.ReduceOp.MAX, float(2 * world))]
+    for op, want in cases:
+        base = 0.0 if op == dist.ReduceOp.SUM else 1.0
+        xs = [torch.tensor([rank * 2 + base]), torch.tensor([rank * 2 + base + 1])]
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op
+        fut = pg.allreduce(xs, opts).get_future()
+        fut.wait()
+        assert all(torch.equal(x, torch.tensor([want])) for x in fut.value()), (op, fut.value())
+    # f16 sums of several tensors are formed in f32 and rounded once.
+    hs = [torch.full((3,), 2048.0, dtype=torch.half), torch.ones(3, dtype=torch.half)]
+    opts = dist.AllreduceOptions()
+    pg.allreduce(hs, opts).wait()
+    assert all(torch.equal(h, torch.full((3,), 2049.0 * world).half()) for h in hs), hs
+    for n in (1, 2, 3):
+        ins = [torch.tensor([n * rank + i]) for i in range(n)]
+        outs = [[torch.tensor([-1]) for _ in range(n * world)] for _ in range(n)]
+        fut = pg.allgather(outs, ins).get_future()
+        fut.wait()
+        got = fut.value() if n > 1 else [fut.value()]
+        want = [[torch.tensor([i]) for i in range(n * world)] for _ in range(n)]
+        assert all(torch.equal(a, b) for x, y in zip(got, want) for a, b in zip(x, y)), (n, got)
+        assert all(torch.equal(a, b) for x, y in zip(outs, want) for a, b in zip(x, y)), (n, outs)
+    try:
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.AVG
+        pg.allreduce([torch.ones(1), torch.ones(1)], opts).wait()
+        raise AssertionError("AVG over two tensors per rank was accepted")
+    except ferry.Error as e:
+        assert e.name == "unsupported" and "one tensor per rank" in e.context, e
 
     # Async: wait() and the future both hold the result.
     t = torch.ones(4)
