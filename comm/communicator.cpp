@@ -24,6 +24,7 @@ namespace {
 // shrunk), so a call does not fault fresh pages in.
 struct ring_staging {
   std::vector<std::byte> rx;  // a received chunk
+  std::vector<std::vector<std::byte>> per_channel;  // the same for plans that receive on several channels at once
 };
 
 }  // namespace
@@ -89,17 +90,17 @@ encoding encoding_of(compression c) {
 }
 
 // Shared checks of an incoming header against what the plan expects.
-void expect_header(const detail::link& l, const frame_header& h, codec::dtype type, encoding enc, std::size_t count,
-                   const char* what) {
+void expect_header(const detail::link& l, std::uint32_t from, const frame_header& h, codec::dtype type, encoding enc,
+                   std::size_t count, const char* what) {
   if (h.type != type || h.enc != enc) {
-    l.fail(comm_errc::config_mismatch, l.prev(),
-           rank_name(l.prev()) + " sent " + std::string(codec::name(h.type)) + " as " + encoding_name(h.enc) +
+    l.fail(comm_errc::config_mismatch, from,
+           rank_name(from) + " sent " + std::string(codec::name(h.type)) + " as " + encoding_name(h.enc) +
                " in the " + what + " where this rank expects " + std::string(codec::name(type)) + " as " +
                encoding_name(enc) + ": do all ranks pass the same options?");
   }
   if (h.count != count) {
-    l.fail(errc::size_mismatch, l.prev(),
-           rank_name(l.prev()) + " sent " + std::to_string(h.count) + " elements for chunk " + std::to_string(h.chunk) +
+    l.fail(errc::size_mismatch, from,
+           rank_name(from) + " sent " + std::to_string(h.count) + " elements for chunk " + std::to_string(h.chunk) +
                " of the " + what + " where " + std::to_string(count) +
                " were expected: do all ranks pass buffers of the same size?");
   }
@@ -107,11 +108,11 @@ void expect_header(const detail::link& l, const frame_header& h, codec::dtype ty
 
 // A bool is a byte holding 0 or 1 (any other value in a bool is undefined
 // behaviour in C++): a peer's other bytes are refused, naming it.
-void check_bools(const detail::link& l, std::span<const std::byte> payload, const char* what) {
+void check_bools(const detail::link& l, std::uint32_t from, std::span<const std::byte> payload, const char* what) {
   const std::size_t i = detail::first_bad_bool(payload.data(), payload.size());
   if (i != payload.size()) {
-    l.fail(errc::bad_value, l.prev(),
-           rank_name(l.prev()) + " sent the byte " + std::to_string(std::to_integer<unsigned>(payload[i])) +
+    l.fail(errc::bad_value, from,
+           rank_name(from) + " sent the byte " + std::to_string(std::to_integer<unsigned>(payload[i])) +
                " as a bool in the " + what);
   }
 }
@@ -248,7 +249,7 @@ struct ring_plan final : detail::plan {
   std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const std::size_t t = index / ch.m;
     const auto [off, len] = ch.chunk(recv_block(t), index % ch.m);
-    expect_header(l, h, enc == encoding::raw ? type : codec::dtype::f32, enc, len, "allreduce");
+    expect_header(l, l.prev(), h, enc == encoding::raw ? type : codec::dtype::f32, enc, len, "allreduce");
     const bool gather = t + 1 >= l.size();
     if (gather && enc == encoding::raw && h.order == wire::host_order) {
       return region_bytes(off, len);  // straight into place
@@ -298,7 +299,7 @@ struct ring_plan final : detail::plan {
       }
       return;
     }
-    if (type == codec::dtype::boolean) check_bools(l, payload, "allreduce");
+    if (type == codec::dtype::boolean) check_bools(l, l.prev(), payload, "allreduce");
     const auto region = region_bytes(off, len);
     if (scatter) {
       if (!last_scatter) {  // a partial result, only passed on
@@ -341,6 +342,166 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::sp
   const std::size_t chunk = std::min(ch.grain, ch.base + 1) * width;
   if (rx.size() < chunk) rx.resize(chunk);
 }
+
+// Recursive doubling (Thakur, Rabenseifner and Gropp, 2005) for any world
+// size n. With p2 the largest power of two <= n and rem = n - p2, each even
+// rank r < 2 rem first sends its whole buffer to r + 1 and later receives
+// the result from it (the fold); the other p2 ranks take numbers v (r / 2
+// below 2 rem, r - rem above) and, in step k of lg p2, exchange their
+// whole buffer with the rank whose v differs in bit k. Both partners
+// combine the two halves of the world lower v first (the fold: lower rank
+// first), so they compute the same bits, and every rank ends with op over
+// all ranks in one tree order fixed by ranks alone; avg divides at the
+// end, on each participant alike. Chunks of chunk_bytes move on as soon as
+// they are combined: chunk c of step k+1 leaves when chunk c of step k is
+// in, and a partner's chunk c of step k+1 is read only then (accepts()).
+// A frame's chunk number is its index on its connection: each connection
+// carries one phase of this collective per direction.
+struct doubling_plan final : detail::plan {
+  detail::link& l;
+  codec::dtype type;
+  std::size_t width;
+  std::span<std::byte> bytes;
+  reduce_op op;
+  std::size_t grain;
+  std::size_t count;
+  std::size_t m = 1;  // chunks
+  std::vector<std::uint32_t> partners;  // the rank of each step's partner
+  std::vector<bool> partner_lower;      // each step's partner has the lower number
+  std::optional<std::uint32_t> folded;  // r - 1, which sent this rank its buffer and gets the result
+  std::optional<std::uint32_t> host;    // r + 1, to which this (folded) rank sent its buffer
+  std::vector<int> step_of;             // per channel: the step whose frames arrive there; -1 the fold
+  std::vector<std::uint32_t> done;      // per chunk: the steps (and fold) combined into it
+  std::vector<std::vector<std::byte>>& rx;  // per channel: a received chunk
+
+  doubling_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
+      : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
+        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), count(d.size() / width),
+        rx(st.per_channel) {
+    name = "allreduce";
+    m = std::max<std::size_t>(1, (count + grain - 1) / grain);
+    const std::uint32_t n = l.size();
+    const std::uint32_t r = l.rank();
+    std::uint32_t p2 = 1;
+    while (p2 * 2 <= n) p2 *= 2;
+    const std::uint32_t rem = n - p2;
+    const auto rank_of = [&](std::uint32_t v) { return v < rem ? 2 * v + 1 : v + rem; };
+    expected.assign(l.channel_count(), 0);
+    step_of.assign(l.channel_count(), -2);
+    const auto frames = frame_count(l, m);
+    if (r < 2 * rem && r % 2 == 0) {  // folded: sends once, receives the result
+      host = r + 1;
+      expected[l.recv_channel(r + 1)] = frames;
+      step_of[l.recv_channel(r + 1)] = -1;
+      sends = m;
+      return;
+    }
+    const std::uint32_t v = r < 2 * rem ? r / 2 : r - rem;
+    if (r < 2 * rem) {
+      folded = r - 1;
+      expected[l.recv_channel(r - 1)] = frames;
+      step_of[l.recv_channel(r - 1)] = -1;
+      sends += m;
+    }
+    for (std::uint32_t bit = 1; bit < p2; bit *= 2) {
+      const std::uint32_t w = v ^ bit;
+      partners.push_back(rank_of(w));
+      partner_lower.push_back(w < v);
+      expected[l.recv_channel(rank_of(w))] = frames;
+      step_of[l.recv_channel(rank_of(w))] = static_cast<int>(partners.size() - 1);
+      sends += m;
+    }
+    done.assign(m, 0);
+    rx.resize(std::max(rx.size(), l.channel_count()));
+    for (std::size_t ch = 0; ch < l.channel_count(); ++ch) {
+      if (expected[ch] > 0 && rx[ch].size() < grain * width) rx[ch].resize(grain * width);
+    }
+  }
+
+  // A partner's chunk of step k is read once this rank's chunk has been
+  // through the steps before (and the fold).
+  [[nodiscard]] bool accepts(std::size_t from, std::uint32_t index) const override {
+    const int step = step_of[from];
+    return step < 0 || done[index] >= static_cast<std::uint32_t>(step) + (folded ? 1U : 0U);
+  }
+
+  [[nodiscard]] std::pair<std::size_t, std::size_t> chunk(std::size_t c) const {
+    const std::size_t from = std::min(count, c * grain);
+    return {from, std::min(grain, count - from)};
+  }
+  [[nodiscard]] std::span<std::byte> region(std::size_t c) const {
+    const auto [off, len] = chunk(c);
+    return bytes.subspan(off * width, len * width);
+  }
+  // Queues chunk c to `peer`; a copy in a scratch slot unless `stable`
+  // (the values there do not change before it is sent).
+  void send(std::uint32_t peer, std::size_t c, bool stable) {
+    const auto values = region(c);
+    frame_header h;
+    h.type = type;
+    h.chunk = static_cast<std::uint32_t>(c);
+    h.count = static_cast<std::uint32_t>(values.size() / width);
+    if (stable) {
+      l.send(l.send_channel(peer), h, values);
+      return;
+    }
+    const int slot = l.acquire_scratch();
+    const auto copy = std::as_writable_bytes(l.scratch(slot)).first(values.size());
+    if (!copy.empty()) std::memcpy(copy.data(), values.data(), values.size());
+    l.send(l.send_channel(peer), h, copy, slot);
+  }
+  // Chunk c holds the result: averaged, and passed to the folded rank.
+  void finish(std::size_t c) {
+    const auto values = region(c);
+    if (op == reduce_op::avg) detail::divide(type, values.data(), values.size() / width, l.size());
+    if (folded) send(*folded, c, true);  // final: these bytes do not change again
+  }
+  // Chunk c has been combined through step k - 1 (k = 0: only this rank's
+  // and the fold's values): on to step k, or finished.
+  void advance(std::size_t k, std::size_t c) {
+    if (k < partners.size()) {
+      send(partners[k], c, false);
+    } else {
+      finish(c);
+    }
+  }
+  void begin() {
+    for (std::size_t c = 0; c < m; ++c) {
+      if (host) {
+        send(*host, c, true);  // replaced only by the result, after the host has it
+      } else if (!folded) {
+        advance(0, c);
+      }
+    }
+  }
+
+  std::span<std::byte> on_header(std::size_t from, const frame_header& h, std::uint32_t index) override {
+    const auto [off, len] = chunk(index);
+    expect_header(l, h.sender, h, type, encoding::raw, len, name);
+    if (host && h.order == wire::host_order) return region(index);  // the result, into place
+    return std::span(rx[from]).first(len * width);
+  }
+  void on_frame(std::size_t from, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+    if (type == codec::dtype::boolean) check_bools(l, h.sender, payload, name);
+    const auto mine = region(index);
+    const std::size_t n = mine.size() / width;
+    if (host) {  // the result
+      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
+      return;
+    }
+    const int step = step_of[from];
+    // The lower-numbered side's values come first.
+    const bool theirs_first = step < 0 || partner_lower[static_cast<std::size_t>(step)];
+    if (theirs_first) {
+      if (h.order != wire::host_order) wire::convert_in_place(payload, width, h.order, wire::host_order);
+      detail::reduce(op, type, mine.data(), payload.data(), mine.data(), wire::host_order, n);
+    } else {
+      detail::reduce(op, type, mine.data(), mine.data(), payload.data(), h.order, n);
+    }
+    ++done[index];
+    advance(static_cast<std::size_t>(step + 1), index);
+  }
+};
 
 // Reduce-scatter, at place p on the ring: the first half of the ring
 // allreduce with pieces of any size. The piece of the rank at place q is
@@ -404,7 +565,7 @@ struct scatter_plan final : detail::plan {
   }
   std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const auto [off, len] = chunk(block(2, index / m), index % m);
-    expect_header(l, h, type, encoding::raw, len, name);
+    expect_header(l, l.prev(), h, type, encoding::raw, len, name);
     return std::span(rx).first(len * width);
   }
   void on_frame(std::size_t, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
@@ -412,7 +573,7 @@ struct scatter_plan final : detail::plan {
     const std::size_t c = index % m;
     const std::size_t q = block(2, t);
     const auto [off, len] = chunk(q, c);
-    if (type == codec::dtype::boolean) check_bools(l, payload, name);
+    if (type == codec::dtype::boolean) check_bools(l, l.prev(), payload, name);
     const std::byte* own = in.data() + off * width;
     if (t + 2 < l.size()) {  // a partial result, passed on
       const int slot = l.acquire_scratch();
@@ -475,11 +636,11 @@ struct copy_plan final : detail::plan {
   }
   std::span<std::byte> on_header(std::size_t, const frame_header& h, std::uint32_t index) override {
     const auto [off, len] = ch.chunk(received_block(index / ch.m), index % ch.m);
-    expect_header(l, h, type, encoding::raw, len, name);
+    expect_header(l, l.prev(), h, type, encoding::raw, len, name);
     return data.subspan(off * width, len * width);
   }
   void on_frame(std::size_t, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
-    if (type == codec::dtype::boolean) check_bools(l, payload, name);
+    if (type == codec::dtype::boolean) check_bools(l, l.prev(), payload, name);
     payload_to_host(h, payload);
     if (const auto next = forward_stage(index / ch.m)) send(*next, index % ch.m);
   }
@@ -513,6 +674,13 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
     link.fail(errc::size_mismatch, std::nullopt,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
                   std::to_string(count));
+  }
+  if (link.config().algorithm == algorithm::recursive_doubling && o.comp == compression::none) {
+    doubling_plan p(link, staging, type, data, o.op);
+    link.run(p, [&] {
+      p.begin();
+    });
+    return;
   }
   ring_plan p(link, staging, type, data, o);
   link.run(p, [&] {
@@ -645,6 +813,12 @@ communicator::communicator(const comm::config& c, std::optional<listener> rank0)
   c.validate().value();  // a bad config throws its ferry::exception
   impl_ = std::make_unique<impl>(c, std::move(rank0));
   if (c.auth != frame_auth::none && c.world_size > 1) impl_->check_ring();
+  if (c.algorithm != algorithm::ring && c.world_size >= 4) {
+    // The mesh forms once every rank has its ring links: after a
+    // collective over the ring.
+    impl_->barrier();
+    impl_->link.form_mesh();
+  }
 }
 
 communicator communicator::from_env() { return communicator(config::from_env().value()); }

@@ -105,6 +105,11 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
       return bad("FERRY_RING_ORDER='" + std::string(text) + "' is not one of node, rank");
     }
   }
+  if (const char* a = env("FERRY_ALGORITHM")) {
+    const auto chosen = algorithm_from_name(a);
+    if (!chosen) return bad("FERRY_ALGORITHM=" + quote(a) + " is not one of ring, recursive_doubling");
+    c.algorithm = *chosen;
+  }
   FERRY_TRY(c.validate());
   return c;
 }
@@ -130,6 +135,9 @@ result<void, error> config::validate() const {
                (auth == frame_auth::none ? "CRC" : "tag"));
   }
   if (world_size > 1 && master_addr.empty()) return bad("MASTER_ADDR is empty");
+  if (std::find(std::begin(all_algorithms), std::end(all_algorithms), algorithm) == std::end(all_algorithms)) {
+    return bad("algorithm is not one of ring, recursive_doubling");
+  }
   return {};
 }
 

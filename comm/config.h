@@ -23,6 +23,10 @@
 //                      rank  rank r sends to rank r+1
 //                      Read on rank 0, which tells the others; a rank that
 //                      sets another value fails at the rendezvous.
+//   FERRY_ALGORITHM    how allreduce moves values (default ring): ring, or
+//                      recursive_doubling (lg p exchanges over a full mesh of
+//                      links, for short messages on many ranks). Every rank
+//                      must use the same value (checked at the handshake).
 //   FERRY_SEND_BUFFER  bytes of the kernel's send buffer on each ring link
 //                      (SO_SNDBUF; default 256 KiB, 0 leaves the kernel's
 //                      autotuning); this rank's own setting
@@ -73,6 +77,8 @@ struct config {
   /// world's (node when it sets none); another rank that sets one must
   /// match it.
   std::optional<ring_order> order;
+  /// How allreduce moves values (FERRY_ALGORITHM). Same on every rank.
+  comm::algorithm algorithm = comm::algorithm::ring;
 
   /// Reads the variables above. A configuration error, not a failure of
   /// communication: bad_config naming the variable that is missing or

@@ -126,6 +126,7 @@ std::array<std::byte, hello_size> encode_hello(const hello& h) {
   put<std::uint32_t>(b, 20, h.max_frame_bytes);
   put<std::uint16_t>(b, 24, h.listen_port);
   put<std::uint8_t>(b, 26, static_cast<std::uint8_t>(h.auth));
+  put<std::uint8_t>(b, 27, static_cast<std::uint8_t>(h.algorithm));
   const std::size_t n = std::min(h.arch.size(), arch_size);
   std::memcpy(b.data() + 28, h.arch.data(), n);
   std::copy(h.nonce.begin(), h.nonce.end(), b.begin() + 44);
@@ -137,12 +138,12 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   if (!has_magic(b, hello_magic)) return errc::bad_magic;
   // The fields in their order (handshake.h), all in the 80 bytes.
   wire::reader in(b);
-  std::uint8_t version = 0, role = 0, order = 0, word_size = 0, auth = 0, reserved = 0;
+  std::uint8_t version = 0, role = 0, order = 0, word_size = 0, auth = 0, algorithm = 0;
   std::uint32_t rank = 0, world_size = 0, chunk_bytes = 0, max_frame_bytes = 0, crc = 0;
   std::uint16_t listen_port = 0;
   FERRY_TRY(in.skip(hello_magic.size()));
   FERRY_TRY(in.read_le(version, role, order, word_size, rank, world_size, chunk_bytes, max_frame_bytes, listen_port,
-                       auth, reserved));
+                       auth, algorithm));
   FERRY_TRY_ASSIGN(const auto arch, in.read_bytes(arch_size));
   FERRY_TRY_ASSIGN(const auto nonce, in.read_bytes(32));
   const std::size_t covered = in.position();  // what the CRC covers
@@ -151,7 +152,7 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.version = version;
   h.word_size = word_size;
   h.rank = rank;
-  if (role < 1 || role > 3 || order > 1) return errc::bad_value;
+  if (role < 1 || role > 4 || order > 1) return errc::bad_value;
   h.role = static_cast<comm::role>(role);
   h.order = order == 1 ? byte_order::big : byte_order::little;
   if (!valid_arch(arch)) return errc::bad_value;
@@ -166,8 +167,9 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.chunk_bytes = chunk_bytes;
   h.max_frame_bytes = max_frame_bytes;
   h.listen_port = listen_port;
-  if (auth > 2 || reserved != 0) return errc::bad_value;
+  if (auth > 2 || algorithm > 1) return errc::bad_value;
   h.auth = static_cast<frame_auth>(auth);
+  h.algorithm = static_cast<comm::algorithm>(algorithm);
   std::copy(nonce.begin(), nonce.end(), h.nonce.begin());
   if (h.world_size == 0 || h.rank >= h.world_size) return comm_errc::config_mismatch;
   return h;
@@ -183,6 +185,11 @@ std::string compare_worlds(const hello& mine, const hello& theirs) {
   field("world size", mine.world_size, theirs.world_size);
   field("chunk bytes", mine.chunk_bytes, theirs.chunk_bytes);
   field("max frame bytes", mine.max_frame_bytes, theirs.max_frame_bytes);
+  if (mine.algorithm != theirs.algorithm) {
+    diff += (diff.empty() ? "" : "; ") + std::string("allreduce FERRY_ALGORITHM=") + std::string(name(mine.algorithm)) +
+            " on " + describe(mine) + " but FERRY_ALGORITHM=" + std::string(name(theirs.algorithm)) + " on " +
+            describe(theirs);
+  }
   if (mine.auth != theirs.auth) {
     diff += (diff.empty() ? "" : "; ") + std::string("frame authentication FERRY_AUTH=") + std::string(name(mine.auth)) +
             " on " + describe(mine) + " but FERRY_AUTH=" + std::string(name(theirs.auth)) + " on " + describe(theirs);

@@ -11,9 +11,12 @@
 // version, so a mismatch can be reported with both sides named)
 //   offset size field
 //   0      4    magic        "FDH1" (46 44 48 31)
-//   4      1    version      protocol version, 2 (1 had no frame authentication)
+//   4      1    version      protocol version, 4 (1 had no frame authentication,
+//                            2 other error codes, 3 no algorithm and no mesh)
 //   5      1    role         1 join (to rank 0's rendezvous), 2 ring (to the
-//                            next rank's ring listener), 3 reply (the acceptor)
+//                            next rank's ring listener), 3 reply (the acceptor),
+//                            4 mesh (to a higher rank's ring listener, for
+//                            algorithms other than the ring)
 //   6      1    byte order   the sender host's native order (0 little, 1 big)
 //   7      1    word size    the sender's pointer size in bytes (4 or 8)
 //   8      4    rank         u32
@@ -23,7 +26,8 @@
 //   24     2    listen port  u16, role 1 only: the joiner's ring listener
 //   26     1    auth         frame authentication (FERRY_AUTH): 0 none, 1 frames,
 //                            2 encrypt; both sides MUST say the same
-//   27     1    reserved     0
+//   27     1    algorithm    allreduce algorithm (FERRY_ALGORITHM): 0 ring,
+//                            1 recursive_doubling; both sides MUST say the same
 //   28     16   arch         ASCII architecture name, NUL-padded ("x86_64")
 //   44     32   nonce        32 random bytes (the challenge)
 //   76     4    crc          u32 CRC32C of bytes [0, 76)

@@ -81,4 +81,23 @@ inline constexpr reduce_op all_reduce_ops[] = {reduce_op::sum,     reduce_op::av
   return std::nullopt;
 }
 
+/// How an allreduce moves its values (FERRY_ALGORITHM; docs/comm-protocol.md
+/// describes each). Every rank must use the same (checked at the handshake).
+enum class algorithm : std::uint8_t {
+  ring = 0,                ///< reduce-scatter and allgather around the ring: 2(p-1) steps, the least bytes
+  recursive_doubling = 1,  ///< lg p exchanges of the whole buffer with partners at doubling distances
+};
+/// "ring", "recursive_doubling": FERRY_ALGORITHM's values.
+[[nodiscard]] constexpr std::string_view name(algorithm a) noexcept {
+  return a == algorithm::recursive_doubling ? "recursive_doubling" : "ring";
+}
+inline constexpr algorithm all_algorithms[] = {algorithm::ring, algorithm::recursive_doubling};
+/// The algorithm name() gives `s`; nullopt for any other text.
+[[nodiscard]] constexpr std::optional<algorithm> algorithm_from_name(std::string_view s) noexcept {
+  for (const algorithm a : all_algorithms) {
+    if (name(a) == s) return a;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ferry::comm

@@ -14,10 +14,11 @@
 
 namespace ferry::comm {
 
-// 3 since error codes were renumbered (ABORT carries them; docs/errors.md).
-inline constexpr std::uint8_t protocol_version = 3;
+// 3 since error codes were renumbered (ABORT carries them; docs/errors.md);
+// 4 since HELLO carries the allreduce algorithm and ranks form a mesh.
+inline constexpr std::uint8_t protocol_version = 4;
 
-enum class role : std::uint8_t { join = 1, ring = 2, reply = 3 };
+enum class role : std::uint8_t { join = 1, ring = 2, reply = 3, mesh = 4 };
 
 /// What one side says about itself in a HELLO.
 struct hello {
@@ -31,6 +32,7 @@ struct hello {
   std::uint32_t max_frame_bytes = 0;
   std::uint16_t listen_port = 0;
   frame_auth auth = frame_auth::none;
+  comm::algorithm algorithm = comm::algorithm::ring;
   std::string arch;  ///< at most 16 ASCII characters
   std::array<std::byte, 32> nonce{};
   friend bool operator==(const hello&, const hello&) = default;

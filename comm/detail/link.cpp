@@ -75,11 +75,13 @@ class link::receiver final : public frame_sink {
   std::size_t c_ = 0;
 };
 
-link::link(const comm::config& c, std::optional<listener> rank0) : cfg_(c), rank_(c.rank), n_(c.world_size) {
-  ring_links links = form_ring(c, std::move(rank0));
-  ring_ = std::move(links.ring);
+link::link(const comm::config& c, std::optional<listener> rank0)
+    : cfg_(c), rendezvous_(form_ring(c, std::move(rank0))), rank_(c.rank), n_(c.world_size) {
+  ring_links& links = rendezvous_;
+  ring_ = links.ring;
   prev_hello_ = links.prev_hello;
   next_hello_ = links.next_hello;
+  if (c.algorithm == algorithm::ring) rendezvous_.listener.close();  // no mesh to form
   if (n_ == 1) return;
   position_ = static_cast<std::uint32_t>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
   prev_ = rank_at((position_ + n_ - 1) % n_);
@@ -93,7 +95,7 @@ link::link(const comm::config& c, std::optional<listener> rank0) : cfg_(c), rank
   channel& to_next = channels_[next_channel];
   to_next.peer = next_;
   to_next.sock = std::move(links.next);
-  to_next.frames_in = false;
+  to_next.frames_in = c.algorithm != algorithm::ring;  // other algorithms exchange with ring neighbours too
   if (c.auth == frame_auth::none) {
     from_prev.decoder = frame_decoder(c.max_frame_bytes);
     to_next.decoder = frame_decoder(c.max_frame_bytes);
@@ -103,6 +105,35 @@ link::link(const comm::config& c, std::optional<listener> rank0) : cfg_(c), rank
     to_next.decoder = frame_decoder(c.max_frame_bytes, c.auth, links.next_keys.acceptor);
     to_next.seal.emplace(c.auth, links.next_keys.initiator, true);
   }
+}
+
+void link::form_mesh() {
+  if (!mesh_.empty() || n_ == 1) return;
+  mesh_.assign(n_, SIZE_MAX);
+  for (mesh_link& m : detail::form_mesh(cfg_, rendezvous_)) {
+    channel c;
+    c.peer = m.peer;
+    c.sock = std::move(m.s);
+    // The initiator's key seals what the initiator sends.
+    const frame_key& out = m.initiated ? m.keys.initiator : m.keys.acceptor;
+    const frame_key& in = m.initiated ? m.keys.acceptor : m.keys.initiator;
+    if (cfg_.auth == frame_auth::none) {
+      c.decoder = frame_decoder(cfg_.max_frame_bytes);
+    } else {
+      c.decoder = frame_decoder(cfg_.max_frame_bytes, cfg_.auth, in);
+      c.seal.emplace(cfg_.auth, out, true);
+    }
+    mesh_[m.peer] = channels_.size();
+    channels_.push_back(std::move(c));
+  }
+}
+
+std::size_t link::send_channel(std::uint32_t peer) const noexcept {
+  return peer == next_ ? next_channel : peer == prev_ ? prev_channel : mesh_[peer];
+}
+
+std::size_t link::recv_channel(std::uint32_t peer) const noexcept {
+  return peer == prev_ ? prev_channel : peer == next_ ? next_channel : mesh_[peer];
 }
 
 std::vector<std::uint32_t> link::only_from(std::size_t c, std::uint32_t frames) const {
@@ -321,12 +352,16 @@ bool link::try_send(channel& c) {
 // Reads what is there; false if nothing was.
 bool link::try_recv(plan& p, channel& c, receiver& r) {
   bool progress = false;
-  r.from(static_cast<std::size_t>(&c - channels_.data()));
+  const auto from = static_cast<std::size_t>(&c - channels_.data());
+  r.from(from);
   while (c.received < c.expected) {
+    if (c.decoder.idle() && !p.accepts(from, c.received)) return progress;
     // After a payload and its CRC the next header may be read in the same
-    // call, but never past this collective's last frame on the channel.
+    // call, but never past this collective's last frame on the channel,
+    // nor one the plan does not accept yet.
     std::array<std::span<std::byte>, 3> bufs;
-    const std::size_t k = c.decoder.buffers(bufs, c.received + 1 < c.expected);
+    const bool ahead = c.received + 1 < c.expected && p.accepts(from, c.received + 1);
+    const std::size_t k = c.decoder.buffers(bufs, ahead);
     std::array<iovec, 3> iov{};
     for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
     const ssize_t got = ::readv(c.sock.fd(), iov.data(), static_cast<int>(k));
@@ -406,6 +441,10 @@ void link::pump(plan& p) {
   auto last = clock::now();
   std::vector<pollfd> fds;
   const auto receiving = [](const channel& c) { return c.received < c.expected; };
+  // Receiving now: frames due that the plan accepts (or one partly read).
+  const auto readable_now = [&](const channel& c) {
+    return receiving(c) && (!c.decoder.idle() || p.accepts(static_cast<std::size_t>(&c - channels_.data()), c.received));
+  };
   for (;;) {
     bool busy = queued_ < p.sends;
     bool progress = false;
@@ -423,7 +462,7 @@ void link::pump(plan& p) {
     // has not taken this rank's frames yet.
     const channel* waits = nullptr;
     for (const channel& c : channels_) {
-      if (receiving(c)) {
+      if (readable_now(c)) {
         waits = &c;
         break;
       }
@@ -442,7 +481,7 @@ void link::pump(plan& p) {
     for (std::size_t i = 0; i < nfds; ++i) {
       const channel& c = channels_[i];
       short events = 0;
-      if (receiving(c) || (!c.frames_in && c.watch)) events |= POLLIN;
+      if (readable_now(c) || (!c.frames_in && c.watch)) events |= POLLIN;
       if (!c.sendq.empty()) events |= POLLOUT;
       fds[i] = {events != 0 ? c.sock.fd() : -1, events, 0};
     }
@@ -460,7 +499,7 @@ void link::pump(plan& p) {
     constexpr short readable = POLLIN | POLLHUP | POLLERR;
     bool data_ready = false;
     for (std::size_t i = 0; i < nfds; ++i) {
-      data_ready = data_ready || (receiving(channels_[i]) && (fds[i].revents & readable) != 0);
+      data_ready = data_ready || (readable_now(channels_[i]) && (fds[i].revents & readable) != 0);
     }
     if (data_ready) continue;
     for (std::size_t i = 0; i < nfds; ++i) {

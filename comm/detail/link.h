@@ -52,6 +52,14 @@ struct plan {
     (void)h;
     return {{}, -1};  // a plan that calls send_later() overrides this
   }
+  /// Whether frame `index` of channel `from` may be read now. A frame not
+  /// yet accepted stays in the socket (nothing of it is read, its header
+  /// neither) until the plan's progress on other channels accepts it.
+  [[nodiscard]] virtual bool accepts(std::size_t from, std::uint32_t index) const {
+    (void)from;
+    (void)index;
+    return true;
+  }
   /// Frames to receive on each channel (indexed like the link's channels;
   /// missing entries are none).
   std::vector<std::uint32_t> expected;
@@ -83,6 +91,17 @@ class link {
   static constexpr std::size_t prev_channel = 0;
   static constexpr std::size_t next_channel = 1;
   [[nodiscard]] std::size_t channel_count() const noexcept { return channels_.size(); }
+  /// Connects to every rank that is not a ring neighbour (form_mesh()),
+  /// once: call it only when every rank has its ring links (after a
+  /// collective over the ring) and every rank calls it.
+  void form_mesh();
+  /// The channel that carries this rank's frames to `peer`, and the one
+  /// that carries the peer's frames here: the same connection, except in a
+  /// world of two, where the ring's two connections join the same ranks and
+  /// each rank sends on the one it opened. Requires form_mesh() for a peer
+  /// that is not a ring neighbour.
+  [[nodiscard]] std::size_t send_channel(std::uint32_t peer) const noexcept;
+  [[nodiscard]] std::size_t recv_channel(std::uint32_t peer) const noexcept;
   /// A plan's `expected` with `frames` on channel `c` and none elsewhere.
   [[nodiscard]] std::vector<std::uint32_t> only_from(std::size_t c, std::uint32_t frames) const;
 
@@ -164,7 +183,9 @@ class link {
   void pump(plan& p);
 
   comm::config cfg_;
+  ring_links rendezvous_;            // the table and listener, until form_mesh()
   std::vector<std::uint32_t> ring_;  // the ranks by place; empty when n == 1
+  std::vector<std::size_t> mesh_;    // the channel to each rank, once form_mesh() ran
   hello prev_hello_;
   hello next_hello_;
   std::uint32_t rank_ = 0;

@@ -42,7 +42,10 @@ std::pair<socket, hello> accept_peer(const socket& l, const config& c, role r, s
       if (theirs.role != r || (expect && theirs.rank != *expect)) {
         fail(comm_errc::protocol_error, theirs.rank,
              describe(theirs) + " connected to " + rank_name(c.rank) + " as " +
-                 (theirs.role == role::join ? "a joiner" : "a ring neighbour") + ", which the ring does not expect");
+                 (theirs.role == role::join   ? "a joiner"
+                  : theirs.role == role::mesh ? "a mesh peer"
+                                              : "a ring neighbour") +
+                 ", which the ring does not expect");
       }
       return {std::move(s), std::move(theirs)};
     } catch (const comm_error& e) {
@@ -124,6 +127,7 @@ ring_links host(const config& c, const socket& l, clock::time_point deadline) {
   links.prev = std::move(joined[prev]->first);  // its join connection carries its frames to rank 0
   links.prev_hello = joined[prev]->second;
   links.prev_keys = joined_keys[prev];
+  links.table = std::move(table);
   return links;
 }
 
@@ -133,7 +137,7 @@ ring_links join(const config& c, clock::time_point deadline) {
   socket to_master = connect_to(c.master_addr, c.master_port, deadline);
   endpoint here = local_endpoint(to_master);
   here.set_port(0);
-  const socket ring_listener = listen_on(here);
+  socket ring_listener = listen_on(here);
   hello mine = local_hello(c, role::join);
   mine.listen_port = local_endpoint(ring_listener).port();
   frame_keys master_keys;
@@ -184,6 +188,8 @@ ring_links join(const config& c, clock::time_point deadline) {
   if (!prev_socket.valid()) waited_in_vain(c, rank_name(prev) + " to connect", refused);
   links.prev = std::move(prev_socket);
   links.prev_hello = std::move(prev_hello);
+  links.table = std::move(*table);
+  links.listener = std::move(ring_listener);
   return links;
 }
 
@@ -215,6 +221,7 @@ hello local_hello(const config& c, role r) {
   h.chunk_bytes = c.chunk_bytes;
   h.max_frame_bytes = c.max_frame_bytes;
   h.auth = c.auth;
+  h.algorithm = c.algorithm;
   h.arch = std::string(base::host_arch());
   return h;
 }
@@ -233,6 +240,59 @@ ring_links form_ring(const config& c, std::optional<listener> rank0) {
   tune_for_collectives(links.prev, c.timeout, c.send_buffer_bytes);
   tune_for_collectives(links.next, c.timeout, c.send_buffer_bytes);
   return links;
+}
+
+std::vector<mesh_link> form_mesh(const config& c, ring_links& links) {
+  const std::uint32_t n = c.world_size;
+  std::vector<mesh_link> mesh;
+  if (n < 4) return mesh;  // every pair is on the ring already
+  const auto deadline = clock::now() + c.timeout;
+  const auto place = static_cast<std::size_t>(std::find(links.ring.begin(), links.ring.end(), c.rank) - links.ring.begin());
+  const std::uint32_t next = links.ring[(place + 1) % n];
+  const std::uint32_t prev = links.ring[(place + n - 1) % n];
+  const auto meshed = [&](std::uint32_t r) { return r != c.rank && r != next && r != prev; };
+  std::vector<bool> have(n, false);
+  std::size_t lower = 0;
+  for (std::uint32_t r = 0; r < c.rank; ++r) lower += meshed(r) ? 1U : 0U;
+  std::string refused;
+  for (std::size_t got = 0; got < lower;) {
+    mesh_link m;
+    auto [s, theirs] = accept_peer(links.listener, c, role::mesh, std::nullopt, deadline, refused, m.keys);
+    if (!s.valid()) {
+      std::string missing;
+      for (std::uint32_t r = 0; r < c.rank; ++r) {
+        if (meshed(r) && !have[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      waited_in_vain(c, "ranks " + missing + " to connect", refused);
+    }
+    if (theirs.rank >= c.rank || !meshed(theirs.rank) || have[theirs.rank]) {
+      fail(comm_errc::protocol_error, theirs.rank,
+           describe(theirs) + " connected to " + rank_name(c.rank) + " as a mesh peer, which the mesh does not expect");
+    }
+    have[theirs.rank] = true;
+    m.peer = theirs.rank;
+    m.s = std::move(s);
+    m.peer_hello = std::move(theirs);
+    mesh.push_back(std::move(m));
+    ++got;
+  }
+  links.listener.close();
+  for (std::uint32_t r = c.rank + 1; r < n; ++r) {
+    if (!meshed(r)) continue;
+    const endpoint& at = links.table[r].at;
+    if (at.family() == AF_UNSPEC) fail(comm_errc::protocol_error, 0, "rank 0's table has no address for " + rank_name(r));
+    mesh_link m;
+    m.peer = r;
+    m.initiated = true;
+    m.s = connect_to(at, deadline, rank_name(r));
+    m.peer_hello = handshake_initiate(m.s, local_hello(c, role::mesh), c.secret, deadline, rank_name(r), &m.keys);
+    if (m.peer_hello.rank != r) {
+      fail(comm_errc::protocol_error, m.peer_hello.rank, describe(m.peer_hello) + " answered at " + rank_name(r) + "'s address");
+    }
+    mesh.push_back(std::move(m));
+  }
+  for (mesh_link& m : mesh) tune_for_collectives(m.s, c.timeout, c.send_buffer_bytes);
+  return mesh;
 }
 
 }  // namespace ferry::comm::detail

@@ -67,7 +67,28 @@ struct ring_links {
   frame_keys next_keys;
   /// The ranks in ring order (position -> rank); empty when n == 1.
   std::vector<std::uint32_t> ring;
+  /// What form_mesh() needs: every rank's ring listener as rank 0 saw it,
+  /// and this rank's own listener, still open (invalid on rank 0).
+  std::vector<table_entry> table;
+  socket listener;
 };
+
+/// A link to a rank that is not a ring neighbour.
+struct mesh_link {
+  std::uint32_t peer = 0;
+  socket s;
+  hello peer_hello;
+  frame_keys keys;
+  bool initiated = false;  ///< this rank connected (and so sends with keys.initiator)
+};
+
+/// Connects this rank to every rank that is not its ring neighbour, once
+/// every rank has formed its ring links (the caller makes sure: a barrier
+/// over the ring): each rank first accepts the lower ranks (role "mesh",
+/// on its ring listener, in any order), then connects to the higher ones
+/// in rank order, so no two ranks wait for each other. Closes the
+/// listener. Throws comm_error as form_ring() does.
+std::vector<mesh_link> form_mesh(const config& c, ring_links& links);
 
 /// The ranks in ring order (position -> rank) for a world whose TABLE is
 /// `table` (config.h, ring_order): rank order, or grouped by the address

@@ -203,7 +203,7 @@ TEST(FrameAuth, HelloCarriesTheModeAndWorldsCompareIt) {
   h.auth = frame_auth::encrypt;
   const auto b = encode_hello(h);
   EXPECT_EQ(b[4], std::byte{protocol_version});
-  EXPECT_EQ(protocol_version, 3);
+  EXPECT_EQ(protocol_version, 4);
   EXPECT_EQ(b[26], std::byte{2});
   EXPECT_EQ(parse_hello(b).value(), h);
   auto with = [&](std::size_t at, std::uint8_t v) {
@@ -214,7 +214,10 @@ TEST(FrameAuth, HelloCarriesTheModeAndWorldsCompareIt) {
     return parse_hello(bad);
   };
   EXPECT_EQ(with(26, 3).error(), errc::bad_value);
-  EXPECT_EQ(with(27, 1).error(), errc::bad_value);
+  EXPECT_EQ(with(27, 1)->algorithm, algorithm::recursive_doubling);  // byte 27: the algorithm
+  EXPECT_EQ(with(27, 2).error(), errc::bad_value);
+  EXPECT_EQ(with(5, 4)->role, role::mesh);
+  EXPECT_EQ(with(5, 5).error(), errc::bad_value);
   EXPECT_EQ(with(4, 1)->version, 1);  // a version 1 peer: parsed far enough to name it
   hello other = test::sample(1);
   const std::string diff = compare_worlds(h, other);

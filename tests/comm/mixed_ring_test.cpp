@@ -1,5 +1,6 @@
 // One ring of an x86-64 rank, an armhf rank and an s390x rank (both under
-// qemu-user) must end with exactly the bytes of an all-x86-64 ring.
+// qemu-user) must end with exactly the bytes of an all-x86-64 ring; and so
+// must four such ranks under recursive doubling.
 // The node binaries come from the cross build trees (make cross builds
 // them before running this test).
 #include <gtest/gtest.h>
@@ -25,7 +26,8 @@ node native() { return {{FERRY_NATIVE_NODE}}; }
 node armhf() { return {{"qemu-arm", "-L", "/usr/arm-linux-gnueabihf", FERRY_ARMHF_NODE}}; }
 node s390x() { return {{"qemu-s390x", "-L", "/usr/s390x-linux-gnu", FERRY_S390X_NODE}}; }
 
-pid_t spawn(const node& n, std::vector<std::string> args, int stdout_fd, const std::string& auth) {
+pid_t spawn(const node& n, std::vector<std::string> args, int stdout_fd, const std::string& auth,
+            const std::string& algorithm) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (stdout_fd >= 0) ::dup2(stdout_fd, 1);
@@ -36,6 +38,7 @@ pid_t spawn(const node& n, std::vector<std::string> args, int stdout_fd, const s
     cargs.push_back(nullptr);
     ::setenv("FERRY_SECRET", "mixed-ring-secret", 1);
     if (!auth.empty()) ::setenv("FERRY_AUTH", auth.c_str(), 1);
+    if (!algorithm.empty()) ::setenv("FERRY_ALGORITHM", algorithm.c_str(), 1);
     ::execvp(cargs[0], cargs.data());
     std::perror("exec");
     ::_exit(127);
@@ -49,7 +52,8 @@ std::vector<char> slurp(const std::string& path) {
 }
 
 // Runs one ring; returns each rank's output file.
-std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::string& tag, const std::string& auth = "") {
+std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::string& tag, const std::string& auth = "",
+                                  const std::string& algorithm = "") {
   const std::string dir = ::testing::TempDir();
   const auto n = std::to_string(nodes.size());
   std::vector<std::string> outs;
@@ -57,7 +61,7 @@ std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::str
   for (const auto& o : outs) std::remove(o.c_str());
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
-  std::vector<pid_t> pids{spawn(nodes[0], {"0", n, "0", outs[0]}, fds[1], auth)};
+  std::vector<pid_t> pids{spawn(nodes[0], {"0", n, "0", outs[0]}, fds[1], auth, algorithm)};
   ::close(fds[1]);
   std::string line;
   char c;
@@ -65,7 +69,7 @@ std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::str
   ::close(fds[0]);
   EXPECT_EQ(line.rfind("port ", 0), 0u) << "rank 0 said: " << line;
   const std::string port = line.size() > 5 ? line.substr(5) : "0";
-  for (std::size_t r = 1; r < nodes.size(); ++r) pids.push_back(spawn(nodes[r], {std::to_string(r), n, port, outs[r]}, -1, auth));
+  for (std::size_t r = 1; r < nodes.size(); ++r) pids.push_back(spawn(nodes[r], {std::to_string(r), n, port, outs[r]}, -1, auth, algorithm));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   for (std::size_t r = 0; r < pids.size(); ++r) {
     int status = 0;
@@ -103,6 +107,20 @@ TEST(MixedRing, AuthenticatedWithABigEndianRankGivesTheSameBits) {
   const auto reference = slurp(plain[0]);
   ASSERT_GT(reference.size(), 1000u);
   for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(slurp(sealed[r]), reference) << "rank " << r;
+}
+
+TEST(MixedRing, RecursiveDoublingOverTheMeshMatchesAllX86BitForBit) {
+  // Four ranks: the fold-free doubling, two steps, the second over mesh
+  // links (ranks 0-2 and 1-3 are not ring neighbours); big-endian and
+  // 32-bit partners on both sides of each exchange.
+  const auto mixed = run_ring({native(), s390x(), armhf(), native()}, "doubling-mixed", "", "recursive_doubling");
+  const auto x86 = run_ring({native(), native(), native(), native()}, "doubling-x86", "", "recursive_doubling");
+  const auto reference = slurp(x86[0]);
+  ASSERT_GT(reference.size(), 1000u);
+  for (std::size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(slurp(x86[r]), reference) << "x86 ranks, rank " << r;
+    EXPECT_EQ(slurp(mixed[r]), reference) << "mixed ranks, rank " << r;
+  }
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
         if (comm::name(mode) == a) c.auth = mode;
       }
     }
+    if (const char* a = std::getenv("FERRY_ALGORITHM")) c.algorithm = comm::algorithm_from_name(a).value();
     c.chunk_bytes = 16 * 1024;  // many chunks per block
     c.timeout = std::chrono::seconds(120);
     std::optional<comm::listener> l;
