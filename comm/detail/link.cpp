@@ -328,6 +328,8 @@ bool link::try_send(channel& c) {
         receiver r(*this, *running_);
         r.from(static_cast<std::size_t>(&c - channels_.data()));
         (void)check_idle(c, r, false);
+      } else {
+        find_abort(c);
       }
       fail(comm_errc::peer_lost, c.peer,
            "connection to " + rank_name(c.peer) + " lost while sending: " + std::strerror(err));
@@ -401,17 +403,50 @@ bool link::try_recv(plan& p, channel& c, receiver& r) {
   return progress;
 }
 
+// Reads past whatever frames a failed peer sent to the ABORT it sent last
+// (frames are checked, then dropped: the collective fails anyway) and fails
+// with it. Returns if there is none: the caller reports what it saw.
+void link::find_abort(channel& c) {
+  struct dropping final : frame_sink {
+    link& l;
+    std::uint32_t peer;
+    std::vector<std::byte> buf;
+    dropping(link& l_, std::uint32_t p) : l(l_), peer(p) {}
+    result<std::span<std::byte>> on_header(const frame_header& h) override {
+      const auto size = payload_size(h);
+      if (!size) return size.error();
+      buf.resize(*size);
+      return std::span(buf);
+    }
+    result<void> on_frame(const frame_header&, std::span<std::byte>) override { return {}; }
+    result<void> on_abort(const abort_message& a) override { l.fail_from_abort(a, peer); }
+  } sink(*this, c.peer);
+  for (;;) {
+    std::array<std::span<std::byte>, 3> bufs;
+    const std::size_t k = c.decoder.buffers(bufs, true);
+    std::array<iovec, 3> iov{};
+    for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
+    const ssize_t got = ::readv(c.sock.fd(), iov.data(), static_cast<int>(k));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0 || !c.decoder.advance(static_cast<std::size_t>(got), sink)) return;
+  }
+}
+
 // Reads an ABORT from a channel that carries nothing else this collective
 // (the next rank's). False once the peer, done with its part, closed.
 bool link::check_idle(channel& c, receiver& r, bool sending_done) {
   for (;;) {
     if (c.decoder.idle()) {
-      // Only an ABORT may come this way: anything else is refused before
-      // the decoder takes it for a frame.
+      // Only an ABORT is read here: anything else is refused (or, where
+      // frames may come, left for a later collective) before the decoder
+      // takes it for a frame.
       std::array<std::byte, 4> magic{};
-      if (::recv(c.sock.fd(), magic.data(), magic.size(), MSG_PEEK) == 4 && !is_abort(magic)) {
+      const ssize_t seen = ::recv(c.sock.fd(), magic.data(), magic.size(), MSG_PEEK);
+      if (seen == 4 && !is_abort(magic)) {
+        if (c.frames_in) return false;
         fail(comm_errc::protocol_error, c.peer, rank_name(c.peer) + " sent data against the ring's direction");
       }
+      if (c.frames_in && seen > 0 && seen < 4) return true;  // not yet known
     }
     std::array<std::span<std::byte>, 3> bufs;
     c.decoder.buffers(bufs, false);  // between frames: the rest of an ABORT

@@ -180,6 +180,7 @@ class link {
   bool try_send(channel& c);
   bool try_recv(plan& p, channel& c, receiver& r);
   bool check_idle(channel& c, receiver& r, bool sending_done);
+  void find_abort(channel& c);
   void pump(plan& p);
 
   comm::config cfg_;

@@ -157,7 +157,8 @@ TEST(HostileFrames, ABoolByteOtherThanZeroOrOneNamesThePeer) {
 // 5 s, naming it. Authenticated, the ABORTs that carry the news around the
 // ring are sealed (after any half-sent frame) and must still verify, or the
 // ranks would report forged_frame instead of the dead rank.
-void kill_one(std::uint32_t n, std::uint32_t victim, frame_auth auth = frame_auth::none) {
+void kill_one(std::uint32_t n, std::uint32_t victim, frame_auth auth = frame_auth::none,
+              algorithm how = algorithm::ring) {
   std::chrono::steady_clock::time_point killed;
   const auto out = run_world(
       n,
@@ -167,9 +168,10 @@ void kill_one(std::uint32_t n, std::uint32_t victim, frame_auth auth = frame_aut
         for (int i = 0; i < 100000; ++i) comm.allreduce(v);
         return nothing();
       },
-      [auth](std::uint32_t, config& c) {
+      [auth, how](std::uint32_t, config& c) {
         c.timeout = 60s;
         c.auth = auth;
+        c.algorithm = how;
       },
       [&](const std::vector<pid_t>& pids) {
         std::this_thread::sleep_for(1500ms);
@@ -192,6 +194,13 @@ TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast3) { kill_one(3, 1); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast4) { kill_one(4, 2); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFastWithFrameTags) { kill_one(4, 2, frame_auth::frames); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFastEncrypted) { kill_one(3, 1, frame_auth::encrypt); }
+// Recursive doubling: the ranks that exchange with the victim see it go;
+// the others hear it from them, over the mesh. Rank 4 of 6 exchanges in
+// both steps; rank 0 of 5 only folds into rank 1.
+TEST(DeadPeer, SigkillMidRecursiveDoublingFailsEveryRankFast) {
+  kill_one(6, 4, frame_auth::none, algorithm::recursive_doubling);
+  kill_one(5, 0, frame_auth::none, algorithm::recursive_doubling);
+}
 
 TEST(DeadPeer, SilentRankTimesOutAndEveryoneExits) {
   const auto out = run_world(3, [](std::uint32_t r, config& c, std::optional<listener>& l) {
