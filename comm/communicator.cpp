@@ -34,9 +34,15 @@ struct ring_staging {
 struct communicator::impl {
   detail::link link;
   ring_staging staging;
+  link_cost cost;  // rank 0's, with algorithm auto
   detail::worker worker;
 
-  impl(const comm::config& c, std::optional<listener> l) : link(c, std::move(l)) {}
+  impl(const comm::config& c, std::optional<listener> l) : link(c, std::move(l)), cost(c.link) {}
+
+  [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const {
+    const algorithm a = link.config().algorithm;
+    return a == algorithm::automatic ? choose(link.size(), bytes, cost) : a;
+  }
 
   void allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o);
   void reduce_scatter(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
@@ -675,7 +681,7 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
                   std::to_string(count));
   }
-  if (link.config().algorithm == algorithm::recursive_doubling && o.comp == compression::none) {
+  if (algorithm_for(data.size()) == algorithm::recursive_doubling && o.comp == compression::none) {
     doubling_plan p(link, staging, type, data, o.op);
     link.run(p, [&] {
       p.begin();
@@ -813,6 +819,12 @@ communicator::communicator(const comm::config& c, std::optional<listener> rank0)
   c.validate().value();  // a bad config throws its ferry::exception
   impl_ = std::make_unique<impl>(c, std::move(rank0));
   if (c.auth != frame_auth::none && c.world_size > 1) impl_->check_ring();
+  if (c.algorithm == algorithm::automatic && c.world_size > 1) {
+    // Every rank must make the same choice: rank 0's link costs are all's.
+    std::array<double, 3> cost{c.link.alpha_s, c.link.beta_s_per_byte, c.link.gamma_s_per_byte};
+    impl_->broadcast(codec::dtype::f64, std::as_writable_bytes(std::span(cost)), 0);
+    impl_->cost = link_cost{cost[0], cost[1], cost[2]};
+  }
   if (c.algorithm != algorithm::ring && c.world_size >= 4) {
     // The mesh forms once every rank has its ring links: after a
     // collective over the ring.
@@ -830,6 +842,7 @@ communicator::~communicator() = default;
 std::uint32_t communicator::rank() const noexcept { return impl_->link.rank(); }
 std::uint32_t communicator::world_size() const noexcept { return impl_->link.size(); }
 const config& communicator::config() const noexcept { return impl_->link.config(); }
+algorithm communicator::algorithm_for(std::size_t bytes) const { return impl_->algorithm_for(bytes); }
 const hello& communicator::prev_peer() const noexcept { return impl_->link.prev_hello(); }
 const hello& communicator::next_peer() const noexcept { return impl_->link.next_hello(); }
 

@@ -182,6 +182,10 @@ class communicator {
   [[nodiscard]] std::uint32_t rank() const noexcept;
   [[nodiscard]] std::uint32_t world_size() const noexcept;
   [[nodiscard]] const comm::config& config() const noexcept;
+  /// The algorithm an allreduce of `bytes` (uncompressed) takes: the
+  /// configured one, or with auto the cost model's choice for rank 0's link
+  /// costs. Compressed allreduces and the other collectives take the ring.
+  [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;
   /// What the neighbours said about themselves at the handshake.
   [[nodiscard]] const hello& prev_peer() const noexcept;
   [[nodiscard]] const hello& next_peer() const noexcept;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
 
 #include "ferry/comm/error.h"
 #include "ferry/comm/frame.h"  // frame_header_size, trailer_size
@@ -26,9 +28,18 @@ template <class T>
 result<T, error> parse_number(const char* name, std::string_view text, T min, T max) {
   T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max) {
-    return bad(std::string(name) + "='" + std::string(text) + "' is not a number from " + std::to_string(min) +
-               " to " + std::to_string(max));
+  if (ec != std::errc{} || end != text.data() + text.size() || !(value >= min && value <= max)) {
+    const auto shown = [](T v) {
+      if constexpr (std::is_floating_point_v<T>) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
+      } else {
+        return std::to_string(v);
+      }
+    };
+    return bad(std::string(name) + "='" + std::string(text) + "' is not a number from " + shown(min) + " to " +
+               shown(max));
   }
   return value;
 }
@@ -105,13 +116,25 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
       return bad("FERRY_RING_ORDER='" + std::string(text) + "' is not one of node, rank");
     }
   }
+  FERRY_TRY_ASSIGN(c.link, link_cost_from_env());
   if (const char* a = env("FERRY_ALGORITHM")) {
     const auto chosen = algorithm_from_name(a);
-    if (!chosen) return bad("FERRY_ALGORITHM=" + quote(a) + " is not one of ring, recursive_doubling");
+    if (!chosen) return bad("FERRY_ALGORITHM=" + quote(a) + " is not one of ring, recursive_doubling, auto");
     c.algorithm = *chosen;
   }
   FERRY_TRY(c.validate());
   return c;
+}
+
+result<link_cost, error> config::link_cost_from_env() {
+  link_cost link;
+  double latency_us = link.alpha_s * 1e6;
+  double gbps = 8e-9 / link.beta_s_per_byte;
+  FERRY_TRY(read_number<double>({"FERRY_LINK_LATENCY_US"}, 0.0, 1e7, latency_us));
+  FERRY_TRY(read_number<double>({"FERRY_LINK_GBPS"}, 1e-3, 1e4, gbps));
+  link.alpha_s = latency_us * 1e-6;
+  link.beta_s_per_byte = 8e-9 / gbps;
+  return link;
 }
 
 result<void, error> config::validate() const {
@@ -136,7 +159,7 @@ result<void, error> config::validate() const {
   }
   if (world_size > 1 && master_addr.empty()) return bad("MASTER_ADDR is empty");
   if (std::find(std::begin(all_algorithms), std::end(all_algorithms), algorithm) == std::end(all_algorithms)) {
-    return bad("algorithm is not one of ring, recursive_doubling");
+    return bad("algorithm is not one of ring, recursive_doubling, auto");
   }
   return {};
 }

@@ -23,10 +23,16 @@
 //                      rank  rank r sends to rank r+1
 //                      Read on rank 0, which tells the others; a rank that
 //                      sets another value fails at the rendezvous.
-//   FERRY_ALGORITHM    how allreduce moves values (default ring): ring, or
+//   FERRY_ALGORITHM    how allreduce moves values (default ring): ring,
 //                      recursive_doubling (lg p exchanges over a full mesh of
-//                      links, for short messages on many ranks). Every rank
+//                      links, for short messages on many ranks), or auto (per
+//                      call, the faster by comm/cost_model.h). Every rank
 //                      must use the same value (checked at the handshake).
+//   FERRY_LINK_LATENCY_US, FERRY_LINK_GBPS
+//                      the cost model's link: microseconds per message
+//                      (default 50) and Gbit/s of payload (default 0.936, a
+//                      1 Gbit/s Ethernet link). Read on rank 0, whose values
+//                      every rank uses.
 //   FERRY_SEND_BUFFER  bytes of the kernel's send buffer on each ring link
 //                      (SO_SNDBUF; default 256 KiB, 0 leaves the kernel's
 //                      autotuning); this rank's own setting
@@ -37,6 +43,7 @@
 #include <optional>
 #include <string>
 
+#include "ferry/comm/cost_model.h"
 #include "ferry/comm/error.h"
 #include "ferry/comm/options.h"
 
@@ -79,6 +86,10 @@ struct config {
   std::optional<ring_order> order;
   /// How allreduce moves values (FERRY_ALGORITHM). Same on every rank.
   comm::algorithm algorithm = comm::algorithm::ring;
+  /// The link the cost model assumes (FERRY_LINK_LATENCY_US,
+  /// FERRY_LINK_GBPS). With algorithm auto, rank 0's values are every
+  /// rank's (sent at the first collective).
+  link_cost link;
 
   /// Reads the variables above. A configuration error, not a failure of
   /// communication: bad_config naming the variable that is missing or
@@ -89,6 +100,9 @@ struct config {
   /// (torch.distributed's creator gets them from init_process_group):
   /// RANK, WORLD_SIZE and their SLURM fallbacks are not read.
   static result<config, error> from_env(std::uint32_t rank, std::uint32_t world_size);
+  /// FERRY_LINK_LATENCY_US and FERRY_LINK_GBPS (the defaults where unset);
+  /// bad_config naming a malformed one.
+  static result<link_cost, error> link_cost_from_env();
   /// bad_config naming the field that is out of range.
   [[nodiscard]] result<void, error> validate() const;
 };

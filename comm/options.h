@@ -86,12 +86,18 @@ inline constexpr reduce_op all_reduce_ops[] = {reduce_op::sum,     reduce_op::av
 enum class algorithm : std::uint8_t {
   ring = 0,                ///< reduce-scatter and allgather around the ring: 2(p-1) steps, the least bytes
   recursive_doubling = 1,  ///< lg p exchanges of the whole buffer with partners at doubling distances
+  automatic = 2,           ///< per call, the one comm/cost_model.h predicts fastest
 };
-/// "ring", "recursive_doubling": FERRY_ALGORITHM's values.
+/// "ring", "recursive_doubling", "auto": FERRY_ALGORITHM's values.
 [[nodiscard]] constexpr std::string_view name(algorithm a) noexcept {
-  return a == algorithm::recursive_doubling ? "recursive_doubling" : "ring";
+  switch (a) {
+    case algorithm::ring: break;
+    case algorithm::recursive_doubling: return "recursive_doubling";
+    case algorithm::automatic: return "auto";
+  }
+  return "ring";
 }
-inline constexpr algorithm all_algorithms[] = {algorithm::ring, algorithm::recursive_doubling};
+inline constexpr algorithm all_algorithms[] = {algorithm::ring, algorithm::recursive_doubling, algorithm::automatic};
 /// The algorithm name() gives `s`; nullopt for any other text.
 [[nodiscard]] constexpr std::optional<algorithm> algorithm_from_name(std::string_view s) noexcept {
   for (const algorithm a : all_algorithms) {

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "cli11.h"
+#include "ferry/comm/config.h"
+#include "ferry/comm/cost_model.h"
 #include "ranks.h"
 
 namespace {
@@ -89,12 +91,26 @@ int main(int argc, char** argv) {
   app.add_option("--grace", grace, "seconds the other ranks get to exit by themselves after one fails, before SIGTERM")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-prefix", no_prefix, "print the ranks' output without the [rank] prefix");
+  bool explain = false;
+  app.add_flag("--explain", explain,
+               "print what comm's cost model predicts for an allreduce on this world (--nproc-per-node x --nnodes "
+               "ranks; FERRY_LINK_LATENCY_US, FERRY_LINK_GBPS) and which algorithm FERRY_ALGORITHM=auto takes, "
+               "then exit");
   // Everything from the first argument that is not an option on is the
   // program and its own arguments.
   app.prefix_command();
   app.footer("Usage: ferry-run [OPTIONS] PROGRAM [ARGS...]");
   if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
   command = app.remaining();
+  if (explain) {
+    const auto link = ferry::comm::config::link_cost_from_env();
+    if (!link) {
+      std::fprintf(stderr, "ferry-run: %s\n", link.error().what().c_str());
+      return 2;
+    }
+    std::fputs(ferry::comm::explain(static_cast<std::uint32_t>(nnodes * nproc), *link).c_str(), stdout);
+    return 0;
+  }
   if (command.empty()) {
     std::fputs("ferry-run: no program to run (usage: ferry-run [OPTIONS] PROGRAM [ARGS...])\n", stderr);
     return 2;

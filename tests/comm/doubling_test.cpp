@@ -7,12 +7,14 @@
 // rank with another algorithm refused at the handshake.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ferry/comm/communicator.h"
+#include "ferry/comm/cost_model.h"
 #include "ferry/comm/detail/reduce.h"
 #include "typed_input.h"
 #include "world.h"
@@ -151,6 +153,72 @@ TEST(DoublingMesh, ARankWithAnotherAlgorithmIsRefusedAtTheHandshake) {
     named = named || o.text.find("FERRY_ALGORITHM=recursive_doubling") != std::string::npos;
   }
   EXPECT_TRUE(named) << out[0].text << "\n" << out[1].text << "\n" << out[2].text;
+}
+
+// FERRY_ALGORITHM=auto: rank 0's link costs decide for every rank (the
+// others' differ here and would choose otherwise); a short allreduce takes
+// recursive doubling, a long one the ring, each with that algorithm's bits.
+TEST(DoublingMesh, AutoTakesRankZerosCostsAndEachAlgorithmsBits) {
+  const std::uint32_t n = 5;
+  const std::size_t small = 1000, large = 400'000;  // f32: 4 KB and 1.6 MB
+  auto world = [&](algorithm a) {
+    return run_world(
+        n,
+        [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+          communicator comm(c, std::move(l));
+          EXPECT_EQ(comm.algorithm_for(4 * small), a == algorithm::automatic ? algorithm::recursive_doubling : a);
+          EXPECT_EQ(comm.algorithm_for(4 * large), a == algorithm::automatic ? algorithm::ring : a);
+          auto s = test::typed_input(r, codec::dtype::f32, small);
+          comm.allreduce_bytes(codec::dtype::f32, s);
+          auto g = test::typed_input(r, codec::dtype::f32, large);
+          comm.allreduce_bytes(codec::dtype::f32, g);
+          s.insert(s.end(), g.begin(), g.end());
+          return s;
+        },
+        [&](std::uint32_t r, config& c) {
+          c.algorithm = a;
+          if (r != 0) c.link.alpha_s = 0;  // alone, these ranks would pick the ring for both
+        });
+  };
+  const auto chosen = world(algorithm::automatic);
+  const auto doubling = world(algorithm::recursive_doubling);
+  const auto ring = world(algorithm::ring);
+  expect_all_ok(chosen);
+  expect_all_ok(doubling);
+  expect_all_ok(ring);
+  const std::size_t cut = 4 * small;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    EXPECT_TRUE(std::equal(chosen[r].bytes.begin(), chosen[r].bytes.begin() + cut, doubling[r].bytes.begin())) << r;
+    EXPECT_TRUE(std::equal(chosen[r].bytes.begin() + cut, chosen[r].bytes.end(), ring[r].bytes.begin() + cut)) << r;
+  }
+  EXPECT_NE(doubling[0].bytes, ring[0].bytes);  // the two orders differ here
+}
+
+// The model's formulas and crossovers (comm/cost_model.h).
+TEST(CostModel, PredictionsAndCrossovers) {
+  const link_cost gbe;  // 50 us, 117 MB/s, 4 GB/s
+  // 8 ranks, 4 KiB: the ring pays 14 latencies, recursive doubling 3.
+  EXPECT_NEAR(predict(algorithm::ring, 8, 4096, gbe), 14 * 50e-6 + 1.75 * 4096 / 117e6 + 0.875 * 4096 / 4e9, 1e-12);
+  EXPECT_NEAR(predict(algorithm::recursive_doubling, 8, 4096, gbe), 3 * (50e-6 + 4096 / 117e6 + 4096 / 4e9), 1e-12);
+  // 6 ranks: two steps and the fold.
+  EXPECT_NEAR(predict(algorithm::recursive_doubling, 6, 1000, gbe),
+              2 * (50e-6 + 1000 / 117e6 + 1000 / 4e9) + 2 * (50e-6 + 1000 / 117e6) + 1000 / 4e9, 1e-12);
+  EXPECT_EQ(choose(8, 4096, gbe), algorithm::recursive_doubling);
+  EXPECT_EQ(choose(8, 16 << 20, gbe), algorithm::ring);
+  EXPECT_EQ(choose(1, 4096, gbe), algorithm::ring);
+  const auto x = crossovers(8, gbe);
+  ASSERT_EQ(x.size(), 2u);
+  EXPECT_EQ(x[0], (std::pair<std::size_t, algorithm>{1, algorithm::recursive_doubling}));
+  EXPECT_EQ(x[1].second, algorithm::ring);
+  // 11 alpha = n (1.25 beta + 2.125 gamma): about 49 KB.
+  EXPECT_GT(x[1].first, 48'000u);
+  EXPECT_LT(x[1].first, 50'000u);
+  EXPECT_EQ(choose(8, x[1].first - 1, gbe), algorithm::recursive_doubling);
+  EXPECT_EQ(choose(8, x[1].first, gbe), algorithm::ring);
+  EXPECT_EQ(predict(algorithm::automatic, 8, 4096, gbe), predict(algorithm::recursive_doubling, 8, 4096, gbe));
+  const std::string table = explain(8, gbe);
+  EXPECT_NE(table.find("| 4 KiB |"), std::string::npos) << table;
+  EXPECT_NE(table.find("from 1 B: recursive_doubling"), std::string::npos) << table;
 }
 
 }  // namespace

@@ -62,11 +62,18 @@ TEST_F(Trainer, HelpGoesToStdoutAndUsageErrorsExitTwo) {
                            train() + " --compress f8", train() + " --hidden 32,x", train() + " --bogus",
                            train() + " --backend gloo --compress bf16", train() + " --freeze 2",
                            train() + " --checkpoint-full-every 0",
-                           train() + " --checkpoint-full-every 4", "FERRY_CPU_FEATURES=avx9 " + train()}) {
+                           train() + " --checkpoint-full-every 4", "FERRY_CPU_FEATURES=avx9 " + train(),
+                           "FERRY_LINK_GBPS=fast " + run() + " --explain"}) {
     const auto r = shell(line);
     EXPECT_EQ(r.status, 2) << line;
     EXPECT_EQ(lines(r.err), 1u) << line << ": " << r.err;
   }
+  // --explain: the cost model's table for the world, then exit.
+  const auto e = shell("FERRY_LINK_LATENCY_US=50 " + run() + " -n 8 --explain");
+  EXPECT_EQ(e.status, 0) << e.err;
+  EXPECT_NE(e.out.find("8 ranks, alpha 50.0 us"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("| 4 KiB | 0.762 ms | 0.258 ms | recursive_doubling |"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("from 49042 B: ring"), std::string::npos) << e.out;
 }
 
 TEST_F(Trainer, BadDataAndCheckpointsGetOneLine) {
