@@ -509,6 +509,187 @@ struct doubling_plan final : detail::plan {
   }
 };
 
+// Rabenseifner's allreduce (Thakur, Rabenseifner and Gropp, 2005): the
+// fold of recursive doubling, then over the p2 numbered ranks a
+// reduce-scatter by recursive halving and an allgather by recursive
+// doubling. The buffer is cut into p2 blocks (sizes as the ring's). In
+// halving step k (distance d = p2/2, p2/4, ..., 1) number v holds a range
+// of 2d blocks; it keeps the half its bit d selects (lower if clear),
+// sends the other half to v xor d, and combines what it receives into its
+// half, the lower number's values first. Number v ends owning block v,
+// complete (averaged there); the allgather steps (d = 1, 2, ..., p2/2) then
+// swap ranges with the same partners until every rank holds all blocks.
+// Stages run one after another: a stage's frames are read once the stage
+// before is complete (accepts()), and its sends leave then; each range is
+// cut into max(1, ceil(len / C)) frames. Bandwidth as the ring's, 2 lg p
+// latencies instead of 2(p-1).
+struct halving_plan final : detail::plan {
+  struct stage {
+    enum class kind : std::uint8_t { fold_in, fold_out, halve, gather, result } what;
+    std::uint32_t peer = 0;
+    std::size_t send_off = 0, send_len = 0;  // elements this rank sends
+    std::size_t recv_off = 0, recv_len = 0;  // elements it receives
+    bool peer_first = false;                  // combine the peer's values first
+    std::size_t recv_channel = 0;
+    std::uint32_t first_index = 0;  // of its frames on recv_channel
+  };
+  detail::link& l;
+  codec::dtype type;
+  std::size_t width;
+  std::span<std::byte> bytes;
+  reduce_op op;
+  std::size_t grain;
+  std::vector<stage> stages;
+  std::size_t current = 0;   // the stage running
+  std::uint32_t got = 0;     // its frames in
+  std::optional<std::pair<std::size_t, std::size_t>> own;  // the block this rank completes (avg divides it)
+  std::vector<std::vector<std::byte>>& rx;
+
+  [[nodiscard]] std::uint32_t frames(std::size_t len) const {
+    return static_cast<std::uint32_t>(std::max<std::size_t>(1, (len + grain - 1) / grain));
+  }
+
+  halving_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
+      : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
+        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.per_channel) {
+    name = "allreduce";
+    const std::size_t count = d.size() / width;
+    const std::uint32_t n = l.size();
+    const std::uint32_t r = l.rank();
+    std::uint32_t p2 = 1;
+    while (p2 * 2 <= n) p2 *= 2;
+    const std::uint32_t rem = n - p2;
+    const auto rank_of = [&](std::uint32_t v) { return v < rem ? 2 * v + 1 : v + rem; };
+    const std::size_t base = count / p2, extra = count % p2;
+    const auto block_start = [&](std::size_t k) { return base * k + std::min(k, extra); };
+    using kind = stage::kind;
+    if (r < 2 * rem && r % 2 == 0) {  // folded: sends once, receives the result
+      stages.push_back({kind::fold_out, r + 1, 0, count, 0, 0, false});
+      stages.push_back({kind::result, r + 1, 0, 0, 0, count, false});
+    } else {
+      const std::uint32_t v = r < 2 * rem ? r / 2 : r - rem;
+      if (r < 2 * rem) stages.push_back({kind::fold_in, r - 1, 0, 0, 0, count, true});
+      std::size_t lo = 0;  // this number's range of blocks: [lo, lo + 2 dist)
+      for (std::uint32_t dist = p2 / 2; dist >= 1; dist /= 2) {
+        const std::uint32_t w = v ^ dist;
+        const bool upper = (v & dist) != 0;
+        const std::size_t keep = upper ? lo + dist : lo;
+        const std::size_t give = upper ? lo : lo + dist;
+        stages.push_back({kind::halve, rank_of(w), block_start(give), block_start(give + dist) - block_start(give),
+                          block_start(keep), block_start(keep + dist) - block_start(keep), w < v});
+        lo = keep;
+      }
+      own.emplace(block_start(v), block_start(v + 1) - block_start(v));
+      std::size_t have = v;  // this number's range after the halving: [have, have + dist)
+      for (std::uint32_t dist = 1; dist < p2; dist *= 2) {
+        const std::uint32_t w = v ^ dist;
+        const std::size_t theirs = have ^ dist;  // the partner's range, as aligned as this one
+        stages.push_back({kind::gather, rank_of(w), block_start(have), block_start(have + dist) - block_start(have),
+                          block_start(theirs), block_start(theirs + dist) - block_start(theirs), false});
+        have = std::min(have, theirs);
+      }
+      if (r < 2 * rem) stages.push_back({kind::fold_out, r - 1, 0, count, 0, 0, false});
+    }
+    expected.assign(l.channel_count(), 0);
+    for (stage& s : stages) {
+      if (s.what != kind::fold_out) {
+        s.recv_channel = l.recv_channel(s.peer);
+        s.first_index = expected[s.recv_channel];
+        expected[s.recv_channel] += frames(s.recv_len);
+      }
+      if (s.what != kind::fold_in && s.what != kind::result) sends += frames(s.send_len);
+    }
+    rx.resize(std::max(rx.size(), l.channel_count()));
+    for (std::size_t ch = 0; ch < l.channel_count(); ++ch) {
+      if (expected[ch] > 0 && rx[ch].size() < grain * width) rx[ch].resize(grain * width);
+    }
+  }
+
+  [[nodiscard]] bool receives(const stage& s) const {
+    return s.what != stage::kind::fold_out;
+  }
+  // The stage that frame `index` of channel `from` belongs to.
+  [[nodiscard]] std::size_t stage_of(std::size_t from, std::uint32_t index) const {
+    for (std::size_t i = stages.size(); i-- > 0;) {
+      if (receives(stages[i]) && stages[i].recv_channel == from && stages[i].first_index <= index) return i;
+    }
+    return 0;
+  }
+  [[nodiscard]] bool accepts(std::size_t from, std::uint32_t index) const override {
+    return stage_of(from, index) <= current;
+  }
+
+  // Queues the current stage's sends, and those of every following stage
+  // that receives nothing (the fold back to a folded rank).
+  void start_stage() {
+    for (; current < stages.size(); ++current) {
+      const stage& s = stages[current];
+      got = 0;
+      if (s.what != stage::kind::fold_in && s.what != stage::kind::result) {
+        // Sent ranges are not written again (halving sends the half this
+        // rank gives away; the others send final values), so frames go
+        // straight from the buffer.
+        for (std::uint32_t c = 0; c < frames(s.send_len); ++c) {
+          const std::size_t from = std::min(s.send_len, c * grain);
+          const std::size_t len = std::min(grain, s.send_len - from);
+          frame_header h;
+          h.type = type;
+          h.chunk = static_cast<std::uint32_t>(c);  // replaced below: its index on the connection
+          h.count = static_cast<std::uint32_t>(len);
+          send_frame(s, h, bytes.subspan((s.send_off + from) * width, len * width));
+        }
+      }
+      if (receives(s)) return;
+    }
+  }
+  // Frames on a connection are numbered across the stages that use it.
+  std::vector<std::uint32_t> sent_on;  // per channel
+  void send_frame(const stage& s, frame_header h, std::span<const std::byte> payload) {
+    const std::size_t ch = l.send_channel(s.peer);
+    if (sent_on.size() < l.channel_count()) sent_on.resize(l.channel_count(), 0);
+    h.chunk = sent_on[ch]++;
+    l.send(ch, h, payload);
+  }
+
+  std::span<std::byte> on_header(std::size_t from, const frame_header& h, std::uint32_t index) override {
+    const stage& s = stages[stage_of(from, index)];
+    const std::uint32_t c = index - s.first_index;
+    const std::size_t off = std::min(s.recv_len, c * grain);
+    const std::size_t len = std::min(grain, s.recv_len - off);
+    expect_header(l, h.sender, h, type, encoding::raw, len, name);
+    const bool copy = s.what == stage::kind::gather || s.what == stage::kind::result;
+    if (copy && h.order == wire::host_order) return bytes.subspan((s.recv_off + off) * width, len * width);
+    return std::span(rx[from]).first(len * width);
+  }
+  void on_frame(std::size_t from, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
+    if (type == codec::dtype::boolean) check_bools(l, h.sender, payload, name);
+    const stage& s = stages[current];
+    const std::uint32_t c = index - s.first_index;
+    const std::size_t off = std::min(s.recv_len, c * grain);
+    const auto mine = bytes.subspan((s.recv_off + off) * width, payload.size());
+    const std::size_t n = payload.size() / width;
+    if (s.what == stage::kind::gather || s.what == stage::kind::result) {
+      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
+    } else if (s.peer_first) {
+      if (h.order != wire::host_order) wire::convert_in_place(payload, width, h.order, wire::host_order);
+      detail::reduce(op, type, mine.data(), payload.data(), mine.data(), wire::host_order, n);
+    } else {
+      detail::reduce(op, type, mine.data(), mine.data(), payload.data(), h.order, n);
+    }
+    (void)from;
+    if (++got < frames(s.recv_len)) return;
+    // The stage is complete.
+    const bool halved = s.what == stage::kind::halve &&
+                        (current + 1 == stages.size() || stages[current + 1].what != stage::kind::halve);
+    if (halved && op == reduce_op::avg) {
+      detail::divide(type, bytes.data() + own->first * width, own->second, l.size());
+    }
+    ++current;
+    start_stage();
+  }
+  void begin() { start_stage(); }
+};
+
 // Reduce-scatter, at place p on the ring: the first half of the ring
 // allreduce with pieces of any size. The piece of the rank at place q is
 // block q; stage t (of n-1) sends block (p - t - 1) and receives block
@@ -681,8 +862,16 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
                   std::to_string(count));
   }
-  if (algorithm_for(data.size()) == algorithm::recursive_doubling && o.comp == compression::none) {
+  const algorithm a = o.comp == compression::none ? algorithm_for(data.size()) : algorithm::ring;
+  if (a == algorithm::recursive_doubling) {
     doubling_plan p(link, staging, type, data, o.op);
+    link.run(p, [&] {
+      p.begin();
+    });
+    return;
+  }
+  if (a == algorithm::rabenseifner) {
+    halving_plan p(link, staging, type, data, o.op);
     link.run(p, [&] {
       p.begin();
     });

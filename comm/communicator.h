@@ -1,4 +1,4 @@
-// ferry/comm/communicator.h: collectives over a ring of TCP links.
+// ferry/comm/communicator.h: collectives over TCP links between ranks.
 //
 //   auto comm = ferry::comm::communicator::from_env();
 //   comm.allreduce(grads, {.op = reduce_op::avg});          // every rank
@@ -15,6 +15,10 @@
 // to the CPU, such as which NaN survives), and then copied to every rank:
 // all ranks end with the same bits, whatever their architecture or timing.
 // Average divides the sum by n on the segment's owner before it is copied.
+// With config::algorithm, allreduce may instead run recursive doubling or
+// Rabenseifner's halving and doubling over a full mesh of links (or pick
+// per call by comm/cost_model.h): each combines in a tree fixed by ranks
+// alone, so the same holds (docs/comm-protocol.md, section 5).
 //
 // Every rank must call the same collectives in the same order with buffers
 // of the same size; a frame from another collective is an error

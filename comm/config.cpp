@@ -119,7 +119,7 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
   FERRY_TRY_ASSIGN(c.link, link_cost_from_env());
   if (const char* a = env("FERRY_ALGORITHM")) {
     const auto chosen = algorithm_from_name(a);
-    if (!chosen) return bad("FERRY_ALGORITHM=" + quote(a) + " is not one of ring, recursive_doubling, auto");
+    if (!chosen) return bad("FERRY_ALGORITHM=" + quote(a) + " is not one of ring, recursive_doubling, rabenseifner, auto");
     c.algorithm = *chosen;
   }
   FERRY_TRY(c.validate());
@@ -159,7 +159,7 @@ result<void, error> config::validate() const {
   }
   if (world_size > 1 && master_addr.empty()) return bad("MASTER_ADDR is empty");
   if (std::find(std::begin(all_algorithms), std::end(all_algorithms), algorithm) == std::end(all_algorithms)) {
-    return bad("algorithm is not one of ring, recursive_doubling, auto");
+    return bad("algorithm is not one of ring, recursive_doubling, rabenseifner, auto");
   }
   return {};
 }

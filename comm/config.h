@@ -25,9 +25,11 @@
 //                      sets another value fails at the rendezvous.
 //   FERRY_ALGORITHM    how allreduce moves values (default ring): ring,
 //                      recursive_doubling (lg p exchanges over a full mesh of
-//                      links, for short messages on many ranks), or auto (per
-//                      call, the faster by comm/cost_model.h). Every rank
-//                      must use the same value (checked at the handshake).
+//                      links, for short messages on many ranks), rabenseifner
+//                      (recursive halving and doubling: 2 lg p exchanges,
+//                      the ring's bytes), or auto (per call, the fastest by
+//                      comm/cost_model.h). Every rank must use the same
+//                      value (checked at the handshake).
 //   FERRY_LINK_LATENCY_US, FERRY_LINK_GBPS
 //                      the cost model's link: microseconds per message
 //                      (default 50) and Gbit/s of payload (default 0.936, a

@@ -10,33 +10,43 @@ double predict(algorithm a, std::uint32_t world, std::size_t bytes, const link_c
   if (a == algorithm::automatic) a = choose(world, bytes, c);
   const double p = world;
   const auto n = static_cast<double>(bytes);
-  if (a == algorithm::recursive_doubling) {
+  if (a == algorithm::recursive_doubling || a == algorithm::rabenseifner) {
     std::uint32_t p2 = 1;
     double steps = 0;
     while (p2 * 2 <= world) {
       p2 *= 2;
       steps += 1;
     }
-    double t = steps * (c.alpha_s + n * c.beta_s_per_byte + n * c.gamma_s_per_byte);
-    if (p2 != world) t += 2 * (c.alpha_s + n * c.beta_s_per_byte) + n * c.gamma_s_per_byte;  // the fold
-    return t;
+    const double fold = p2 != world ? 2 * (c.alpha_s + n * c.beta_s_per_byte) + n * c.gamma_s_per_byte : 0;
+    if (a == algorithm::recursive_doubling) {
+      return fold + steps * (c.alpha_s + n * c.beta_s_per_byte + n * c.gamma_s_per_byte);
+    }
+    const double share = (p2 - 1.0) / p2;
+    return fold + 2 * steps * c.alpha_s + 2 * share * n * c.beta_s_per_byte + share * n * c.gamma_s_per_byte;
   }
   return 2 * (p - 1) * c.alpha_s + 2 * (p - 1) / p * n * c.beta_s_per_byte + (p - 1) / p * n * c.gamma_s_per_byte;
 }
 
 algorithm choose(std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept {
-  if (world <= 1) return algorithm::ring;
-  const double ring = predict(algorithm::ring, world, bytes, c);
-  const double doubling = predict(algorithm::recursive_doubling, world, bytes, c);
-  return doubling < ring ? algorithm::recursive_doubling : algorithm::ring;
+  algorithm best = algorithm::ring;
+  if (world <= 1) return best;
+  double best_time = predict(algorithm::ring, world, bytes, c);
+  for (const algorithm a : {algorithm::recursive_doubling, algorithm::rabenseifner}) {
+    const double t = predict(a, world, bytes, c);
+    if (t < best_time) {
+      best = a;
+      best_time = t;
+    }
+  }
+  return best;
 }
 
 std::vector<std::pair<std::size_t, algorithm>> crossovers(std::uint32_t world, const link_cost& c) {
   std::vector<std::pair<std::size_t, algorithm>> out;
   algorithm last = choose(world, 1, c);
   out.emplace_back(1, last);
-  // Each algorithm's time is linear in the size, so the choice changes at
-  // most where two lines cross: bisect between powers of two.
+  // Each algorithm's time is linear in the size, so the choice changes
+  // where two lines cross: bisect between powers of two.
   for (std::size_t hi = 2; hi <= (std::size_t{1} << 30); hi *= 2) {
     const algorithm now = choose(world, hi, c);
     if (now == last) continue;
@@ -75,11 +85,11 @@ std::string explain(std::uint32_t world, const link_cost& c) {
                 "allreduce cost model: %u ranks, alpha %.1f us per message, beta %.3f Gbit/s, gamma %.2f GB/s\n",
                 world, c.alpha_s * 1e6, 8e-9 / c.beta_s_per_byte, 1e-9 / c.gamma_s_per_byte);
   out += line;
-  out += "| size | ring | recursive_doubling | auto picks |\n|---|---|---|---|\n";
+  out += "| size | ring | recursive_doubling | rabenseifner | auto picks |\n|---|---|---|---|---|\n";
   for (std::size_t b = 4096; b <= (std::size_t{256} << 20); b *= 4) {
-    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %s |\n", size_text(b).c_str(),
+    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %s |\n", size_text(b).c_str(),
                   1e3 * predict(algorithm::ring, world, b, c), 1e3 * predict(algorithm::recursive_doubling, world, b, c),
-                  std::string(name(choose(world, b, c))).c_str());
+                  1e3 * predict(algorithm::rabenseifner, world, b, c), std::string(name(choose(world, b, c))).c_str());
     out += line;
   }
   for (const auto& [from, a] : crossovers(world, c)) {

@@ -7,13 +7,16 @@
 //
 //   ring                2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
 //   recursive doubling  lg p alpha + lg p n beta + lg p n gamma
+//   Rabenseifner        2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
 //
-// where p is not a power of two, recursive doubling adds the fold: the
-// ranks beyond the largest power of two p2 send their buffer to a partner
-// first and get the result last (2 alpha + 2 n beta + n gamma more, with lg
-// p2 steps). The ring's 2(p-1) latencies lose to recursive doubling's lg p
-// on short messages; its bandwidth term, about 2n, wins on long ones, where
-// recursive doubling sends n per step.
+// where p is not a power of two, the last two add the fold: the ranks
+// beyond the largest power of two p2 send their buffer to a partner first
+// and get the result last (2 alpha + 2 n beta + n gamma more, with p2 in
+// place of p). The ring's 2(p-1) latencies lose to recursive doubling's
+// lg p on short messages; its bandwidth term, about 2n, wins on long ones,
+// where recursive doubling sends n per step. Rabenseifner has the ring's
+// bandwidth with 2 lg p latencies: between the two, and on long messages
+// too where p is a power of two and latency counts.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +37,7 @@ struct link_cost {
 };
 
 /// The predicted seconds of an allreduce of `bytes` on `world` ranks by
-/// `a` (ring or recursive_doubling; automatic: the one choose() picks).
+/// `a` (automatic: the one choose() picks).
 [[nodiscard]] double predict(algorithm a, std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept;
 
 /// The algorithm with the smallest prediction (the ring on a tie, and for

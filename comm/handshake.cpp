@@ -167,7 +167,7 @@ result<hello> parse_hello(std::span<const std::byte, hello_size> b) noexcept {
   h.chunk_bytes = chunk_bytes;
   h.max_frame_bytes = max_frame_bytes;
   h.listen_port = listen_port;
-  if (auth > 2 || algorithm > 2) return errc::bad_value;
+  if (auth > 2 || algorithm > 3) return errc::bad_value;
   h.auth = static_cast<frame_auth>(auth);
   h.algorithm = static_cast<comm::algorithm>(algorithm);
   std::copy(nonce.begin(), nonce.end(), h.nonce.begin());

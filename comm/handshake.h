@@ -27,7 +27,8 @@
 //   26     1    auth         frame authentication (FERRY_AUTH): 0 none, 1 frames,
 //                            2 encrypt; both sides MUST say the same
 //   27     1    algorithm    allreduce algorithm (FERRY_ALGORITHM): 0 ring,
-//                            1 recursive_doubling, 2 auto; both sides MUST say the same
+//                            1 recursive_doubling, 2 auto, 3 rabenseifner; both
+//                            sides MUST say the same
 //   28     16   arch         ASCII architecture name, NUL-padded ("x86_64")
 //   44     32   nonce        32 random bytes (the challenge)
 //   76     4    crc          u32 CRC32C of bytes [0, 76)

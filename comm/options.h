@@ -87,17 +87,20 @@ enum class algorithm : std::uint8_t {
   ring = 0,                ///< reduce-scatter and allgather around the ring: 2(p-1) steps, the least bytes
   recursive_doubling = 1,  ///< lg p exchanges of the whole buffer with partners at doubling distances
   automatic = 2,           ///< per call, the one comm/cost_model.h predicts fastest
+  rabenseifner = 3,        ///< reduce-scatter by recursive halving, allgather by recursive doubling
 };
-/// "ring", "recursive_doubling", "auto": FERRY_ALGORITHM's values.
+/// "ring", "recursive_doubling", "rabenseifner", "auto": FERRY_ALGORITHM's values.
 [[nodiscard]] constexpr std::string_view name(algorithm a) noexcept {
   switch (a) {
     case algorithm::ring: break;
     case algorithm::recursive_doubling: return "recursive_doubling";
     case algorithm::automatic: return "auto";
+    case algorithm::rabenseifner: return "rabenseifner";
   }
   return "ring";
 }
-inline constexpr algorithm all_algorithms[] = {algorithm::ring, algorithm::recursive_doubling, algorithm::automatic};
+inline constexpr algorithm all_algorithms[] = {algorithm::ring, algorithm::recursive_doubling,
+                                               algorithm::rabenseifner, algorithm::automatic};
 /// The algorithm name() gives `s`; nullopt for any other text.
 [[nodiscard]] constexpr std::optional<algorithm> algorithm_from_name(std::string_view s) noexcept {
   for (const algorithm a : all_algorithms) {

@@ -216,7 +216,8 @@ TEST(FrameAuth, HelloCarriesTheModeAndWorldsCompareIt) {
   EXPECT_EQ(with(26, 3).error(), errc::bad_value);
   EXPECT_EQ(with(27, 1)->algorithm, algorithm::recursive_doubling);  // byte 27: the algorithm
   EXPECT_EQ(with(27, 2)->algorithm, algorithm::automatic);
-  EXPECT_EQ(with(27, 3).error(), errc::bad_value);
+  EXPECT_EQ(with(27, 3)->algorithm, algorithm::rabenseifner);
+  EXPECT_EQ(with(27, 4).error(), errc::bad_value);
   EXPECT_EQ(with(5, 4)->role, role::mesh);
   EXPECT_EQ(with(5, 5).error(), errc::bad_value);
   EXPECT_EQ(with(4, 1)->version, 1);  // a version 1 peer: parsed far enough to name it

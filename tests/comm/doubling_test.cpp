@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ferry/comm/communicator.h"
@@ -28,11 +29,14 @@ void expect_all_ok(const std::vector<test::outcome>& out) {
   for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
 }
 
-// Recursive doubling's order: with p2 the largest power of two <= n and
-// rem = n - p2, ranks 2i and 2i+1 (i < rem) are combined first (lower rank
-// first) as number i, ranks from 2 rem on are numbers r - rem; then for
-// each bit, numbers v and v ^ bit combine as (lower, higher).
-std::vector<std::byte> doubling_reference(const std::vector<std::vector<std::byte>>& x, codec::dtype t, reduce_op op) {
+// The order of recursive doubling and of Rabenseifner: with p2 the largest
+// power of two <= n and rem = n - p2, ranks 2i and 2i+1 (i < rem) are
+// combined first (lower rank first) as number i, ranks from 2 rem on are
+// numbers r - rem; then for each bit, numbers v and v ^ bit combine as
+// (lower, higher): bits from the lowest up for recursive doubling, from
+// the highest down for Rabenseifner's halving (every block alike).
+std::vector<std::byte> tree_reference(const std::vector<std::vector<std::byte>>& x, codec::dtype t, reduce_op op,
+                                      algorithm how = algorithm::recursive_doubling) {
   const auto n = static_cast<std::uint32_t>(x.size());
   const std::size_t count = x[0].size() / codec::size_of(t);
   std::uint32_t p2 = 1;
@@ -47,7 +51,10 @@ std::vector<std::byte> doubling_reference(const std::vector<std::vector<std::byt
       a[v] = x[v + rem];
     }
   }
-  for (std::uint32_t bit = 1; bit < p2; bit *= 2) {
+  std::vector<std::uint32_t> bits;
+  for (std::uint32_t bit = 1; bit < p2; bit *= 2) bits.push_back(bit);
+  if (how == algorithm::rabenseifner) std::reverse(bits.begin(), bits.end());
+  for (const std::uint32_t bit : bits) {
     std::vector<std::vector<std::byte>> b(p2, std::vector<std::byte>(x[0].size()));
     for (std::uint32_t v = 0; v < p2; ++v) {
       const std::uint32_t lo = std::min(v, v ^ bit), hi = std::max(v, v ^ bit);
@@ -59,10 +66,10 @@ std::vector<std::byte> doubling_reference(const std::vector<std::vector<std::byt
   return a[0];
 }
 
-class Doubling : public ::testing::TestWithParam<std::uint32_t> {};
+class Doubling : public ::testing::TestWithParam<std::tuple<algorithm, std::uint32_t>> {};
 
-TEST_P(Doubling, EveryOpAndDtypeIsTheDoublingOrderOnEveryRank) {
-  const std::uint32_t n = GetParam();
+TEST_P(Doubling, EveryOpAndDtypeIsTheTreeOrderOnEveryRank) {
+  const auto [how, n] = GetParam();
   constexpr std::size_t count = 333;  // with 512-byte chunks: one to five chunks
   std::vector<std::pair<codec::dtype, reduce_op>> cases;
   for (const codec::dtype t : codec::all_dtypes) {
@@ -88,16 +95,16 @@ TEST_P(Doubling, EveryOpAndDtypeIsTheDoublingOrderOnEveryRank) {
         comm.allreduce(empty);
         return all;
       },
-      [](std::uint32_t, config& c) {
+      [how = how](std::uint32_t, config& c) {
         c.chunk_bytes = 512;
-        c.algorithm = algorithm::recursive_doubling;
+        c.algorithm = how;
       });
   expect_all_ok(out);
   std::size_t at = 0;
   for (const auto& [t, op] : cases) {
     std::vector<std::vector<std::byte>> xs(n);
     for (std::uint32_t r = 0; r < n; ++r) xs[r] = test::typed_input(r, t, count);
-    const auto want = doubling_reference(xs, t, op);
+    const auto want = tree_reference(xs, t, op, how);
     for (std::uint32_t r = 0; r < n; ++r) {
       const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
                                        out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
@@ -107,8 +114,13 @@ TEST_P(Doubling, EveryOpAndDtypeIsTheDoublingOrderOnEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Doubling, ::testing::Values(2u, 3u, 4u, 5u, 6u, 8u),
-                         [](const auto& p) { return std::to_string(p.param) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, Doubling,
+                         ::testing::Combine(::testing::Values(algorithm::recursive_doubling, algorithm::rabenseifner),
+                                            ::testing::Values(2u, 3u, 4u, 5u, 6u, 8u)),
+                         [](const auto& p) {
+                           return std::string(name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param)) +
+                                  "ranks";
+                         });
 
 // The mesh's links seal and open frames like the ring's.
 TEST(DoublingMesh, AuthenticatedAndEncryptedFramesOnTheMesh) {
@@ -130,7 +142,7 @@ TEST(DoublingMesh, AuthenticatedAndEncryptedFramesOnTheMesh) {
     expect_all_ok(out);
     std::vector<std::vector<std::byte>> xs(n);
     for (std::uint32_t r = 0; r < n; ++r) xs[r] = test::typed_input(r, codec::dtype::f32, 5000);
-    const auto want = doubling_reference(xs, codec::dtype::f32, reduce_op::sum);
+    const auto want = tree_reference(xs, codec::dtype::f32, reduce_op::sum);
     for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(out[r].bytes, want) << name(auth) << ", rank " << r;
   }
 }
@@ -203,21 +215,28 @@ TEST(CostModel, PredictionsAndCrossovers) {
   // 6 ranks: two steps and the fold.
   EXPECT_NEAR(predict(algorithm::recursive_doubling, 6, 1000, gbe),
               2 * (50e-6 + 1000 / 117e6 + 1000 / 4e9) + 2 * (50e-6 + 1000 / 117e6) + 1000 / 4e9, 1e-12);
+  // Rabenseifner: 2 lg p latencies, the ring's bytes.
+  EXPECT_NEAR(predict(algorithm::rabenseifner, 8, 4096, gbe), 6 * 50e-6 + 1.75 * 4096 / 117e6 + 0.875 * 4096 / 4e9,
+              1e-12);
   EXPECT_EQ(choose(8, 4096, gbe), algorithm::recursive_doubling);
-  EXPECT_EQ(choose(8, 16 << 20, gbe), algorithm::ring);
+  EXPECT_EQ(choose(8, 16 << 20, gbe), algorithm::rabenseifner);  // 6 latencies against the ring's 14
+  EXPECT_EQ(choose(6, 16 << 20, gbe), algorithm::ring);          // the fold sends the buffer twice more
   EXPECT_EQ(choose(1, 4096, gbe), algorithm::ring);
+  // 8 ranks: 3 alpha = n (1.25 beta + 2.125 gamma), about 13.4 KB.
   const auto x = crossovers(8, gbe);
   ASSERT_EQ(x.size(), 2u);
   EXPECT_EQ(x[0], (std::pair<std::size_t, algorithm>{1, algorithm::recursive_doubling}));
-  EXPECT_EQ(x[1].second, algorithm::ring);
-  // 11 alpha = n (1.25 beta + 2.125 gamma): about 49 KB.
-  EXPECT_GT(x[1].first, 48'000u);
-  EXPECT_LT(x[1].first, 50'000u);
+  EXPECT_EQ(x[1].second, algorithm::rabenseifner);
+  EXPECT_GT(x[1].first, 13'000u);
+  EXPECT_LT(x[1].first, 14'000u);
   EXPECT_EQ(choose(8, x[1].first - 1, gbe), algorithm::recursive_doubling);
-  EXPECT_EQ(choose(8, x[1].first, gbe), algorithm::ring);
+  EXPECT_EQ(choose(8, x[1].first, gbe), algorithm::rabenseifner);
+  const auto y = crossovers(6, gbe);
+  ASSERT_EQ(y.size(), 2u);
+  EXPECT_EQ(y[1].second, algorithm::ring);
   EXPECT_EQ(predict(algorithm::automatic, 8, 4096, gbe), predict(algorithm::recursive_doubling, 8, 4096, gbe));
   const std::string table = explain(8, gbe);
-  EXPECT_NE(table.find("| 4 KiB |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| 4 KiB | 0.762 ms | 0.258 ms | 0.362 ms | recursive_doubling |"), std::string::npos) << table;
   EXPECT_NE(table.find("from 1 B: recursive_doubling"), std::string::npos) << table;
 }
 

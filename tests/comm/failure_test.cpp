@@ -194,12 +194,13 @@ TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast3) { kill_one(3, 1); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast4) { kill_one(4, 2); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFastWithFrameTags) { kill_one(4, 2, frame_auth::frames); }
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFastEncrypted) { kill_one(3, 1, frame_auth::encrypt); }
-// Recursive doubling: the ranks that exchange with the victim see it go;
+// Recursive doubling and Rabenseifner: the ranks that exchange with the victim see it go;
 // the others hear it from them, over the mesh. Rank 4 of 6 exchanges in
 // both steps; rank 0 of 5 only folds into rank 1.
-TEST(DeadPeer, SigkillMidRecursiveDoublingFailsEveryRankFast) {
+TEST(DeadPeer, SigkillMidRecursiveDoublingOrRabenseifnerFailsEveryRankFast) {
   kill_one(6, 4, frame_auth::none, algorithm::recursive_doubling);
   kill_one(5, 0, frame_auth::none, algorithm::recursive_doubling);
+  kill_one(6, 4, frame_auth::none, algorithm::rabenseifner);
 }
 
 TEST(DeadPeer, SilentRankTimesOutAndEveryoneExits) {

@@ -1,6 +1,6 @@
 // One ring of an x86-64 rank, an armhf rank and an s390x rank (both under
 // qemu-user) must end with exactly the bytes of an all-x86-64 ring; and so
-// must four such ranks under recursive doubling.
+// must four and five such ranks under recursive doubling and Rabenseifner.
 // The node binaries come from the cross build trees (make cross builds
 // them before running this test).
 #include <gtest/gtest.h>
@@ -109,17 +109,23 @@ TEST(MixedRing, AuthenticatedWithABigEndianRankGivesTheSameBits) {
   for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(slurp(sealed[r]), reference) << "rank " << r;
 }
 
-TEST(MixedRing, RecursiveDoublingOverTheMeshMatchesAllX86BitForBit) {
-  // Four ranks: the fold-free doubling, two steps, the second over mesh
-  // links (ranks 0-2 and 1-3 are not ring neighbours); big-endian and
-  // 32-bit partners on both sides of each exchange.
-  const auto mixed = run_ring({native(), s390x(), armhf(), native()}, "doubling-mixed", "", "recursive_doubling");
-  const auto x86 = run_ring({native(), native(), native(), native()}, "doubling-x86", "", "recursive_doubling");
-  const auto reference = slurp(x86[0]);
-  ASSERT_GT(reference.size(), 1000u);
-  for (std::size_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(slurp(x86[r]), reference) << "x86 ranks, rank " << r;
-    EXPECT_EQ(slurp(mixed[r]), reference) << "mixed ranks, rank " << r;
+TEST(MixedRing, RecursiveDoublingAndRabenseifnerOverTheMeshMatchAllX86BitForBit) {
+  // Four ranks: two steps each way, one of them over mesh links (ranks 0-2
+  // and 1-3 are not ring neighbours); big-endian and 32-bit partners on
+  // both sides of each exchange. Five ranks add the fold.
+  for (const std::string algorithm : {"recursive_doubling", "rabenseifner"}) {
+    for (const auto& nodes : {std::vector<node>{native(), s390x(), armhf(), native()},
+                              std::vector<node>{armhf(), native(), s390x(), native(), armhf()}}) {
+      const auto tag = algorithm + "-" + std::to_string(nodes.size());
+      const auto mixed = run_ring(nodes, tag + "-mixed", "", algorithm);
+      const auto x86 = run_ring(std::vector<node>(nodes.size(), native()), tag + "-x86", "", algorithm);
+      const auto reference = slurp(x86[0]);
+      ASSERT_GT(reference.size(), 1000u);
+      for (std::size_t r = 0; r < nodes.size(); ++r) {
+        EXPECT_EQ(slurp(x86[r]), reference) << tag << ", x86 ranks, rank " << r;
+        EXPECT_EQ(slurp(mixed[r]), reference) << tag << ", mixed ranks, rank " << r;
+      }
+    }
   }
 }
 
