@@ -483,11 +483,11 @@ void link::pump(plan& p) {
   for (;;) {
     bool busy = queued_ < p.sends;
     bool progress = false;
-    for (channel& c : channels_) {
-      progress = try_send(c) || progress;
-      progress = (receiving(c) && try_recv(p, c, r)) || progress;
-      busy = busy || receiving(c) || !c.sendq.empty();
-    }
+    // Sending first: what this rank has queued leaves before an error in
+    // what it receives can stop it.
+    for (channel& c : channels_) progress = try_send(c) || progress;
+    for (channel& c : channels_) progress = (receiving(c) && try_recv(p, c, r)) || progress;
+    for (const channel& c : channels_) busy = busy || receiving(c) || !c.sendq.empty();
     if (!busy) return;
     if (progress) {
       last = clock::now();
