@@ -9,7 +9,9 @@
 
 #include "ferry/comm/detail/kernels.h"
 #include "ferry/comm/detail/link.h"
+#include "ferry/comm/detail/plan_checks.h"
 #include "ferry/comm/detail/reduce.h"
+#include "ferry/comm/detail/tree_allreduce.h"
 #include "ferry/comm/detail/worker.h"
 #include "ferry/comm/frame.h"
 #include "ferry/wire/bulk.h"
@@ -18,22 +20,17 @@ namespace ferry::comm {
 
 using detail::rank_name;
 
-namespace {
-
-// Staging of the ring allreduce, reused across collectives (grown, never
-// shrunk), so a call does not fault fresh pages in.
-struct ring_staging {
-  std::vector<std::byte> rx;  // a received chunk
-  std::vector<std::vector<std::byte>> per_channel;  // the same for plans that receive on several channels at once
-};
-
-}  // namespace
+using detail::check_bools;
+using detail::check_own_bools;
+using detail::expect_header;
+using detail::frame_count;
+using detail::rx_staging;
 
 // The worker is declared last so it is destroyed first: queued collectives
 // finish while the link still exists.
 struct communicator::impl {
   detail::link link;
-  ring_staging staging;
+  rx_staging staging;
   link_cost cost;  // rank 0's, with algorithm auto
   detail::worker worker;
 
@@ -82,10 +79,6 @@ struct chunking {
   }
 };
 
-const char* encoding_name(encoding e) {
-  return e == encoding::bf16 ? "bf16" : e == encoding::f16 ? "f16" : "raw";
-}
-
 encoding encoding_of(compression c) {
   switch (c) {
     case compression::bf16: return encoding::bf16;
@@ -93,53 +86,6 @@ encoding encoding_of(compression c) {
     case compression::none: break;
   }
   return encoding::raw;
-}
-
-// Shared checks of an incoming header against what the plan expects.
-void expect_header(const detail::link& l, std::uint32_t from, const frame_header& h, codec::dtype type, encoding enc,
-                   std::size_t count, const char* what) {
-  if (h.type != type || h.enc != enc) {
-    l.fail(comm_errc::config_mismatch, from,
-           rank_name(from) + " sent " + std::string(codec::name(h.type)) + " as " + encoding_name(h.enc) +
-               " in the " + what + " where this rank expects " + std::string(codec::name(type)) + " as " +
-               encoding_name(enc) + ": do all ranks pass the same options?");
-  }
-  if (h.count != count) {
-    l.fail(errc::size_mismatch, from,
-           rank_name(from) + " sent " + std::to_string(h.count) + " elements for chunk " + std::to_string(h.chunk) +
-               " of the " + what + " where " + std::to_string(count) +
-               " were expected: do all ranks pass buffers of the same size?");
-  }
-}
-
-// A bool is a byte holding 0 or 1 (any other value in a bool is undefined
-// behaviour in C++): a peer's other bytes are refused, naming it.
-void check_bools(const detail::link& l, std::uint32_t from, std::span<const std::byte> payload, const char* what) {
-  const std::size_t i = detail::first_bad_bool(payload.data(), payload.size());
-  if (i != payload.size()) {
-    l.fail(errc::bad_value, from,
-           rank_name(from) + " sent the byte " + std::to_string(std::to_integer<unsigned>(payload[i])) +
-               " as a bool in the " + what);
-  }
-}
-
-// The same for this rank's own buffer, before anything is sent (and 2 & 1
-// would hide it on the way).
-void check_own_bools(const detail::link& l, codec::dtype type, std::span<const std::byte> data, const char* what) {
-  if (type != codec::dtype::boolean) return;
-  const std::size_t i = detail::first_bad_bool(data.data(), data.size());
-  if (i != data.size()) {
-    l.fail(comm_errc::bad_argument, std::nullopt,
-           std::string(what) + " of bools: element " + std::to_string(i) + " holds the byte " +
-               std::to_string(std::to_integer<unsigned>(data[i])));
-  }
-}
-
-std::uint32_t frame_count(const detail::link& l, std::size_t frames) {
-  if (frames > UINT32_MAX) {
-    l.fail(errc::limit_exceeded, std::nullopt, "a collective this large needs more than 2^32 frames; raise chunk_bytes");
-  }
-  return static_cast<std::uint32_t>(frames);
 }
 
 std::size_t mod(std::int64_t k, std::uint32_t n) {
@@ -174,7 +120,7 @@ struct ring_plan final : detail::plan {
   std::vector<std::byte>& rx;
   int rx_slot = -1;  // compressed all-gather: the slot the chunk arrives in
 
-  ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, const allreduce_options& o_);
+  ring_plan(detail::link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, const allreduce_options& o_);
 
   [[nodiscard]] std::span<std::byte> region_bytes(std::size_t off, std::size_t len) const {
     return bytes.subspan(off * width, len * width);
@@ -327,7 +273,7 @@ struct ring_plan final : detail::plan {
   }
 };
 
-ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d,
+ring_plan::ring_plan(detail::link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d,
                      const allreduce_options& o_)
     : l(l_),
       type(t),
@@ -349,347 +295,6 @@ ring_plan::ring_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::sp
   if (rx.size() < chunk) rx.resize(chunk);
 }
 
-// Recursive doubling (Thakur, Rabenseifner and Gropp, 2005) for any world
-// size n. With p2 the largest power of two <= n and rem = n - p2, each even
-// rank r < 2 rem first sends its whole buffer to r + 1 and later receives
-// the result from it (the fold); the other p2 ranks take numbers v (r / 2
-// below 2 rem, r - rem above) and, in step k of lg p2, exchange their
-// whole buffer with the rank whose v differs in bit k. Both partners
-// combine the two halves of the world lower v first (the fold: lower rank
-// first), so they compute the same bits, and every rank ends with op over
-// all ranks in one tree order fixed by ranks alone; avg divides at the
-// end, on each participant alike. Chunks of chunk_bytes move on as soon as
-// they are combined: chunk c of step k+1 leaves when chunk c of step k is
-// in, and a partner's chunk c of step k+1 is read only then (accepts()).
-// A frame's chunk number is its index on its connection: each connection
-// carries one phase of this collective per direction.
-struct doubling_plan final : detail::plan {
-  detail::link& l;
-  codec::dtype type;
-  std::size_t width;
-  std::span<std::byte> bytes;
-  reduce_op op;
-  std::size_t grain;
-  std::size_t count;
-  std::size_t m = 1;  // chunks
-  std::vector<std::uint32_t> partners;  // the rank of each step's partner
-  std::vector<bool> partner_lower;      // each step's partner has the lower number
-  std::optional<std::uint32_t> folded;  // r - 1, which sent this rank its buffer and gets the result
-  std::optional<std::uint32_t> host;    // r + 1, to which this (folded) rank sent its buffer
-  std::vector<int> step_of;             // per channel: the step whose frames arrive there; -1 the fold
-  std::vector<std::uint32_t> done;      // per chunk: the steps (and fold) combined into it
-  std::vector<std::vector<std::byte>>& rx;  // per channel: a received chunk
-
-  doubling_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
-      : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), count(d.size() / width),
-        rx(st.per_channel) {
-    name = "allreduce";
-    m = std::max<std::size_t>(1, (count + grain - 1) / grain);
-    const std::uint32_t n = l.size();
-    const std::uint32_t r = l.rank();
-    std::uint32_t p2 = 1;
-    while (p2 * 2 <= n) p2 *= 2;
-    const std::uint32_t rem = n - p2;
-    const auto rank_of = [&](std::uint32_t v) { return v < rem ? 2 * v + 1 : v + rem; };
-    expected.assign(l.channel_count(), 0);
-    step_of.assign(l.channel_count(), -2);
-    const auto frames = frame_count(l, m);
-    if (r < 2 * rem && r % 2 == 0) {  // folded: sends once, receives the result
-      host = r + 1;
-      expected[l.recv_channel(r + 1)] = frames;
-      step_of[l.recv_channel(r + 1)] = -1;
-      sends = m;
-      return;
-    }
-    const std::uint32_t v = r < 2 * rem ? r / 2 : r - rem;
-    if (r < 2 * rem) {
-      folded = r - 1;
-      expected[l.recv_channel(r - 1)] = frames;
-      step_of[l.recv_channel(r - 1)] = -1;
-      sends += m;
-    }
-    for (std::uint32_t bit = 1; bit < p2; bit *= 2) {
-      const std::uint32_t w = v ^ bit;
-      partners.push_back(rank_of(w));
-      partner_lower.push_back(w < v);
-      expected[l.recv_channel(rank_of(w))] = frames;
-      step_of[l.recv_channel(rank_of(w))] = static_cast<int>(partners.size() - 1);
-      sends += m;
-    }
-    done.assign(m, 0);
-    rx.resize(std::max(rx.size(), l.channel_count()));
-    for (std::size_t ch = 0; ch < l.channel_count(); ++ch) {
-      if (expected[ch] > 0 && rx[ch].size() < grain * width) rx[ch].resize(grain * width);
-    }
-  }
-
-  // A partner's chunk of step k is read once this rank's chunk has been
-  // through the steps before (and the fold).
-  [[nodiscard]] bool accepts(std::size_t from, std::uint32_t index) const override {
-    const int step = step_of[from];
-    return step < 0 || done[index] >= static_cast<std::uint32_t>(step) + (folded ? 1U : 0U);
-  }
-
-  [[nodiscard]] std::pair<std::size_t, std::size_t> chunk(std::size_t c) const {
-    const std::size_t from = std::min(count, c * grain);
-    return {from, std::min(grain, count - from)};
-  }
-  [[nodiscard]] std::span<std::byte> region(std::size_t c) const {
-    const auto [off, len] = chunk(c);
-    return bytes.subspan(off * width, len * width);
-  }
-  // Queues chunk c to `peer`; a copy in a scratch slot unless `stable`
-  // (the values there do not change before it is sent).
-  void send(std::uint32_t peer, std::size_t c, bool stable) {
-    const auto values = region(c);
-    frame_header h;
-    h.type = type;
-    h.chunk = static_cast<std::uint32_t>(c);
-    h.count = static_cast<std::uint32_t>(values.size() / width);
-    if (stable) {
-      l.send(l.send_channel(peer), h, values);
-      return;
-    }
-    const int slot = l.acquire_scratch();
-    const auto copy = std::as_writable_bytes(l.scratch(slot)).first(values.size());
-    if (!copy.empty()) std::memcpy(copy.data(), values.data(), values.size());
-    l.send(l.send_channel(peer), h, copy, slot);
-  }
-  // Chunk c holds the result: averaged, and passed to the folded rank.
-  void finish(std::size_t c) {
-    const auto values = region(c);
-    if (op == reduce_op::avg) detail::divide(type, values.data(), values.size() / width, l.size());
-    if (folded) send(*folded, c, true);  // final: these bytes do not change again
-  }
-  // Chunk c has been combined through step k - 1 (k = 0: only this rank's
-  // and the fold's values): on to step k, or finished.
-  void advance(std::size_t k, std::size_t c) {
-    if (k < partners.size()) {
-      send(partners[k], c, false);
-    } else {
-      finish(c);
-    }
-  }
-  void begin() {
-    for (std::size_t c = 0; c < m; ++c) {
-      if (host) {
-        send(*host, c, true);  // replaced only by the result, after the host has it
-      } else if (!folded) {
-        advance(0, c);
-      }
-    }
-  }
-
-  std::span<std::byte> on_header(std::size_t from, const frame_header& h, std::uint32_t index) override {
-    const auto [off, len] = chunk(index);
-    expect_header(l, h.sender, h, type, encoding::raw, len, name);
-    if (host && h.order == wire::host_order) return region(index);  // the result, into place
-    return std::span(rx[from]).first(len * width);
-  }
-  void on_frame(std::size_t from, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
-    if (type == codec::dtype::boolean) check_bools(l, h.sender, payload, name);
-    const auto mine = region(index);
-    const std::size_t n = mine.size() / width;
-    if (host) {  // the result
-      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
-      return;
-    }
-    const int step = step_of[from];
-    // The lower-numbered side's values come first.
-    const bool theirs_first = step < 0 || partner_lower[static_cast<std::size_t>(step)];
-    if (theirs_first) {
-      if (h.order != wire::host_order) wire::convert_in_place(payload, width, h.order, wire::host_order);
-      detail::reduce(op, type, mine.data(), payload.data(), mine.data(), wire::host_order, n);
-    } else {
-      detail::reduce(op, type, mine.data(), mine.data(), payload.data(), h.order, n);
-    }
-    ++done[index];
-    advance(static_cast<std::size_t>(step + 1), index);
-  }
-};
-
-// Rabenseifner's allreduce (Thakur, Rabenseifner and Gropp, 2005): the
-// fold of recursive doubling, then over the p2 numbered ranks a
-// reduce-scatter by recursive halving and an allgather by recursive
-// doubling. The buffer is cut into p2 blocks (sizes as the ring's). In
-// halving step k (distance d = p2/2, p2/4, ..., 1) number v holds a range
-// of 2d blocks; it keeps the half its bit d selects (lower if clear),
-// sends the other half to v xor d, and combines what it receives into its
-// half, the lower number's values first. Number v ends owning block v,
-// complete (averaged there); the allgather steps (d = 1, 2, ..., p2/2) then
-// swap ranges with the same partners until every rank holds all blocks.
-// Stages run one after another: a stage's frames are read once the stage
-// before is complete (accepts()), and its sends leave then; each range is
-// cut into max(1, ceil(len / C)) frames. Bandwidth as the ring's, 2 lg p
-// latencies instead of 2(p-1).
-struct halving_plan final : detail::plan {
-  struct stage {
-    enum class kind : std::uint8_t { fold_in, fold_out, halve, gather, result } what;
-    std::uint32_t peer = 0;
-    std::size_t send_off = 0, send_len = 0;  // elements this rank sends
-    std::size_t recv_off = 0, recv_len = 0;  // elements it receives
-    bool peer_first = false;                  // combine the peer's values first
-    std::size_t recv_channel = 0;
-    std::uint32_t first_index = 0;  // of its frames on recv_channel
-  };
-  detail::link& l;
-  codec::dtype type;
-  std::size_t width;
-  std::span<std::byte> bytes;
-  reduce_op op;
-  std::size_t grain;
-  std::vector<stage> stages;
-  std::size_t current = 0;   // the stage running
-  std::uint32_t got = 0;     // its frames in
-  std::optional<std::pair<std::size_t, std::size_t>> own;  // the block this rank completes (avg divides it)
-  std::vector<std::vector<std::byte>>& rx;
-
-  [[nodiscard]] std::uint32_t frames(std::size_t len) const {
-    return static_cast<std::uint32_t>(std::max<std::size_t>(1, (len + grain - 1) / grain));
-  }
-
-  halving_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
-      : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.per_channel) {
-    name = "allreduce";
-    const std::size_t count = d.size() / width;
-    const std::uint32_t n = l.size();
-    const std::uint32_t r = l.rank();
-    std::uint32_t p2 = 1;
-    while (p2 * 2 <= n) p2 *= 2;
-    const std::uint32_t rem = n - p2;
-    const auto rank_of = [&](std::uint32_t v) { return v < rem ? 2 * v + 1 : v + rem; };
-    const std::size_t base = count / p2, extra = count % p2;
-    const auto block_start = [&](std::size_t k) { return base * k + std::min(k, extra); };
-    using kind = stage::kind;
-    if (r < 2 * rem && r % 2 == 0) {  // folded: sends once, receives the result
-      stages.push_back({kind::fold_out, r + 1, 0, count, 0, 0, false});
-      stages.push_back({kind::result, r + 1, 0, 0, 0, count, false});
-    } else {
-      const std::uint32_t v = r < 2 * rem ? r / 2 : r - rem;
-      if (r < 2 * rem) stages.push_back({kind::fold_in, r - 1, 0, 0, 0, count, true});
-      std::size_t lo = 0;  // this number's range of blocks: [lo, lo + 2 dist)
-      for (std::uint32_t dist = p2 / 2; dist >= 1; dist /= 2) {
-        const std::uint32_t w = v ^ dist;
-        const bool upper = (v & dist) != 0;
-        const std::size_t keep = upper ? lo + dist : lo;
-        const std::size_t give = upper ? lo : lo + dist;
-        stages.push_back({kind::halve, rank_of(w), block_start(give), block_start(give + dist) - block_start(give),
-                          block_start(keep), block_start(keep + dist) - block_start(keep), w < v});
-        lo = keep;
-      }
-      own.emplace(block_start(v), block_start(v + 1) - block_start(v));
-      std::size_t have = v;  // this number's range after the halving: [have, have + dist)
-      for (std::uint32_t dist = 1; dist < p2; dist *= 2) {
-        const std::uint32_t w = v ^ dist;
-        const std::size_t theirs = have ^ dist;  // the partner's range, as aligned as this one
-        stages.push_back({kind::gather, rank_of(w), block_start(have), block_start(have + dist) - block_start(have),
-                          block_start(theirs), block_start(theirs + dist) - block_start(theirs), false});
-        have = std::min(have, theirs);
-      }
-      if (r < 2 * rem) stages.push_back({kind::fold_out, r - 1, 0, count, 0, 0, false});
-    }
-    expected.assign(l.channel_count(), 0);
-    for (stage& s : stages) {
-      if (s.what != kind::fold_out) {
-        s.recv_channel = l.recv_channel(s.peer);
-        s.first_index = expected[s.recv_channel];
-        expected[s.recv_channel] += frames(s.recv_len);
-      }
-      if (s.what != kind::fold_in && s.what != kind::result) sends += frames(s.send_len);
-    }
-    rx.resize(std::max(rx.size(), l.channel_count()));
-    for (std::size_t ch = 0; ch < l.channel_count(); ++ch) {
-      if (expected[ch] > 0 && rx[ch].size() < grain * width) rx[ch].resize(grain * width);
-    }
-  }
-
-  [[nodiscard]] bool receives(const stage& s) const {
-    return s.what != stage::kind::fold_out;
-  }
-  // The stage that frame `index` of channel `from` belongs to.
-  [[nodiscard]] std::size_t stage_of(std::size_t from, std::uint32_t index) const {
-    for (std::size_t i = stages.size(); i-- > 0;) {
-      if (receives(stages[i]) && stages[i].recv_channel == from && stages[i].first_index <= index) return i;
-    }
-    return 0;
-  }
-  [[nodiscard]] bool accepts(std::size_t from, std::uint32_t index) const override {
-    return stage_of(from, index) <= current;
-  }
-
-  // Queues the current stage's sends, and those of every following stage
-  // that receives nothing (the fold back to a folded rank).
-  void start_stage() {
-    for (; current < stages.size(); ++current) {
-      const stage& s = stages[current];
-      got = 0;
-      if (s.what != stage::kind::fold_in && s.what != stage::kind::result) {
-        // Sent ranges are not written again (halving sends the half this
-        // rank gives away; the others send final values), so frames go
-        // straight from the buffer.
-        for (std::uint32_t c = 0; c < frames(s.send_len); ++c) {
-          const std::size_t from = std::min(s.send_len, c * grain);
-          const std::size_t len = std::min(grain, s.send_len - from);
-          frame_header h;
-          h.type = type;
-          h.chunk = static_cast<std::uint32_t>(c);  // replaced below: its index on the connection
-          h.count = static_cast<std::uint32_t>(len);
-          send_frame(s, h, bytes.subspan((s.send_off + from) * width, len * width));
-        }
-      }
-      if (receives(s)) return;
-    }
-  }
-  // Frames on a connection are numbered across the stages that use it.
-  std::vector<std::uint32_t> sent_on;  // per channel
-  void send_frame(const stage& s, frame_header h, std::span<const std::byte> payload) {
-    const std::size_t ch = l.send_channel(s.peer);
-    if (sent_on.size() < l.channel_count()) sent_on.resize(l.channel_count(), 0);
-    h.chunk = sent_on[ch]++;
-    l.send(ch, h, payload);
-  }
-
-  std::span<std::byte> on_header(std::size_t from, const frame_header& h, std::uint32_t index) override {
-    const stage& s = stages[stage_of(from, index)];
-    const std::uint32_t c = index - s.first_index;
-    const std::size_t off = std::min(s.recv_len, c * grain);
-    const std::size_t len = std::min(grain, s.recv_len - off);
-    expect_header(l, h.sender, h, type, encoding::raw, len, name);
-    const bool copy = s.what == stage::kind::gather || s.what == stage::kind::result;
-    if (copy && h.order == wire::host_order) return bytes.subspan((s.recv_off + off) * width, len * width);
-    return std::span(rx[from]).first(len * width);
-  }
-  void on_frame(std::size_t from, const frame_header& h, std::uint32_t index, std::span<std::byte> payload) override {
-    if (type == codec::dtype::boolean) check_bools(l, h.sender, payload, name);
-    const stage& s = stages[current];
-    const std::uint32_t c = index - s.first_index;
-    const std::size_t off = std::min(s.recv_len, c * grain);
-    const auto mine = bytes.subspan((s.recv_off + off) * width, payload.size());
-    const std::size_t n = payload.size() / width;
-    if (s.what == stage::kind::gather || s.what == stage::kind::result) {
-      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
-    } else if (s.peer_first) {
-      if (h.order != wire::host_order) wire::convert_in_place(payload, width, h.order, wire::host_order);
-      detail::reduce(op, type, mine.data(), payload.data(), mine.data(), wire::host_order, n);
-    } else {
-      detail::reduce(op, type, mine.data(), mine.data(), payload.data(), h.order, n);
-    }
-    (void)from;
-    if (++got < frames(s.recv_len)) return;
-    // The stage is complete.
-    const bool halved = s.what == stage::kind::halve &&
-                        (current + 1 == stages.size() || stages[current + 1].what != stage::kind::halve);
-    if (halved && op == reduce_op::avg) {
-      detail::divide(type, bytes.data() + own->first * width, own->second, l.size());
-    }
-    ++current;
-    start_stage();
-  }
-  void begin() { start_stage(); }
-};
-
 // Reduce-scatter, at place p on the ring: the first half of the ring
 // allreduce with pieces of any size. The piece of the rank at place q is
 // block q; stage t (of n-1) sends block (p - t - 1) and receives block
@@ -710,7 +315,7 @@ struct scatter_plan final : detail::plan {
   std::size_t m = 1;  // chunks per block, the same for all
   std::vector<std::byte>& rx;
 
-  scatter_plan(detail::link& l_, ring_staging& st, codec::dtype t, std::span<const std::byte> in_,
+  scatter_plan(detail::link& l_, rx_staging& st, codec::dtype t, std::span<const std::byte> in_,
                std::span<const std::size_t> counts, std::span<std::byte> out_, reduce_op op_)
       : l(l_), type(t), width(codec::size_of(t)), in(in_), out(out_), op(op_),
         grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.rx) {
@@ -863,18 +468,8 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
                   std::to_string(count));
   }
   const algorithm a = o.comp == compression::none ? algorithm_for(data.size()) : algorithm::ring;
-  if (a == algorithm::recursive_doubling) {
-    doubling_plan p(link, staging, type, data, o.op);
-    link.run(p, [&] {
-      p.begin();
-    });
-    return;
-  }
-  if (a == algorithm::rabenseifner) {
-    halving_plan p(link, staging, type, data, o.op);
-    link.run(p, [&] {
-      p.begin();
-    });
+  if (a != algorithm::ring) {
+    detail::tree_allreduce(link, staging, a, type, data, o.op);
     return;
   }
   ring_plan p(link, staging, type, data, o);

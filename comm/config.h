@@ -33,8 +33,8 @@
 //   FERRY_LINK_LATENCY_US, FERRY_LINK_GBPS
 //                      the cost model's link: microseconds per message
 //                      (default 50) and Gbit/s of payload (default 0.936, a
-//                      1 Gbit/s Ethernet link). Read on rank 0, whose values
-//                      every rank uses.
+//                      1 Gbit/s Ethernet link). Every rank checks its own;
+//                      with auto, rank 0's are every rank's.
 //   FERRY_SEND_BUFFER  bytes of the kernel's send buffer on each ring link
 //                      (SO_SNDBUF; default 256 KiB, 0 leaves the kernel's
 //                      autotuning); this rank's own setting

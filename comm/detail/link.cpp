@@ -23,6 +23,9 @@ namespace {
 // 512 KiB, 1.8x at 64 KiB and at 4 MiB).
 constexpr std::size_t seal_window = std::size_t{1} << 19;
 
+// Scratch slots kept from one collective to the next (of chunk_bytes each).
+constexpr std::size_t kept_scratch_slots = 16;
+
 }  // namespace
 
 // Hands a channel's frames to the running plan, checking that each is the
@@ -81,7 +84,7 @@ link::link(const comm::config& c, std::optional<listener> rank0)
   ring_ = links.ring;
   prev_hello_ = links.prev_hello;
   next_hello_ = links.next_hello;
-  if (c.algorithm == algorithm::ring) rendezvous_.listener.close();  // no mesh to form
+  if (c.algorithm == algorithm::ring || n_ < 4) rendezvous_.listener.close();  // no mesh to form
   if (n_ == 1) return;
   position_ = static_cast<std::uint32_t>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
   prev_ = rank_at((position_ + n_ - 1) % n_);
@@ -129,11 +132,17 @@ void link::form_mesh() {
 }
 
 std::size_t link::send_channel(std::uint32_t peer) const noexcept {
-  return peer == next_ ? next_channel : peer == prev_ ? prev_channel : mesh_[peer];
+  if (peer == next_) return next_channel;
+  if (peer == prev_) return prev_channel;
+  assert(peer < mesh_.size() && mesh_[peer] != SIZE_MAX);  // form_mesh() ran
+  return mesh_[peer];
 }
 
 std::size_t link::recv_channel(std::uint32_t peer) const noexcept {
-  return peer == prev_ ? prev_channel : peer == next_ ? next_channel : mesh_[peer];
+  if (peer == prev_) return prev_channel;
+  if (peer == next_) return next_channel;
+  assert(peer < mesh_.size() && mesh_[peer] != SIZE_MAX);  // form_mesh() ran
+  return mesh_[peer];
 }
 
 std::vector<std::uint32_t> link::only_from(std::size_t c, std::uint32_t frames) const {
@@ -178,7 +187,14 @@ void link::abort_links(const comm_error& e) noexcept {
     a.sequence = sequence_;
   }
   const auto deadline = clock::now() + std::chrono::seconds(1);
-  for (channel& c : channels_) {
+  // Peers with nothing half sent to them first: finishing a frame to a
+  // peer that does not read may take the whole second.
+  std::vector<channel*> order;
+  for (channel& c : channels_) order.push_back(&c);
+  std::stable_partition(order.begin(), order.end(),
+                        [](const channel* c) { return c->sendq.empty() || c->sendq.front().sent == 0; });
+  for (channel* cp : order) {
+    channel& c = *cp;
     try {
       // A frame half sent must be finished first, or the ABORT would land
       // inside it. Sealed frames form a prefix of the queue, so the
@@ -421,7 +437,8 @@ void link::find_abort(channel& c) {
     result<void> on_frame(const frame_header&, std::span<std::byte>) override { return {}; }
     result<void> on_abort(const abort_message& a) override { l.fail_from_abort(a, peer); }
   } sink(*this, c.peer);
-  for (;;) {
+  const auto deadline = clock::now() + cfg_.timeout;
+  while (clock::now() < deadline) {
     std::array<std::span<std::byte>, 3> bufs;
     const std::size_t k = c.decoder.buffers(bufs, true);
     std::array<iovec, 3> iov{};
@@ -446,7 +463,12 @@ bool link::check_idle(channel& c, receiver& r, bool sending_done) {
         if (c.frames_in) return false;
         fail(comm_errc::protocol_error, c.peer, rank_name(c.peer) + " sent data against the ring's direction");
       }
-      if (c.frames_in && seen > 0 && seen < 4) return true;  // not yet known
+      if (c.frames_in) {
+        // A peer done with its part may close; one that failed has sent
+        // its ABORT first, and whoever waits for it hears of it.
+        if (seen == 0) return false;
+        if (seen > 0 && seen < 4) return true;  // not yet known
+      }
     }
     std::array<std::span<std::byte>, 3> bufs;
     c.decoder.buffers(bufs, false);  // between frames: the rest of an ABORT
@@ -476,6 +498,11 @@ void link::pump(plan& p) {
   auto last = clock::now();
   std::vector<pollfd> fds;
   const auto receiving = [](const channel& c) { return c.received < c.expected; };
+  // A connection with nothing due is watched for ABORTs: the ring's link
+  // from the next rank always; with the other algorithms, every one.
+  const auto watch_idle = [&](const channel& c) {
+    return c.watch && (!c.frames_in || cfg_.algorithm != algorithm::ring);
+  };
   // Receiving now: frames due that the plan accepts (or one partly read).
   const auto readable_now = [&](const channel& c) {
     return receiving(c) && (!c.decoder.idle() || p.accepts(static_cast<std::size_t>(&c - channels_.data()), c.received));
@@ -516,7 +543,7 @@ void link::pump(plan& p) {
     for (std::size_t i = 0; i < nfds; ++i) {
       const channel& c = channels_[i];
       short events = 0;
-      if (readable_now(c) || (!c.frames_in && c.watch)) events |= POLLIN;
+      if (readable_now(c) || (watch_idle(c) && !receiving(c))) events |= POLLIN;
       if (!c.sendq.empty()) events |= POLLOUT;
       fds[i] = {events != 0 ? c.sock.fd() : -1, events, 0};
     }
@@ -539,7 +566,7 @@ void link::pump(plan& p) {
     if (data_ready) continue;
     for (std::size_t i = 0; i < nfds; ++i) {
       channel& c = channels_[i];
-      if (!c.frames_in && c.watch && (fds[i].revents & readable) != 0) {
+      if (watch_idle(c) && !receiving(c) && (fds[i].revents & readable) != 0) {
         r.from(i);
         const bool sending_done = queued_ == p.sends && c.sendq.empty();
         c.watch = check_idle(c, r, sending_done);
@@ -571,6 +598,9 @@ void link::run(plan& p, const std::function<void()>& start) {
     start();
     pump(p);
     running_ = nullptr;
+    // A collective that copied many chunks (recursive doubling of a long
+    // buffer) leaves no more than a few slots behind.
+    if (scratch_.size() > kept_scratch_slots) scratch_.resize(kept_scratch_slots);
   } catch (const comm_error& e) {
     running_ = nullptr;
     broken_ = e;

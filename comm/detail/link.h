@@ -7,12 +7,13 @@
 // AUTHENTICATION): frames lazily, a little ahead of the socket, so sealing
 // overlaps sending and encrypt mode needs only a few ciphertext buffers.
 //
-// Today the channels are the ring's two links: channel 0 (prev_channel)
-// carries frames from the previous rank on the ring and ABORTs back to it,
-// channel 1 (next_channel) frames to the next rank and ABORTs from it. A
-// plan names the channel of every frame it sends and is told the channel
-// of every frame it receives, so collectives over other peers need only
-// more channels. Not part of the API.
+// Channel 0 (prev_channel) is the ring's link from the previous rank,
+// channel 1 (next_channel) the one to the next rank: the ring's collectives
+// send frames from place p to p+1 only, and ABORTs both ways. With an
+// algorithm other than the ring, form_mesh() adds a channel to every other
+// rank, and frames go both ways on every channel. A plan names the channel
+// of every frame it sends and is told the channel of every frame it
+// receives. Not part of the API.
 #pragma once
 
 #include <array>
@@ -102,6 +103,8 @@ class link {
   /// that is not a ring neighbour.
   [[nodiscard]] std::size_t send_channel(std::uint32_t peer) const noexcept;
   [[nodiscard]] std::size_t recv_channel(std::uint32_t peer) const noexcept;
+  /// The rank at the other end of channel `c`.
+  [[nodiscard]] std::uint32_t peer_of(std::size_t c) const noexcept { return channels_[c].peer; }
   /// A plan's `expected` with `frames` on channel `c` and none elsewhere.
   [[nodiscard]] std::vector<std::uint32_t> only_from(std::size_t c, std::uint32_t frames) const;
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,7 +71,7 @@ class Doubling : public ::testing::TestWithParam<std::tuple<algorithm, std::uint
 
 TEST_P(Doubling, EveryOpAndDtypeIsTheTreeOrderOnEveryRank) {
   const auto [how, n] = GetParam();
-  constexpr std::size_t count = 333;  // with 512-byte chunks: one to five chunks
+  constexpr std::size_t count = 333;  // with 512-byte chunks: one to six chunks
   std::vector<std::pair<codec::dtype, reduce_op>> cases;
   for (const codec::dtype t : codec::all_dtypes) {
     for (const reduce_op op : all_reduce_ops) {
@@ -87,10 +88,13 @@ TEST_P(Doubling, EveryOpAndDtypeIsTheTreeOrderOnEveryRank) {
           comm.allreduce_bytes(t, v, {.op = op});
           all.insert(all.end(), v.begin(), v.end());
         }
-        // The other collectives still take the ring, in the same world.
+        // The other collectives still take the ring, in the same world (a
+        // child's EXPECT would not reach the test: it throws instead).
         std::vector<std::uint32_t> ranks(n);
         comm.allgather(std::span<const std::uint32_t>(&r, 1), ranks);
-        for (std::uint32_t i = 0; i < n; ++i) EXPECT_EQ(ranks[i], i);
+        for (std::uint32_t i = 0; i < n; ++i) {
+          if (ranks[i] != i) throw std::runtime_error("allgather gave " + std::to_string(ranks[i]) + " for rank " + std::to_string(i));
+        }
         std::vector<float> empty;
         comm.allreduce(empty);
         return all;
@@ -168,42 +172,52 @@ TEST(DoublingMesh, ARankWithAnotherAlgorithmIsRefusedAtTheHandshake) {
 }
 
 // FERRY_ALGORITHM=auto: rank 0's link costs decide for every rank (the
-// others' differ here and would choose otherwise); a short allreduce takes
-// recursive doubling, a long one the ring, each with that algorithm's bits.
+// others' differ here and would choose otherwise); each allreduce gets the
+// bits of the algorithm chosen. Five ranks: recursive doubling for 4 KB,
+// the ring for 1.6 MB (the fold would send it twice more); eight ranks:
+// recursive doubling, then Rabenseifner.
 TEST(DoublingMesh, AutoTakesRankZerosCostsAndEachAlgorithmsBits) {
-  const std::uint32_t n = 5;
   const std::size_t small = 1000, large = 400'000;  // f32: 4 KB and 1.6 MB
-  auto world = [&](algorithm a) {
-    return run_world(
-        n,
-        [&](std::uint32_t r, config& c, std::optional<listener>& l) {
-          communicator comm(c, std::move(l));
-          EXPECT_EQ(comm.algorithm_for(4 * small), a == algorithm::automatic ? algorithm::recursive_doubling : a);
-          EXPECT_EQ(comm.algorithm_for(4 * large), a == algorithm::automatic ? algorithm::ring : a);
-          auto s = test::typed_input(r, codec::dtype::f32, small);
-          comm.allreduce_bytes(codec::dtype::f32, s);
-          auto g = test::typed_input(r, codec::dtype::f32, large);
-          comm.allreduce_bytes(codec::dtype::f32, g);
-          s.insert(s.end(), g.begin(), g.end());
-          return s;
-        },
-        [&](std::uint32_t r, config& c) {
-          c.algorithm = a;
-          if (r != 0) c.link.alpha_s = 0;  // alone, these ranks would pick the ring for both
-        });
-  };
-  const auto chosen = world(algorithm::automatic);
-  const auto doubling = world(algorithm::recursive_doubling);
-  const auto ring = world(algorithm::ring);
-  expect_all_ok(chosen);
-  expect_all_ok(doubling);
-  expect_all_ok(ring);
-  const std::size_t cut = 4 * small;
-  for (std::uint32_t r = 0; r < n; ++r) {
-    EXPECT_TRUE(std::equal(chosen[r].bytes.begin(), chosen[r].bytes.begin() + cut, doubling[r].bytes.begin())) << r;
-    EXPECT_TRUE(std::equal(chosen[r].bytes.begin() + cut, chosen[r].bytes.end(), ring[r].bytes.begin() + cut)) << r;
+  for (const auto& [n, for_large] : {std::pair{5u, algorithm::ring}, std::pair{8u, algorithm::rabenseifner}}) {
+    auto world = [&, n = n](algorithm a) {
+      return run_world(
+          n,
+          [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+            communicator comm(c, std::move(l));
+            auto s = test::typed_input(r, codec::dtype::f32, small);
+            comm.allreduce_bytes(codec::dtype::f32, s);
+            auto g = test::typed_input(r, codec::dtype::f32, large);
+            comm.allreduce_bytes(codec::dtype::f32, g);
+            s.insert(s.end(), g.begin(), g.end());
+            // The choices, as the communicator reports them.
+            s.push_back(static_cast<std::byte>(comm.algorithm_for(4 * small)));
+            s.push_back(static_cast<std::byte>(comm.algorithm_for(4 * large)));
+            return s;
+          },
+          [&](std::uint32_t r, config& c) {
+            c.algorithm = a;
+            if (r != 0) c.link.alpha_s = 0;  // alone, these ranks would pick the ring for both
+          });
+    };
+    const auto chosen = world(algorithm::automatic);
+    const auto doubling = world(algorithm::recursive_doubling);
+    const auto other = world(for_large);
+    expect_all_ok(chosen);
+    expect_all_ok(doubling);
+    expect_all_ok(other);
+    const std::size_t cut = 4 * small, end = 4 * (small + large);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      const auto& got = chosen[r].bytes;
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + cut, doubling[r].bytes.begin())) << n << " ranks, rank " << r;
+      EXPECT_TRUE(std::equal(got.begin() + cut, got.begin() + end, other[r].bytes.begin() + cut))
+          << n << " ranks, rank " << r;
+      EXPECT_EQ(got[end], static_cast<std::byte>(algorithm::recursive_doubling)) << n << " ranks, rank " << r;
+      EXPECT_EQ(got[end + 1], static_cast<std::byte>(for_large)) << n << " ranks, rank " << r;
+    }
+    // The orders differ, so the comparisons above tell them apart.
+    EXPECT_FALSE(std::equal(doubling[0].bytes.begin() + cut, doubling[0].bytes.begin() + end,
+                            other[0].bytes.begin() + cut));
   }
-  EXPECT_NE(doubling[0].bytes, ring[0].bytes);  // the two orders differ here
 }
 
 // The model's formulas and crossovers (comm/cost_model.h).
