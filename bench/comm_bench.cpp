@@ -9,11 +9,15 @@
 // and ferry with bf16 compression and error feedback (Gloo has no bf16).
 // At 68KB and 64MB, ferry f32 also runs with FERRY_AUTH=frames and
 // FERRY_AUTH=encrypt (comm/frame.h's AUTHENTICATION), and a second table
-// gives their cost: authenticated time / plain time.
+// gives their cost: authenticated time / plain time. Up to 1MB, ferry f32
+// also runs recursive doubling and Rabenseifner (FERRY_ALGORITHM), and a
+// third table gives their time against the ring's beside the cost model's
+// prediction for a link fitted to the 2-rank ring times (comm/cost_model.h).
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "ferry/comm/communicator.h"
+#include "ferry/comm/cost_model.h"
 #include "gloo_peer.h"
 #include "ratio_table.h"
 
@@ -38,13 +43,14 @@ struct size_case {
   int iterations;
 };
 constexpr size_case sizes[] = {
+    {"4KB", 1'024, 1000},
     {"68KB", 17'000, 300},      // the reference model's gradients
     {"1MB", 262'144, 60},
     {"16MB", 4'194'304, 8},
     {"64MB", 16'777'216, 3},
 };
 constexpr int rank_counts[] = {2, 4};
-enum class peer { ferry, ferry_bf16, gloo, ferry_frames, ferry_encrypt };
+enum class peer { ferry, ferry_bf16, gloo, ferry_frames, ferry_encrypt, ferry_doubling, ferry_rabenseifner };
 const char* peer_name(peer p) {
   switch (p) {
     case peer::ferry: return "ferry";
@@ -52,9 +58,13 @@ const char* peer_name(peer p) {
     case peer::gloo: return "gloo";
     case peer::ferry_frames: return "ferry_auth_frames";
     case peer::ferry_encrypt: return "ferry_auth_encrypt";
+    case peer::ferry_doubling: return "ferry_recursive_doubling";
+    case peer::ferry_rabenseifner: return "ferry_rabenseifner";
   }
   return "?";
 }
+// The sizes the other algorithms run at: where latency counts.
+bool algorithm_size(const size_case& s) { return s.count * 4 <= (std::size_t{1} << 20); }
 // The sizes the authenticated contenders run at: the reference model's
 // gradients and the large end, where the cost per byte shows.
 bool auth_size(const size_case& s) { return std::string(s.label) == "68KB" || std::string(s.label) == "64MB"; }
@@ -82,6 +92,8 @@ struct rank_runner {
     if (const char* chunk = std::getenv("FERRY_CHUNK_BYTES")) c.chunk_bytes = static_cast<std::uint32_t>(std::stoul(chunk));
     if (p == peer::ferry_frames) c.auth = comm::frame_auth::frames;
     if (p == peer::ferry_encrypt) c.auth = comm::frame_auth::encrypt;
+    if (p == peer::ferry_doubling) c.algorithm = comm::algorithm::recursive_doubling;
+    if (p == peer::ferry_rabenseifner) c.algorithm = comm::algorithm::rabenseifner;
     comm.emplace(c, std::move(l));
     if (p == peer::ferry_bf16) {
       ef.emplace(count);
@@ -178,7 +190,8 @@ void print_table(const bench::results& r) {
   std::printf("\n| goal | ranks | measured f32 | measured bf16 | target |\n|---|---|---|---|---|\n");
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      const double target = std::string(s.label) == "68KB" ? 1.5 : std::string(s.label) == "1MB" ? 0.0 : 1.2;
+      const std::string label = s.label;
+      const double target = label == "68KB" ? 1.5 : label == "1MB" || label == "4KB" ? 0.0 : 1.2;
       if (target == 0.0) continue;
       const auto* f = get(peer::ferry, n, s);
       const auto* g = get(peer::gloo, n, s);
@@ -202,6 +215,38 @@ void print_table(const bench::results& r) {
                   e->ns / 1e3, a->ns / f->ns, e->ns / f->ns);
     }
   }
+  // The link of the model, fitted to the 2-rank ring at 4KB and 1MB
+  // (t = 2 alpha + n beta + n/2 gamma, gamma the model's default).
+  const auto* small = get(peer::ferry, 2, sizes[0]);
+  const auto* large = get(peer::ferry, 2, sizes[2]);
+  if (small == nullptr || large == nullptr) return;
+  comm::link_cost link;
+  const double n0 = static_cast<double>(sizes[0].count) * 4, n1 = static_cast<double>(sizes[2].count) * 4;
+  const double t0 = small->ns * 1e-9 - n0 / 2 * link.gamma_s_per_byte;
+  const double t1 = large->ns * 1e-9 - n1 / 2 * link.gamma_s_per_byte;
+  link.beta_s_per_byte = std::max(1e-13, (t1 - t0) / (n1 - n0));
+  link.alpha_s = std::max(0.0, (t0 - n0 * link.beta_s_per_byte) / 2);
+  std::printf("\nallreduce algorithms on loopback (ferry f32): time / the ring's time, measured and as\n"
+              "comm/cost_model.h predicts for the link fitted to the 2-rank ring (alpha %.1f us, %.2f Gbit/s)\n\n"
+              "| ranks | size | ring | recursive doubling | Rabenseifner | doubling / ring (model) |"
+              " Rabenseifner / ring (model) | auto picks |\n|---|---|---|---|---|---|---|---|\n",
+              link.alpha_s * 1e6, 8e-9 / link.beta_s_per_byte);
+  for (int n : rank_counts) {
+    for (const auto& s : sizes) {
+      const auto* f = get(peer::ferry, n, s);
+      const auto* d = get(peer::ferry_doubling, n, s);
+      const auto* b = get(peer::ferry_rabenseifner, n, s);
+      if (f == nullptr || d == nullptr || b == nullptr) continue;
+      const auto bytes = s.count * 4;
+      const auto un = static_cast<std::uint32_t>(n);
+      const double ring = comm::predict(comm::algorithm::ring, un, bytes, link);
+      std::printf("| %d | %s | %.0f us | %.0f us | %.0f us | %.2fx (%.2fx) | %.2fx (%.2fx) | %s |\n", n, s.label,
+                  f->ns / 1e3, d->ns / 1e3, b->ns / 1e3, d->ns / f->ns,
+                  comm::predict(comm::algorithm::recursive_doubling, un, bytes, link) / ring, b->ns / f->ns,
+                  comm::predict(comm::algorithm::rabenseifner, un, bytes, link) / ring,
+                  std::string(comm::name(comm::choose(un, bytes, link))).c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -210,8 +255,10 @@ int main(int argc, char** argv) {
   if (argc >= 8 && std::strcmp(argv[1], "--helper") == 0) return helper_main(argv);
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16, peer::ferry_frames, peer::ferry_encrypt}) {
+      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16, peer::ferry_frames, peer::ferry_encrypt,
+                     peer::ferry_doubling, peer::ferry_rabenseifner}) {
         if ((p == peer::ferry_frames || p == peer::ferry_encrypt) && !auth_size(s)) continue;
+        if ((p == peer::ferry_doubling || p == peer::ferry_rabenseifner) && !algorithm_size(s)) continue;
         const std::string name = std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label;
         benchmark::RegisterBenchmark(name.c_str(), [p, n, s](benchmark::State& st) { run_case(st, p, n, s); })
             ->Iterations(s.iterations)
