@@ -72,12 +72,7 @@ class Doubling : public ::testing::TestWithParam<std::tuple<algorithm, std::uint
 TEST_P(Doubling, EveryOpAndDtypeIsTheTreeOrderOnEveryRank) {
   const auto [how, n] = GetParam();
   constexpr std::size_t count = 333;  // with 512-byte chunks: one to six chunks
-  std::vector<std::pair<codec::dtype, reduce_op>> cases;
-  for (const codec::dtype t : codec::all_dtypes) {
-    for (const reduce_op op : all_reduce_ops) {
-      if (detail::reducible(op, t)) cases.emplace_back(t, op);
-    }
-  }
+  const auto cases = test::reducible_cases();
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {

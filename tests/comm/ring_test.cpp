@@ -339,12 +339,7 @@ std::vector<std::byte> typed_ring_reference(const std::vector<std::vector<std::b
 TEST_P(Ring, EveryOpAndDtypeIsTheRingOrderFold) {
   const std::uint32_t n = GetParam();
   constexpr std::size_t count = 777;
-  std::vector<std::pair<codec::dtype, reduce_op>> cases;
-  for (const codec::dtype t : codec::all_dtypes) {
-    for (const reduce_op op : all_reduce_ops) {
-      if (detail::reducible(op, t)) cases.emplace_back(t, op);
-    }
-  }
+  const auto cases = test::reducible_cases();
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {

@@ -1,16 +1,30 @@
 // Inputs of the collectives tests that are a pure function of (rank, dtype,
 // index), so every architecture makes the same ones: used by ring_test
-// (forked worlds) and ring_node (the mixed-architecture ring).
+// (forked worlds), doubling_test and ring_node (the mixed-architecture ring).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ferry/codec/dtype.h"
+#include "ferry/comm/detail/reduce.h"
+#include "ferry/comm/options.h"
 #include "ferry/wire/byte_order.h"
 
 namespace ferry::comm::test {
+
+/// Every (dtype, op) an allreduce takes, in dtype order.
+inline std::vector<std::pair<codec::dtype, reduce_op>> reducible_cases() {
+  std::vector<std::pair<codec::dtype, reduce_op>> cases;
+  for (const codec::dtype t : codec::all_dtypes) {
+    for (const reduce_op op : all_reduce_ops) {
+      if (detail::reducible(op, t)) cases.emplace_back(t, op);
+    }
+  }
+  return cases;
+}
 
 inline std::uint64_t splitmix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
