@@ -9,6 +9,7 @@
 
 #include "ferry/comm/detail/kernels.h"
 #include "ferry/comm/detail/link.h"
+#include "ferry/comm/detail/receives.h"
 #include "ferry/comm/detail/plan_checks.h"
 #include "ferry/comm/detail/reduce.h"
 #include "ferry/comm/detail/tree_allreduce.h"
@@ -32,9 +33,17 @@ struct communicator::impl {
   detail::link link;
   rx_staging staging;
   link_cost cost;  // rank 0's, with algorithm auto
+  detail::receives receives{link};
   detail::worker worker;
 
-  impl(const comm::config& c, std::optional<listener> l) : link(c, std::move(l)), cost(c.link) {}
+  impl(const comm::config& c, std::optional<listener> l) : link(c, std::move(l)), cost(c.link) {
+    worker.set_progress([this](bool may_wait) { return receives.progress(may_wait); });
+  }
+  ~impl() {
+    worker.stop();
+    receives.fail_all(std::make_exception_ptr(
+        comm_error(comm_errc::aborted, std::nullopt, detail::rank_name(link.rank()) + ": the communicator closed")));
+  }
 
   [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const {
     const algorithm a = link.config().algorithm;
@@ -609,9 +618,10 @@ communicator::communicator(const comm::config& c, std::optional<listener> rank0)
     impl_->broadcast(codec::dtype::f64, std::as_writable_bytes(std::span(cost)), 0);
     impl_->cost = link_cost{cost[0], cost[1], cost[2]};
   }
-  if (c.algorithm != algorithm::ring && c.world_size >= 4) {
-    // The mesh forms once every rank has its ring links: after a
-    // collective over the ring.
+  if (c.world_size >= 4) {
+    // The mesh (the tree algorithms' links, and point-to-point messages'
+    // between ranks that are not ring neighbours) forms once every rank has
+    // its ring links: after a collective over the ring.
     impl_->barrier();
     impl_->link.form_mesh();
   }
@@ -679,6 +689,32 @@ void communicator::barrier() {
 work communicator::start_barrier() {
   impl* p = impl_.get();
   return work(p->worker.submit([p] { p->barrier(); }));
+}
+
+void communicator::send_bytes(codec::dtype type, std::span<const std::byte> data, std::uint32_t peer,
+                              std::int64_t tag) {
+  impl_->worker.run_inline([&] { impl_->link.send_message(peer, tag, type, data); });
+}
+
+work communicator::start_send_bytes(codec::dtype type, std::span<const std::byte> data, std::uint32_t peer,
+                                    std::int64_t tag) {
+  impl* p = impl_.get();
+  return work(p->worker.submit([p, type, data, peer, tag] { p->link.send_message(peer, tag, type, data); }));
+}
+
+std::uint32_t communicator::recv_bytes(codec::dtype type, std::span<std::byte> data,
+                                       std::optional<std::uint32_t> peer, std::int64_t tag) {
+  std::uint32_t source = 0;
+  start_recv_bytes(type, data, peer, tag, &source).wait();
+  return source;
+}
+
+work communicator::start_recv_bytes(codec::dtype type, std::span<std::byte> data, std::optional<std::uint32_t> peer,
+                                    std::int64_t tag, std::uint32_t* source) {
+  impl* p = impl_.get();
+  return work(p->worker.submit_deferred([p, type, data, peer, tag, source](const std::shared_ptr<work::state>& st) {
+    p->receives.post(detail::receive{.type = type, .data = data, .peer = peer, .tag = tag, .source = source, .state = st});
+  }));
 }
 
 }  // namespace ferry::comm

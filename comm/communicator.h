@@ -292,6 +292,49 @@ class communicator {
   void barrier();
   work start_barrier();
 
+  // ------------------------------------------------------ point to point
+  //
+  // A message goes from one rank to another over the connection between
+  // them (every rank has one to every other in worlds of four or more: the
+  // mesh). Messages from one rank with one tag are received in the order
+  // they were sent; a receive takes the first message that matches its
+  // sender (or any sender) and tag, and must be of the message's dtype and
+  // size (else it fails with bad_argument or size_mismatch, and the
+  // message is dropped). Elements arrive in the receiver's byte order.
+  // Messages that come before their receive wait in a mailbox (up to
+  // detail::mailbox_limit bytes, then their senders wait). A send returns
+  // once its message is on the wire; a receive that no message matches
+  // within config::timeout fails with timed_out (the communicator stays
+  // usable). Sends and receives queue with the collectives, in call
+  // order, but a receive does not hold up what is queued after it: a rank
+  // may post a receive, then send. A failure on a connection breaks the
+  // communicator, as a failed collective does.
+
+  /// Sends `data` to rank `peer` (not this rank) with `tag`.
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  void send(const R& data, std::uint32_t peer, std::int64_t tag = 0) {
+    send_bytes(element_dtype<std::ranges::range_value_t<R>>, std::as_bytes(std::span(data)), peer, tag);
+  }
+  /// Receives into `data` a message with `tag` from `peer`, or from any
+  /// rank when `peer` is nullopt; returns the sender.
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  std::uint32_t recv(R&& data, std::optional<std::uint32_t> peer, std::int64_t tag = 0) {
+    return recv_bytes(element_dtype<std::ranges::range_value_t<R>>, std::as_writable_bytes(std::span(data)), peer,
+                      tag);
+  }
+  void send_bytes(codec::dtype type, std::span<const std::byte> data, std::uint32_t peer, std::int64_t tag);
+  /// The send, queued; `data` must outlive the wait.
+  work start_send_bytes(codec::dtype type, std::span<const std::byte> data, std::uint32_t peer, std::int64_t tag);
+  std::uint32_t recv_bytes(codec::dtype type, std::span<std::byte> data, std::optional<std::uint32_t> peer,
+                           std::int64_t tag);
+  /// The receive, posted in call order; once the work is done, `*source`
+  /// (when not null) holds the sender. `data` and `source` must outlive
+  /// the wait.
+  work start_recv_bytes(codec::dtype type, std::span<std::byte> data, std::optional<std::uint32_t> peer,
+                        std::int64_t tag, std::uint32_t* source = nullptr);
+
  private:
   struct impl;
   void broadcast_bytes(codec::dtype type, std::span<std::byte> data, std::uint32_t root);

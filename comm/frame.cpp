@@ -24,6 +24,7 @@ constexpr std::uint8_t order_bit = 0x01;
 constexpr std::uint8_t encoding_mask = 0x0E;
 constexpr std::uint8_t tag_bit = 0x10;        // the trailer is a tag
 constexpr std::uint8_t encrypted_bit = 0x20;  // the payload is ciphertext
+constexpr std::uint8_t p2p_bit = 0x40;        // a point-to-point message's frame
 // Elements converted per step when compressing or widening, so no buffer
 // larger than this is ever allocated (it lives on the stack).
 constexpr std::size_t step = 2048;
@@ -48,7 +49,8 @@ void encode_header(const frame_header& h, std::span<std::byte, frame_header_size
   std::byte* p = out.data();
   std::copy(std::begin(magic), std::end(magic), p);
   const auto flags = static_cast<std::uint8_t>((o == byte_order::big ? order_bit : 0) |
-                                               (static_cast<std::uint8_t>(h.enc) << 1) | auth_bits(h.auth));
+                                               (static_cast<std::uint8_t>(h.enc) << 1) | auth_bits(h.auth) |
+                                               (h.p2p ? p2p_bit : 0));
   p[4] = std::byte{version};
   p[5] = std::byte{flags};
   p[6] = std::byte{codec::code(h.type)};
@@ -79,7 +81,10 @@ result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t 
   frame_header h;
   h.order = (flags & order_bit) ? byte_order::big : byte_order::little;
   const auto enc = static_cast<std::uint8_t>((flags & encoding_mask) >> 1);
-  if ((flags & ~(order_bit | encoding_mask | tag_bit | encrypted_bit)) != 0 || enc > 2) return errc::bad_value;
+  if ((flags & ~(order_bit | encoding_mask | tag_bit | encrypted_bit | p2p_bit)) != 0 || enc > 2) {
+    return errc::bad_value;
+  }
+  h.p2p = (flags & p2p_bit) != 0;
   if ((flags & encrypted_bit) != 0 && (flags & tag_bit) == 0) return errc::bad_value;
   h.enc = static_cast<encoding>(enc);
   h.auth = (flags & encrypted_bit) ? frame_auth::encrypt : (flags & tag_bit) ? frame_auth::frames : frame_auth::none;

@@ -4,7 +4,8 @@
 // a fixed width (no size_t, no long, no struct dumps), so ranks that disagree
 // on word size or byte order still agree on the bytes.
 //
-// LAYOUT (version 1; protocol version 2 adds flag bits 4 and 5)
+// LAYOUT (version 1; protocol version 2 adds flag bits 4 and 5, version 5
+// flag bit 6)
 //
 //   offset size field
 //   0      4    magic      "FDF1" (46 44 46 31)
@@ -19,12 +20,17 @@
 //                          bit 5: the payload is encrypted (only with bit 4);
 //                          bits 4-5 MUST be exactly what the link negotiated
 //                          (frame_auth: none 00, frames 01, encrypt 11);
-//                          bits 6-7 MUST be 0
+//                          bit 6: a point-to-point message's frame (POINT
+//                          TO POINT below), not a collective's;
+//                          bit 7 MUST be 0
 //   6      1    dtype      element type code of codec/dtype.h
 //   7      1    reserved   MUST be 0
 //   8      4    sender     u32, the sending rank
 //   12     8    sequence   u64, the collective's sequence number on this link
-//   20     4    chunk      u32, the chunk's index within the collective
+//                          (bit 6: the message's number on this connection
+//                          in this direction, from 0)
+//   20     4    chunk      u32, the chunk's index within the collective (or
+//                          the message)
 //   24     4    count      u32, elements in the payload
 //   28     n    payload    count elements; n = count * (2 if compressed else
 //                          size_of(dtype)); ciphertext of as many bytes when
@@ -55,6 +61,16 @@
 // dropped (the one after a dropped one) on the path: forged_frame (a header
 // altered into a malformed one, or one that does not fit the collective, is
 // refused before the tag with the decoder's or the collective's error).
+// POINT TO POINT (bit 6; communicator.h's send and recv)
+//
+// A message from one rank to another travels on the connection between
+// them as frame 0, its envelope: dtype U64, count 3, payload the tag (i64
+// as two's complement), the number of elements and the elements' dtype
+// code, each a u64 in the frame's byte order; then frames 1..k, the
+// elements (dtype their type, raw encoding), each of chunk_bytes / element
+// size elements except the last: k = ceil(elements / that), 0 for an
+// empty message. Messages on one connection in one direction do not
+// interleave; they may come between a collective's frames.
 #pragma once
 
 #include <array>
@@ -102,6 +118,7 @@ struct frame_header {
   std::uint64_t sequence = 0;
   std::uint32_t chunk = 0;
   std::uint32_t count = 0;
+  bool p2p = false;  ///< flag bit 6: a point-to-point message's frame
   friend bool operator==(const frame_header&, const frame_header&) = default;
 };
 

@@ -15,8 +15,10 @@
 namespace ferry::comm {
 
 // 3 since error codes were renumbered (ABORT carries them; docs/errors.md);
-// 4 since HELLO carries the allreduce algorithm and ranks form a mesh.
-inline constexpr std::uint8_t protocol_version = 4;
+// 4 since HELLO carries the allreduce algorithm and ranks form a mesh;
+// 5 since frames carry point-to-point messages (frame.h, flag bit 6) and
+// every world of four or more ranks forms the mesh.
+inline constexpr std::uint8_t protocol_version = 5;
 
 enum class role : std::uint8_t { join = 1, ring = 2, reply = 3, mesh = 4 };
 

@@ -42,6 +42,7 @@ class link::receiver final : public frame_sink {
 
   result<std::span<std::byte>> on_header(const frame_header& h) override {
     channel& c = l_.channels_[c_];
+    if (h.p2p) return l_.message_header(c, h);  // a message among the frames
     if (c.received >= c.expected) {
       l_.fail(comm_errc::protocol_error, c.peer,
               rank_name(c.peer) + " sent a frame that collective #" + std::to_string(l_.sequence_) + " (" +
@@ -52,6 +53,10 @@ class link::receiver final : public frame_sink {
   }
 
   result<void> on_frame(const frame_header& h, std::span<std::byte> payload) override {
+    if (h.p2p) {
+      l_.message_frame(l_.channels_[c_], h);
+      return {};
+    }
     if (authenticated_) check_order(h);
     const std::uint32_t index = l_.channels_[c_].received++;
     p_.on_frame(c_, h, index, payload);
@@ -84,7 +89,7 @@ link::link(const comm::config& c, std::optional<listener> rank0)
   ring_ = links.ring;
   prev_hello_ = links.prev_hello;
   next_hello_ = links.next_hello;
-  if (c.algorithm == algorithm::ring || n_ < 4) rendezvous_.listener.close();  // no mesh to form
+  if (n_ < 4) rendezvous_.listener.close();  // no mesh to form: ring neighbours are every peer
   if (n_ == 1) return;
   position_ = static_cast<std::uint32_t>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
   prev_ = rank_at((position_ + n_ - 1) % n_);
@@ -249,7 +254,7 @@ void link::queue(std::size_t to, frame_header h, const std::byte* payload, std::
                  bool produced) {
   h.order = wire::host_order;
   h.sender = rank_;
-  h.sequence = sequence_;
+  if (!h.p2p) h.sequence = sequence_;  // a message's is its number on the connection
   out_frame f;
   f.h = h;  // made and sealed by seal_ahead(), shortly before it is sent
   f.payload = payload;
@@ -338,7 +343,7 @@ bool link::try_send(channel& c) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return progress;
       const int err = errno;
       // The peer may have failed first and said why before closing.
-      if (!c.frames_in) {
+      if (!c.frames_in && running_ != nullptr) {
         // (Only ABORTs can be waiting, so reading them takes nothing of a
         // later collective.)
         receiver r(*this, *running_);
@@ -376,9 +381,9 @@ bool link::try_recv(plan& p, channel& c, receiver& r) {
     if (c.decoder.idle() && !p.accepts(from, c.received)) return progress;
     // After a payload and its CRC the next header may be read in the same
     // call, but never past this collective's last frame on the channel,
-    // nor one the plan does not accept yet.
+    // nor one the plan does not accept yet (nor past a message's frame).
     std::array<std::span<std::byte>, 3> bufs;
-    const bool ahead = c.received + 1 < c.expected && p.accepts(from, c.received + 1);
+    const bool ahead = c.received + 1 < c.expected && p.accepts(from, c.received + 1) && !c.incoming;
     const std::size_t k = c.decoder.buffers(bufs, ahead);
     std::array<iovec, 3> iov{};
     for (std::size_t i = 0; i < k; ++i) iov[i] = {bufs[i].data(), bufs[i].size()};
@@ -457,10 +462,12 @@ bool link::check_idle(channel& c, receiver& r, bool sending_done) {
       // Only an ABORT is read here: anything else is refused (or, where
       // frames may come, left for a later collective) before the decoder
       // takes it for a frame.
-      std::array<std::byte, 4> magic{};
+      std::array<std::byte, 6> magic{};  // and version and flags
       const ssize_t seen = ::recv(c.sock.fd(), magic.data(), magic.size(), MSG_PEEK);
-      if (seen == 4 && !is_abort(magic)) {
+      if (seen >= 4 && !is_abort(std::span(magic).first(4))) {
         if (c.frames_in) return false;
+        if (seen < 6) return true;  // not yet known
+        if (peek_head(c) == head::message) return false;  // left for a receive
         fail(comm_errc::protocol_error, c.peer, rank_name(c.peer) + " sent data against the ring's direction");
       }
       if (c.frames_in) {
@@ -575,17 +582,22 @@ void link::pump(plan& p) {
   }
 }
 
-void link::run(plan& p, const std::function<void()>& start) {
+void link::check_usable() const {
   if (broken_) {
     throw comm_error(comm_errc::aborted, broken_->peer(),
                      rank_name(rank_) + ": communicator unusable after an earlier failure: " + broken_->what());
   }
+}
+
+void link::run(plan& p, const std::function<void()>& start) {
+  check_usable();
   ++sequence_;
   queued_ = 0;
   for (std::size_t i = 0; i < channels_.size(); ++i) {
     channels_[i].received = 0;
     channels_[i].expected = i < p.expected.size() ? p.expected[i] : 0;
     channels_[i].watch = true;
+    channels_[i].head_blocked = false;
   }
   scratch_free_.clear();
   for (int i = static_cast<int>(scratch_.size()) - 1; i >= 0; --i) scratch_free_.push_back(i);
@@ -594,26 +606,14 @@ void link::run(plan& p, const std::function<void()>& start) {
   waiting_on_.reset();
   if (n_ == 1) return;
   running_ = &p;
-  try {
+  guarded([&] {
     start();
     pump(p);
-    running_ = nullptr;
-    // A collective that copied many chunks (recursive doubling of a long
-    // buffer) leaves no more than a few slots behind.
-    if (scratch_.size() > kept_scratch_slots) scratch_.resize(kept_scratch_slots);
-  } catch (const comm_error& e) {
-    running_ = nullptr;
-    broken_ = e;
-    abort_links(e);
-    throw;
-  } catch (const std::exception& e) {
-    // Out of memory, say: the frames still queued belong to this
-    // collective and the neighbours expect them; nothing can go on.
-    running_ = nullptr;
-    broken_ = comm_error(comm_errc::aborted, std::nullopt, rank_name(rank_) + ": " + e.what());
-    abort_links(*broken_);
-    throw;
-  }
+  });
+  running_ = nullptr;
+  // A collective that copied many chunks (recursive doubling of a long
+  // buffer) leaves no more than a few slots behind.
+  if (scratch_.size() > kept_scratch_slots) scratch_.resize(kept_scratch_slots);
 }
 
 }  // namespace ferry::comm::detail

@@ -13,10 +13,14 @@
 // algorithm other than the ring, form_mesh() adds a channel to every other
 // rank, and frames go both ways on every channel. A plan names the channel
 // of every frame it sends and is told the channel of every frame it
-// receives. Not part of the API.
+// receives. Between collectives, the link also carries point-to-point
+// messages (send_message(), poll_messages(): link_messages.cpp), whose
+// frames may arrive among a collective's and wait in a mailbox until a
+// receive takes them. Not part of the API.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -67,6 +71,22 @@ struct plan {
   std::size_t sends = 0;  ///< frames to send, on all channels together
   const char* name = "";
 };
+
+/// A point-to-point message read before a receive took it: its elements
+/// in the sender's byte order.
+struct message {
+  std::uint32_t peer = 0;
+  std::int64_t tag = 0;
+  codec::dtype type = codec::dtype::u8;
+  wire::byte_order order = wire::host_order;
+  std::uint64_t elements = 0;
+  std::vector<std::byte> bytes;
+};
+
+/// Messages stop being read ahead of receives once the mailbox holds this
+/// many bytes (the senders then wait in their sockets); the message being
+/// read is finished first.
+inline constexpr std::size_t mailbox_limit = std::size_t{256} << 20;
 
 class link {
  public:
@@ -137,6 +157,27 @@ class link {
   void release_scratch(int slot) { scratch_free_.push_back(slot); }
   [[nodiscard]] std::span<float> scratch(int slot) { return scratch_[static_cast<std::size_t>(slot)]; }
 
+  /// Sends `data`, elements of `type` in host order, to `peer` as one
+  /// point-to-point message with `tag` (frame.h's POINT TO POINT), between
+  /// collectives; returns once it is on the wire. Messages arriving
+  /// meanwhile go to the mailbox, so two ranks sending to each other at
+  /// once both finish. Failures break the link as run()'s do.
+  void send_message(std::uint32_t peer, std::int64_t tag, codec::dtype type, std::span<const std::byte> data);
+  /// Reads arriving messages into the mailbox, waiting up to `wait` for
+  /// bytes; true if one or more completed. A frame of a collective that
+  /// this rank has not started yet stays in its socket (and messages
+  /// behind it too). Failures break the link as run()'s do.
+  bool poll_messages(std::chrono::milliseconds wait);
+  /// Complete messages in arrival order; receives take them out.
+  [[nodiscard]] std::deque<message>& mailbox() noexcept { return mailbox_; }
+  /// Takes mailbox()[i] out.
+  message take_message(std::size_t i);
+  /// Whether `peer` closed its end between collectives (it will send no
+  /// more messages).
+  [[nodiscard]] bool peer_closed(std::uint32_t peer) const noexcept;
+  /// Throws the error that broke the link, if one did.
+  void check_usable() const;
+
   /// Throws comm_error, prefixing this rank's name.
   [[noreturn]] void fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const;
 
@@ -171,8 +212,19 @@ class link {
     std::uint32_t expected = 0;  // the running collective's frames from the peer
     std::uint32_t received = 0;
     bool watch = true;  // false once an idle peer closed after its part
+    // Point-to-point messages (link_messages.cpp).
+    std::uint64_t messages_out = 0;  // messages sent
+    std::uint64_t messages_in = 0;   // messages received whole
+    std::optional<message> incoming;  // the one being read
+    std::uint32_t incoming_frames = 0;  // its data frames, and those read
+    std::uint32_t incoming_read = 0;
+    std::array<std::byte, 24> envelope{};
+    bool head_blocked = false;  // a later collective's frame waits at the head
+    bool closed = false;        // the peer closed its end between collectives
   };
   class receiver;
+  class message_reader;
+  enum class head { nothing, closed, abort, message, collective };
 
   [[noreturn]] void fail_from_abort(const abort_message& a, std::uint32_t from);
   [[nodiscard]] std::string inbound(const channel& c) const;  // "link from rank P to rank R"
@@ -185,6 +237,32 @@ class link {
   bool check_idle(channel& c, receiver& r, bool sending_done);
   void find_abort(channel& c);
   void pump(plan& p);
+  // Runs f(); a failure breaks the link: ABORTs to every peer, links
+  // closed, the error kept for every later call.
+  template <class F>
+  auto guarded(F&& f) {
+    check_usable();
+    try {
+      return f();
+    } catch (const comm_error& e) {
+      running_ = nullptr;
+      broken_ = e;
+      abort_links(e);
+      throw;
+    } catch (const std::exception& e) {
+      // Out of memory, say: frames still queued are expected by peers;
+      // nothing can go on.
+      running_ = nullptr;
+      broken_ = comm_error(comm_errc::aborted, std::nullopt, rank_name(rank_) + ": " + e.what());
+      abort_links(*broken_);
+      throw;
+    }
+  }
+  // Point-to-point (link_messages.cpp).
+  std::span<std::byte> message_header(channel& c, const frame_header& h);
+  void message_frame(channel& c, const frame_header& h);
+  head peek_head(channel& c);
+  bool read_messages(channel& c);
 
   comm::config cfg_;
   ring_links rendezvous_;            // the table and listener, until form_mesh()
@@ -208,6 +286,9 @@ class link {
   std::vector<int> cipher_free_;
   std::optional<abort_message> abort_seen_;
   std::optional<std::uint32_t> waiting_on_;  // the peer the pump waits for
+
+  std::deque<message> mailbox_;
+  std::size_t mailbox_bytes_ = 0;
 
   std::vector<std::vector<float>> scratch_;
   std::vector<int> scratch_free_;

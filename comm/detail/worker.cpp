@@ -35,7 +35,24 @@ void worker::drain() {
   queue_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
 }
 
+void worker::complete(work::state& st, std::exception_ptr error) {
+  {
+    std::lock_guard done(st.m);
+    st.done = true;
+    st.error = std::move(error);
+  }
+  st.cv.notify_all();
+}
+
 std::shared_ptr<work::state> worker::submit(std::function<void()> task) {
+  return submit_deferred([task = std::move(task)](const std::shared_ptr<work::state>& st) {
+    task();
+    complete(*st);
+  });
+}
+
+std::shared_ptr<work::state> worker::submit_deferred(
+    std::function<void(const std::shared_ptr<work::state>&)> task) {
   auto st = std::make_shared<work::state>();
   {
     std::lock_guard lock(queue_m_);
@@ -49,7 +66,16 @@ std::shared_ptr<work::state> worker::submit(std::function<void()> task) {
 
 void worker::loop() {
   std::unique_lock lock(queue_m_);
+  bool pending = true;  // progress_ has work to do (as far as is known)
   for (;;) {
+    while (queue_.empty() && !stopping_ && progress_ && pending) {
+      lock.unlock();
+      {
+        std::lock_guard run(run_m_);
+        pending = progress_(true);
+      }
+      lock.lock();
+    }
     queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued ran
     auto [task, st] = std::move(queue_.front());
@@ -59,17 +85,16 @@ void worker::loop() {
     std::exception_ptr error;
     try {
       std::lock_guard run(run_m_);
-      task();
+      task(st);
     } catch (...) {
       error = std::current_exception();
     }
     task = nullptr;  // what it captured goes before the worker counts as idle
-    {
-      std::lock_guard done(st->m);
-      st->done = true;
-      st->error = error;
+    if (error) complete(*st, error);
+    if (progress_) {
+      std::lock_guard run(run_m_);
+      pending = progress_(false);
     }
-    st->cv.notify_all();
     lock.lock();
     busy_ = false;
     queue_cv_.notify_all();

@@ -41,6 +41,17 @@ class worker {
   /// Queues `task`; the state is marked done when it has run, with what it
   /// threw. Requires: stop() has not been called.
   std::shared_ptr<work::state> submit(std::function<void()> task);
+  /// Queues `task`, which completes its state itself, now or later
+  /// (complete()); if it throws, the state is done with that.
+  std::shared_ptr<work::state> submit_deferred(std::function<void(const std::shared_ptr<work::state>&)> task);
+  /// Marks `st` done with `error` (none: success) and wakes its waiters.
+  static void complete(work::state& st, std::exception_ptr error = nullptr);
+
+  /// `progress(may_wait)` runs on the worker thread, with tasks excluded,
+  /// after every task and, while it returns true (work is pending, such as
+  /// a receive), again and again while the queue is empty; with may_wait
+  /// it may block a few milliseconds for input. Set before any submit().
+  void set_progress(std::function<bool(bool may_wait)> progress) { progress_ = std::move(progress); }
 
   /// Blocks until every task submitted before the call has run and been
   /// destroyed (so what it captured is released).
@@ -64,7 +75,9 @@ class worker {
 
   std::mutex queue_m_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<std::function<void()>, std::shared_ptr<work::state>>> queue_;
+  std::deque<std::pair<std::function<void(const std::shared_ptr<work::state>&)>, std::shared_ptr<work::state>>>
+      queue_;
+  std::function<bool(bool)> progress_;
   bool busy_ = false;
   bool stopping_ = false;
   std::mutex run_m_;  // held while a task runs, inline or queued

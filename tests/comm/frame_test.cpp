@@ -342,7 +342,7 @@ TEST(Abort, RoundTripsAndRefusesEachBrokenField) {
   bad[4] ^= std::byte{0xFF};  // version
   EXPECT_EQ(parse_abort(bad).error(), errc::unsupported_version);
   bad = b;
-  bad[5] |= std::byte{0x40};  // a flag that does not exist
+  bad[5] |= std::byte{0x80};  // a flag that does not exist
   EXPECT_EQ(parse_abort(bad).error(), errc::bad_value);
   for (const std::size_t at : {6u, 8u, 12u, 16u, 24u, 28u}) {
     bad = b;

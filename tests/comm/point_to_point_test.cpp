@@ -1,0 +1,203 @@
+// Point-to-point messages (communicator.h's send and recv): every rank to
+// every other on worlds with and without the mesh, several dtypes, tags
+// received out of their sending order, receives from any rank, two ranks
+// that post their receives and then send long messages to each other at
+// once, messages that arrive among a collective's frames, authenticated
+// and encrypted links, and the errors a receive fails with while the
+// communicator stays usable. Each rank checks what it receives and throws
+// on a difference (the parent sees it as the rank's error text).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ferry/comm/communicator.h"
+#include "world.h"
+
+namespace ferry::comm {
+namespace {
+
+using test::run_world;
+
+void expect_all_ok(const std::vector<test::outcome>& out) {
+  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// The values rank `from` sends rank `to`: distinct per pair and index.
+std::vector<float> floats(std::uint32_t from, std::uint32_t to, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(from * 1000 + to) + static_cast<float>(i) * 0.5f;
+  return v;
+}
+
+class PointToPoint : public ::testing::TestWithParam<std::uint32_t> {};
+
+// Every rank sends every other rank f32 and i64 messages (one empty, one
+// longer than a chunk) and receives them in another order than they left.
+TEST_P(PointToPoint, EveryRankToEveryOtherInAnyTagOrder) {
+  const std::uint32_t n = GetParam();
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        c.chunk_bytes = 512;  // long messages take several frames
+        communicator comm(c, std::move(l));
+        std::vector<work> sends;
+        std::vector<std::vector<float>> f(n);
+        std::vector<std::vector<std::int64_t>> ints(n);
+        for (std::uint32_t to = 0; to < n; ++to) {
+          if (to == r) continue;
+          f[to] = floats(r, to, 1000);
+          ints[to] = {std::int64_t{-1} - r, std::int64_t{1} << 40, to};
+          sends.push_back(comm.start_send_bytes(codec::dtype::f32, std::as_bytes(std::span(f[to])), to, 7));
+          sends.push_back(comm.start_send_bytes(codec::dtype::i64, std::as_bytes(std::span(ints[to])), to, -3));
+          sends.push_back(comm.start_send_bytes(codec::dtype::u8, {}, to, 0));
+        }
+        for (std::uint32_t from = 0; from < n; ++from) {
+          if (from == r) continue;
+          std::vector<std::int64_t> i(3);
+          require(comm.recv(i, from, -3) == from, "the sender");  // sent second, taken first
+          require(i == std::vector<std::int64_t>{std::int64_t{-1} - from, std::int64_t{1} << 40, r}, "i64 values");
+          std::vector<std::uint8_t> none;
+          comm.recv(none, from, 0);
+          std::vector<float> v(1000);
+          comm.recv(v, from, 7);
+          require(v == floats(from, r, 1000), "f32 values from rank " + std::to_string(from));
+        }
+        for (work& w : sends) w.wait();
+        comm.barrier();
+        return std::vector<std::byte>{};
+      });
+  expect_all_ok(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, PointToPoint, ::testing::Values(2u, 3u, 5u));
+
+// Two ranks post their receives first, then send each other 8 MB at once:
+// both finish (each reads the other's message while it sends its own).
+TEST(PointToPointExchange, ReceivesPostedFirstThenLongSendsBothWays) {
+  const auto out = run_world(4, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    const std::uint32_t partner = r ^ 1;
+    std::vector<float> mine = floats(r, partner, 2 << 20), theirs(2 << 20);
+    work rx = comm.start_recv_bytes(codec::dtype::f32, std::as_writable_bytes(std::span(theirs)), partner, 1);
+    work tx = comm.start_send_bytes(codec::dtype::f32, std::as_bytes(std::span(mine)), partner, 1);
+    tx.wait();
+    rx.wait();
+    require(theirs == floats(partner, r, 2 << 20), "the partner's 8 MB");
+    return std::vector<std::byte>{};
+  });
+  expect_all_ok(out);
+}
+
+// Any-sender receives return each sender once; a message sent before an
+// allreduce and received after it passes the collective's frames (rank 0
+// sends to its ring successor, whose allreduce reads that connection).
+TEST(PointToPointExchange, AnySourceAndMessagesAmongCollectiveFrames) {
+  const auto out = run_world(4, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    std::vector<double> one{static_cast<double>(r)};
+    if (r != 0) comm.send(one, 0, 5);
+    if (r == 0) {
+      std::vector<bool> seen(4, false);
+      for (int k = 0; k < 3; ++k) {
+        std::vector<double> v(1);
+        const std::uint32_t from = comm.recv(v, std::nullopt, 5);
+        require(from != 0 && !seen[from] && v[0] == static_cast<double>(from), "any-source receive");
+        seen[from] = true;
+      }
+    }
+    std::vector<float> late{-0.0f, std::nanf("0x123"), 1e-40f};
+    if (r == 0) comm.send(late, 1, 9);
+    std::vector<float> sum{1.0f};
+    comm.allreduce(sum);
+    require(sum[0] == 4.0f, "the allreduce");
+    if (r == 1) {
+      std::vector<float> got(3);
+      comm.recv(got, 0, 9);
+      require(std::memcmp(got.data(), late.data(), sizeof(float) * 3) == 0, "-0, a NaN payload and a subnormal, bit for bit");
+    }
+    comm.barrier();
+    return std::vector<std::byte>{};
+  });
+  expect_all_ok(out);
+}
+
+// A receive of the wrong size or dtype fails (the message is dropped), one
+// that nothing matches times out; the communicator goes on working.
+TEST(PointToPointExchange, FailedReceivesLeaveTheCommunicatorUsable) {
+  const auto out = run_world(
+      3,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::int32_t> v{1, 2, 3};
+        std::string errors;
+        if (r == 0) {
+          comm.send(v, 1, 0);
+          comm.send(v, 1, 0);
+        }
+        if (r == 1) {
+          std::vector<std::int32_t> two(2);
+          std::vector<float> three(3);
+          for (auto* attempt : {+[](communicator& k, std::vector<std::int32_t>& a, std::vector<float>&) { k.recv(a, 0, 0); },
+                                +[](communicator& k, std::vector<std::int32_t>&, std::vector<float>& b) { k.recv(b, 0, 0); },
+                                +[](communicator& k, std::vector<std::int32_t>& a, std::vector<float>&) { k.recv(a, 2, 4); }}) {
+            try {
+              attempt(comm, two, three);
+              errors += "none;";
+            } catch (const comm_error& e) {
+              errors += std::string(name(e.code())) + ";";
+            }
+          }
+          require(errors == "size_mismatch;bad_argument;timed_out;", "the receives' errors: " + errors);
+        }
+        std::vector<std::int32_t> total{static_cast<std::int32_t>(r)};
+        comm.allreduce(total);
+        require(total[0] == 3, "the allreduce after them");
+        return std::vector<std::byte>{};
+      },
+      // Rank 1's receive times out long before the others' allreduce would.
+      [](std::uint32_t r, config& c) { c.timeout = std::chrono::milliseconds(r == 1 ? 500 : 10'000); });
+  expect_all_ok(out);
+}
+
+// Authenticated and encrypted links carry messages both ways over the
+// mesh; sending to this rank or past the world is refused.
+TEST(PointToPointExchange, AuthenticatedAndEncryptedMeshes) {
+  for (const frame_auth a : {frame_auth::frames, frame_auth::encrypt}) {
+    const auto out = run_world(
+        5,
+        [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+          communicator comm(c, std::move(l));
+          const std::uint32_t to = (r + 2) % 5, from = (r + 3) % 5;
+          std::vector<std::uint16_t> mine(300, static_cast<std::uint16_t>(r)), theirs(300);
+          work rx = comm.start_recv_bytes(codec::dtype::u16, std::as_writable_bytes(std::span(theirs)), from, 2);
+          comm.send(mine, to, 2);
+          rx.wait();
+          require(theirs == std::vector<std::uint16_t>(300, static_cast<std::uint16_t>(from)), "the message");
+          for (const std::uint32_t bad : {r, 5u}) {
+            try {
+              comm.send(mine, bad, 0);
+              require(false, "a send to rank " + std::to_string(bad) + " was taken");
+            } catch (const ferry::exception& e) {
+              require(e.code() == comm_errc::bad_argument, e.what());
+            }
+          }
+          comm.barrier();
+          return std::vector<std::byte>{};
+        },
+        [&](std::uint32_t, config& c) { c.auth = a; });
+    expect_all_ok(out);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::comm
