@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "ferry/comm/detail/all_to_all.h"
 #include "ferry/comm/detail/kernels.h"
 #include "ferry/comm/detail/link.h"
 #include "ferry/comm/detail/receives.h"
@@ -689,6 +690,22 @@ void communicator::barrier() {
 work communicator::start_barrier() {
   impl* p = impl_.get();
   return work(p->worker.submit([p] { p->barrier(); }));
+}
+
+void communicator::all_to_all_bytes(codec::dtype type, std::span<const std::byte> in,
+                                    std::span<const std::size_t> send_counts, std::span<std::byte> out,
+                                    std::span<const std::size_t> recv_counts) {
+  impl_->worker.run_inline([&] { detail::all_to_all(impl_->link, type, in, send_counts, out, recv_counts); });
+}
+
+work communicator::start_all_to_all_bytes(codec::dtype type, std::span<const std::byte> in,
+                                          std::vector<std::size_t> send_counts, std::span<std::byte> out,
+                                          std::vector<std::size_t> recv_counts) {
+  impl* p = impl_.get();
+  return work(p->worker.submit([p, type, in, send_counts = std::move(send_counts), out,
+                                recv_counts = std::move(recv_counts)] {
+    detail::all_to_all(p->link, type, in, send_counts, out, recv_counts);
+  }));
 }
 
 void communicator::send_bytes(codec::dtype type, std::span<const std::byte> data, std::uint32_t peer,

@@ -288,6 +288,31 @@ class communicator {
     return out;
   }
 
+  /// Every rank sends every rank a piece of its own: `in` holds
+  /// world_size() pieces in rank order, rank r's of send_counts[r]
+  /// elements, and `out` receives each rank's piece for this rank in rank
+  /// order, rank r's of recv_counts[r] elements (what rank r passed as
+  /// send_counts[this rank]). Elements arrive in this rank's byte order;
+  /// each piece goes straight from its sender to its receiver (in worlds
+  /// of four or more, over the mesh). `in` and `out` may not overlap.
+  /// Throws comm_error: size_mismatch for counts that do not add up to
+  /// the buffers, or that disagree with a sender's.
+  void all_to_all_bytes(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> send_counts,
+                        std::span<std::byte> out, std::span<const std::size_t> recv_counts);
+  /// The same, queued; `in` and `out` must outlive the wait.
+  work start_all_to_all_bytes(codec::dtype type, std::span<const std::byte> in, std::vector<std::size_t> send_counts,
+                              std::span<std::byte> out, std::vector<std::size_t> recv_counts);
+  /// all_to_all with equal pieces: `in` and `out` hold world_size() pieces
+  /// of the same size.
+  template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires element<std::ranges::range_value_t<In>> &&
+             std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void all_to_all(const In& in, Out&& out) {
+    const std::vector<std::size_t> counts(world_size(), std::ranges::size(in) / world_size());
+    all_to_all_bytes(element_dtype<std::ranges::range_value_t<In>>, std::as_bytes(std::span(in)), counts,
+                     std::as_writable_bytes(std::span(out)), counts);
+  }
+
   /// Returns when every rank has called barrier().
   void barrier();
   work start_barrier();

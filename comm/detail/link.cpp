@@ -459,23 +459,16 @@ void link::find_abort(channel& c) {
 bool link::check_idle(channel& c, receiver& r, bool sending_done) {
   for (;;) {
     if (c.decoder.idle()) {
-      // Only an ABORT is read here: anything else is refused (or, where
-      // frames may come, left for a later collective) before the decoder
-      // takes it for a frame.
-      std::array<std::byte, 6> magic{};  // and version and flags
+      // Only an ABORT is read here. A frame of a later collective (all_to_all
+      // sends against the ring's direction too) or a message is left for
+      // what takes it, before the decoder takes it for anything.
+      std::array<std::byte, 4> magic{};
       const ssize_t seen = ::recv(c.sock.fd(), magic.data(), magic.size(), MSG_PEEK);
-      if (seen >= 4 && !is_abort(std::span(magic).first(4))) {
-        if (c.frames_in) return false;
-        if (seen < 6) return true;  // not yet known
-        if (peek_head(c) == head::message) return false;  // left for a receive
-        fail(comm_errc::protocol_error, c.peer, rank_name(c.peer) + " sent data against the ring's direction");
-      }
-      if (c.frames_in) {
-        // A peer done with its part may close; one that failed has sent
-        // its ABORT first, and whoever waits for it hears of it.
-        if (seen == 0) return false;
-        if (seen > 0 && seen < 4) return true;  // not yet known
-      }
+      if (seen >= 4 && !is_abort(magic)) return false;
+      if (seen > 0 && seen < 4) return true;  // not yet known
+      // A peer done with its part may close; one that failed has sent its
+      // ABORT first, and whoever waits for it hears of it.
+      if (seen == 0 && c.frames_in) return false;
     }
     std::array<std::span<std::byte>, 3> bufs;
     c.decoder.buffers(bufs, false);  // between frames: the rest of an ABORT

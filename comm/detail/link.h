@@ -208,7 +208,7 @@ class link {
     std::optional<frame_cipher> seal;
     std::uint64_t counter = 0;  // messages sealed for the peer
     std::deque<out_frame> sendq;
-    bool frames_in = true;      // false: the peer sends only ABORTs here
+    bool frames_in = true;      // false: the ring's collectives send nothing here (ABORTs, all_to_all and messages may come)
     std::uint32_t expected = 0;  // the running collective's frames from the peer
     std::uint32_t received = 0;
     bool watch = true;  // false once an idle peer closed after its part

@@ -210,7 +210,7 @@ void link::send_message(std::uint32_t peer, std::int64_t tag, codec::dtype type,
   guarded([&] {
     const std::size_t to = send_channel(peer);
     channel& c = channels_[to];
-    const std::uint64_t elements = data.size() / width;
+    const std::size_t elements = data.size() / width;
     const std::size_t grain = message_grain(cfg_, type);
     std::array<std::byte, 24> envelope{};
     wire::store<std::uint64_t>(static_cast<std::uint64_t>(tag), envelope.data(), wire::host_order);

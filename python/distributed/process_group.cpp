@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <numeric>
+#include <optional>
 #include <cstdlib>
 #include <span>
 #include <string_view>
@@ -76,6 +78,68 @@ class work final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
 };
 
+/// A send's or a receive's handle: comm/'s work, the tensor it reads or
+/// writes (kept alive until then), and for a receive from any rank the
+/// sender. A receive into a tensor that is not contiguous lands in a
+/// contiguous copy, put back by the first wait().
+class p2p_work final : public c10d::Work {
+ public:
+  p2p_work(int rank, OpType type, at::Tensor user, at::Tensor dense)
+      : c10d::Work(rank, type), user_(std::move(user)), dense_(std::move(dense)) {}
+  comm::work handle;
+  std::uint32_t source = 0;  // written by comm/'s worker before the work is done
+
+  bool isCompleted() override { return handle.done(); }
+  bool isSuccess() const override {
+    if (!handle.done()) return false;
+    try {
+      comm::work(handle).wait();
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  std::exception_ptr exception() const override {
+    if (!handle.done()) return nullptr;
+    try {
+      comm::work(handle).wait();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+  int sourceRank() const override { return static_cast<int>(source); }
+  std::vector<at::Tensor> result() override {
+    wait(kNoTimeout);
+    return {user_};
+  }
+  void synchronize() override {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout != kNoTimeout) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (!handle.done()) {
+        require(std::chrono::steady_clock::now() < deadline, comm_errc::timed_out, "ferry: ",
+                c10d::opTypeToString(retrieveOpType()), " did not finish within ", timeout.count(), " ms");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    handle.wait();  // (torch's binding of wait() lets the GIL go)
+    std::lock_guard lock(m_);
+    if (!dense_.is_same(user_) && !copied_) {
+      const at::NoGradGuard no_grad;
+      user_.copy_(dense_);
+      copied_ = true;
+    }
+    return true;
+  }
+
+ private:
+  at::Tensor user_;
+  at::Tensor dense_;
+  std::mutex m_;
+  bool copied_ = false;
+};
+
 /// Calls f(T{}) with the C++ element type communicator.h moves for `type`.
 template <class F>
 decltype(auto) with_element(at::ScalarType type, F&& f) {
@@ -95,6 +159,19 @@ decltype(auto) with_element(at::ScalarType type, F&& f) {
   }
 }
 
+/// A complex tensor as its real view (…, 2); others as they are.
+at::Tensor as_real(const at::Tensor& t) { return t.is_complex() ? at::view_as_real(t) : t; }
+
+/// The dtype comm/ moves a tensor's elements as.
+codec::dtype dtype_of(const at::Tensor& t) {
+  return with_element(t.scalar_type(), []<class T>(T) { return comm::element_dtype<T>; });
+}
+
+/// A contiguous tensor's bytes.
+std::span<std::byte> bytes_of(const at::Tensor& t) {
+  return {static_cast<std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.numel() * t.element_size())};
+}
+
 template <class T>
 std::span<T> elements(const at::Tensor& t) {
   return {static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
@@ -112,6 +189,13 @@ const at::Tensor& one_tensor(const std::vector<at::Tensor>& tensors, const char*
   require(tensors.size() == 1, comm_errc::bad_argument, "ferry: ", op, " takes one tensor per rank, not ",
           tensors.size());
   check_tensor(tensors[0], op);
+  return tensors[0];
+}
+
+/// one_tensor() for the ops that move complex tensors as pairs of reals.
+const at::Tensor& one_tensor_or_complex(const std::vector<at::Tensor>& tensors, const char* op) {
+  require(tensors.size() == 1, comm_errc::bad_argument, "ferry: ", op, " takes one tensor, not ", tensors.size());
+  check_tensor(as_real(tensors[0]), op);
   return tensors[0];
 }
 
@@ -390,6 +474,11 @@ void process_group::reduce_scatter_now(const at::Tensor& in, const std::vector<s
   });
 }
 
+void process_group::check_peer(int peer, const char* what) const {
+  require(peer >= 0 && peer < getSize() && peer != getRank(), comm_errc::bad_argument, "ferry: ", what, " rank ",
+          peer, ": not another rank of this group of ", getSize());
+}
+
 void process_group::check_root(std::int64_t root, const char* what) const {
   require(root >= 0 && root < getSize(), comm_errc::bad_argument, "ferry: ", what, " rank ", root, " of a world of ",
           getSize());
@@ -621,6 +710,113 @@ c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(at::Tensor& o
   return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op, counts]() mutable {
     reduce_scatter_now(in.reshape({-1}).contiguous(), counts, out, op);
   });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  const at::Tensor& t = one_tensor_or_complex(tensors, "send");
+  check_peer(dstRank, "send to");
+  const at::Tensor dense = as_real(t).contiguous();
+  auto w = c10::make_intrusive<p2p_work>(getRank(), OpType::SEND, t, dense);
+  w->handle = comm_.start_send_bytes(dtype_of(dense), bytes_of(dense), static_cast<std::uint32_t>(dstRank), tag);
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  check_peer(srcRank, "recv from");
+  return post_recv(tensors, srcRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return post_recv(tensors, std::nullopt, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::post_recv(std::vector<at::Tensor>& tensors,
+                                                        std::optional<int> src, int tag) {
+  const at::Tensor& t = one_tensor_or_complex(tensors, "recv");
+  // Into the tensor itself when it is contiguous, else into a copy.
+  const at::Tensor real = as_real(t);
+  const at::Tensor dense = real.is_contiguous() ? real : at::empty_like(real, at::MemoryFormat::Contiguous);
+  auto w = c10::make_intrusive<p2p_work>(getRank(), src ? OpType::RECV : OpType::RECVANYSOURCE, real, dense);
+  const std::optional<std::uint32_t> peer =
+      src ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(*src)) : std::nullopt;
+  w->handle = comm_.start_recv_bytes(dtype_of(dense), bytes_of(dense), peer, tag, &w->source);
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                            std::vector<std::int64_t>& outputSplitSizes,
+                                                            std::vector<std::int64_t>& inputSplitSizes,
+                                                            const c10d::AllToAllOptions&) {
+  check_tensor(as_real(input), "all_to_all");
+  check_tensor(as_real(output), "all_to_all");
+  require(input.scalar_type() == output.scalar_type(), comm_errc::bad_argument,
+          "ferry: all_to_all takes input and output of one dtype, not ", input.scalar_type(), " and ",
+          output.scalar_type());
+  // Pieces are slices along the first dimension: `splits` of them, or
+  // equal ones.
+  const auto counts = [&](const at::Tensor& t, const std::vector<std::int64_t>& splits, const char* what) {
+    const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const std::int64_t row = rows == 0 ? 0 : as_real(t).numel() / rows;
+    std::vector<std::size_t> c(static_cast<std::size_t>(getSize()));
+    if (splits.empty()) {
+      require(rows % getSize() == 0, comm_errc::bad_argument, "ferry: all_to_all's ", what, " has ", rows,
+              " rows, which do not split evenly among ", getSize(), " ranks");
+      std::fill(c.begin(), c.end(), static_cast<std::size_t>(rows / getSize() * row));
+      return c;
+    }
+    require(splits.size() == c.size(), comm_errc::bad_argument, "ferry: all_to_all's ", what, " splits name ",
+            splits.size(), " pieces for ", getSize(), " ranks");
+    std::int64_t sum = 0;
+    for (std::size_t r = 0; r < c.size(); ++r) {
+      require(splits[r] >= 0, comm_errc::bad_argument, "ferry: all_to_all's ", what, " split ", splits[r]);
+      sum += splits[r];
+      c[r] = static_cast<std::size_t>(splits[r] * row);
+    }
+    require(sum == rows, comm_errc::bad_argument, "ferry: all_to_all's ", what, " splits add up to ", sum,
+            " rows, not its ", rows);
+    return c;
+  };
+  std::vector<std::size_t> send = counts(input, inputSplitSizes, "input");
+  std::vector<std::size_t> recv = counts(output, outputSplitSizes, "output");
+  return enqueue(OpType::ALLTOALL_BASE, {output},
+                 [this, in = input, out = output, send = std::move(send), recv = std::move(recv)]() mutable {
+                   const at::Tensor dense_in = as_real(in).contiguous();
+                   at::Tensor real_out = as_real(out);
+                   on_dense(real_out, [&](at::Tensor& d) {
+                     comm_.all_to_all_bytes(dtype_of(dense_in), bytes_of(dense_in), send, bytes_of(d), recv);
+                   });
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions&) {
+  const auto check = [&](const std::vector<at::Tensor>& list, const char* what) {
+    require(list.size() == static_cast<std::size_t>(getSize()), comm_errc::bad_argument, "ferry: all_to_all takes ",
+            getSize(), " ", what, " tensors, one per rank, not ", list.size());
+    for (const at::Tensor& t : list) {
+      check_tensor(as_real(t), "all_to_all");
+      require(t.scalar_type() == list[0].scalar_type(), comm_errc::bad_argument,
+              "ferry: all_to_all takes tensors of one dtype, not ", list[0].scalar_type(), " and ", t.scalar_type());
+    }
+  };
+  check(inputs, "input");
+  check(outputs, "output");
+  require(inputs[0].scalar_type() == outputs[0].scalar_type(), comm_errc::bad_argument,
+          "ferry: all_to_all takes inputs and outputs of one dtype");
+  std::vector<std::size_t> send, recv;
+  for (const at::Tensor& t : inputs) send.push_back(static_cast<std::size_t>(as_real(t).numel()));
+  for (const at::Tensor& t : outputs) recv.push_back(static_cast<std::size_t>(as_real(t).numel()));
+  return enqueue(OpType::ALLTOALL, outputs,
+                 [this, inputs, outputs, send = std::move(send), recv = std::move(recv)]() mutable {
+                   std::vector<at::Tensor> real_in, real_out;
+                   for (const at::Tensor& t : inputs) real_in.push_back(as_real(t));
+                   for (const at::Tensor& t : outputs) real_out.push_back(as_real(t));
+                   const at::Tensor flat_in = concatenated(real_in);
+                   at::Tensor flat_out = at::empty({static_cast<std::int64_t>(std::accumulate(recv.begin(), recv.end(), std::size_t{0}))},
+                                                   flat_in.options());
+                   comm_.all_to_all_bytes(dtype_of(flat_in), bytes_of(flat_in), send, bytes_of(flat_out), recv);
+                   split_into(flat_out, real_out);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {

@@ -35,8 +35,12 @@
 //     AVG of an integer tensor is refused, as PyTorch's other backends do.
 //   broadcast, allgather, _allgather_base, gather, scatter, barrier: every
 //     dtype above, converted to each receiver's byte order on the way.
-//   alltoall, send/recv, monitored_barrier: not supported; they raise
-//     "ProcessGroup ferry does not support <op>".
+//   alltoall, alltoall_base (all_to_all, all_to_all_single): straight
+//     from each rank to each other (communicator.h's all_to_all).
+//   send, recv, recvAnysource (send, recv, isend, irecv): comm/'s
+//     point-to-point messages, tagged, between any two ranks.
+//   monitored_barrier: not supported; it raises "ProcessGroup ferry does
+//     not support <op>".
 //
 // Errors. A failed collective (a dead or silent rank, a forged frame, a
 // configuration that differs between ranks) fails its Work with the
@@ -53,6 +57,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +117,21 @@ class process_group final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  /// Pieces along the first dimension, equal ones when the splits are
+  /// empty (communicator.h's all_to_all, complex tensors as pairs of reals).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<std::int64_t>& outputSplitSizes,
+                                               std::vector<std::int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  /// Point to point (communicator.h's send and recv): one tensor, straight
+  /// to comm/'s worker, not behind the group's queued collectives (a
+  /// receive never holds up what follows it). The Work of recvAnysource
+  /// names the sender (sourceRank()).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   /// The average of an f32 `tensor` over the ranks, sent rounded to bf16 or
   /// f16 with error feedback (communicator.h's compression): the residual
@@ -138,6 +158,8 @@ class process_group final : public c10d::ProcessGroup {
                                          std::function<void()> body);
   void stop();
   void check_root(std::int64_t root, const char* what) const;
+  void check_peer(int peer, const char* what) const;
+  c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, std::optional<int> src, int tag);
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
   /// `in` (contiguous, every rank's piece in rank order, counts[r]
   /// elements each) reduce-scattered into `out`.

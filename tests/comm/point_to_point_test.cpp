@@ -199,5 +199,74 @@ TEST(PointToPointExchange, AuthenticatedAndEncryptedMeshes) {
   }
 }
 
+// all_to_all with uneven pieces (some empty, some longer than a chunk) in
+// f32, i16 and bool, on worlds with and without the mesh.
+class AllToAll : public ::testing::TestWithParam<std::uint32_t> {};
+
+// Elements rank `from` sends rank `to`: (from + 2 * to) % 5 * 300 of them.
+std::size_t piece(std::uint32_t from, std::uint32_t to) { return (from + 2 * to) % 5 * 300; }
+
+TEST_P(AllToAll, UnevenPiecesArriveInRankOrder) {
+  const std::uint32_t n = GetParam();
+  const auto out = run_world(n, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    c.chunk_bytes = 512;
+    communicator comm(c, std::move(l));
+    std::vector<std::size_t> sc(n), rc(n);
+    std::vector<float> in, expect;
+    std::vector<std::int16_t> in16, expect16;
+    std::vector<std::uint8_t> inb, expectb;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      sc[k] = piece(r, k);
+      rc[k] = piece(k, r);
+      for (std::size_t i = 0; i < sc[k]; ++i) {
+        in.push_back(static_cast<float>(r * 100000 + k * 1000 + i));
+        in16.push_back(static_cast<std::int16_t>(-static_cast<int>(r * 1000 + k * 100 + i % 100)));
+        inb.push_back(static_cast<std::uint8_t>((r + k + i) % 2));
+      }
+      for (std::size_t i = 0; i < rc[k]; ++i) {
+        expect.push_back(static_cast<float>(k * 100000 + r * 1000 + i));
+        expect16.push_back(static_cast<std::int16_t>(-static_cast<int>(k * 1000 + r * 100 + i % 100)));
+        expectb.push_back(static_cast<std::uint8_t>((k + r + i) % 2));
+      }
+    }
+    std::vector<float> got(expect.size());
+    comm.all_to_all_bytes(codec::dtype::f32, std::as_bytes(std::span(in)), sc, std::as_writable_bytes(std::span(got)), rc);
+    require(got == expect, "f32 pieces");
+    std::vector<std::int16_t> got16(expect16.size());
+    work w = comm.start_all_to_all_bytes(codec::dtype::i16, std::as_bytes(std::span(in16)), sc,
+                                         std::as_writable_bytes(std::span(got16)), rc);
+    w.wait();
+    require(got16 == expect16, "i16 pieces");
+    std::vector<std::uint8_t> gotb(expectb.size());
+    comm.all_to_all_bytes(codec::dtype::boolean, std::as_bytes(std::span(inb)), sc,
+                          std::as_writable_bytes(std::span(gotb)), rc);
+    require(gotb == expectb, "bool pieces");
+    std::vector<std::int32_t> even(3 * n, static_cast<std::int32_t>(r)), evenout(3 * n);
+    comm.all_to_all(even, evenout);
+    for (std::uint32_t k = 0; k < n; ++k) require(evenout[3 * k] == static_cast<std::int32_t>(k), "equal pieces");
+    return std::vector<std::byte>{};
+  });
+  expect_all_ok(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, AllToAll, ::testing::Values(1u, 2u, 3u, 4u, 6u));
+
+// A rank whose counts disagree with a sender's fails naming that sender.
+TEST(AllToAllErrors, CountsThatDisagreeFailNamingTheSender) {
+  const auto out = run_world(3, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    std::vector<std::size_t> counts{2, 2, 2};
+    std::vector<float> in(6, 1.0f), got(6 + (r == 1 ? 1 : 0));
+    std::vector<std::size_t> rc = counts;
+    if (r == 1) rc[2] = 3;  // rank 2 sends it 2
+    comm.all_to_all_bytes(codec::dtype::f32, std::as_bytes(std::span(in)), counts,
+                          std::as_writable_bytes(std::span(got)), rc);
+    return std::vector<std::byte>{};
+  });
+  ASSERT_FALSE(out[1].ok);
+  EXPECT_EQ(out[1].code, errc::size_mismatch) << out[1].text;
+  EXPECT_EQ(out[1].culprit, 2u) << out[1].text;
+}
+
 }  // namespace
 }  // namespace ferry::comm
