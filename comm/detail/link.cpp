@@ -503,6 +503,11 @@ void link::pump(plan& p) {
   const auto watch_idle = [&](const channel& c) {
     return c.watch && (!c.frames_in || cfg_.algorithm != algorithm::ring);
   };
+  // A connection with nothing due may bring messages: read, so that a
+  // peer sending one while this rank waits for it here does not stall.
+  const auto drains = [&](const channel& c) {
+    return !receiving(c) && !c.head_blocked && !c.closed && (c.incoming || mailbox_bytes_ < mailbox_limit);
+  };
   // Receiving now: frames due that the plan accepts (or one partly read).
   const auto readable_now = [&](const channel& c) {
     return receiving(c) && (!c.decoder.idle() || p.accepts(static_cast<std::size_t>(&c - channels_.data()), c.received));
@@ -543,7 +548,7 @@ void link::pump(plan& p) {
     for (std::size_t i = 0; i < nfds; ++i) {
       const channel& c = channels_[i];
       short events = 0;
-      if (readable_now(c) || (watch_idle(c) && !receiving(c))) events |= POLLIN;
+      if (readable_now(c) || (watch_idle(c) && !receiving(c)) || drains(c)) events |= POLLIN;
       if (!c.sendq.empty()) events |= POLLOUT;
       fds[i] = {events != 0 ? c.sock.fd() : -1, events, 0};
     }
@@ -566,7 +571,9 @@ void link::pump(plan& p) {
     if (data_ready) continue;
     for (std::size_t i = 0; i < nfds; ++i) {
       channel& c = channels_[i];
-      if (watch_idle(c) && !receiving(c) && (fds[i].revents & readable) != 0) {
+      if (receiving(c) || (fds[i].revents & readable) == 0) continue;
+      if (drains(c) && read_messages(c)) last = clock::now();  // (an ABORT fails here too)
+      if (watch_idle(c) && !c.closed) {
         r.from(i);
         const bool sending_done = queued_ == p.sends && c.sendq.empty();
         c.watch = check_idle(c, r, sending_done);

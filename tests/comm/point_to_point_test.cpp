@@ -131,6 +131,29 @@ TEST(PointToPointExchange, AnySourceAndMessagesAmongCollectiveFrames) {
   expect_all_ok(out);
 }
 
+// A long message to a rank already inside a collective that waits for the
+// sender, over a connection the collective does not use (ranks 0 and 2 of
+// four are joined by the mesh): the collective reads it aside, the send
+// finishes, the sender joins the collective.
+TEST(PointToPointExchange, LongMessageToARankWaitingInACollective) {
+  const auto out = run_world(4, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+    communicator comm(c, std::move(l));
+    std::vector<float> big = floats(0, 2, 4 << 20);  // 16 MB: more than the sockets hold
+    if (r == 0) comm.send(big, 2, 1);
+    std::vector<float> sum{1.0f};
+    comm.allreduce(sum);
+    require(sum[0] == 4.0f, "the allreduce");
+    if (r == 2) {
+      std::vector<float> got(big.size());
+      comm.recv(got, 0, 1);
+      require(got == big, "the 16 MB message");
+    }
+    comm.barrier();
+    return std::vector<std::byte>{};
+  });
+  expect_all_ok(out);
+}
+
 // A receive of the wrong size or dtype fails (the message is dropped), one
 // that nothing matches times out; the communicator goes on working.
 TEST(PointToPointExchange, FailedReceivesLeaveTheCommunicatorUsable) {
