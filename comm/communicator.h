@@ -326,11 +326,14 @@ class communicator {
   // sender (or any sender) and tag, and must be of the message's dtype and
   // size (else it fails with bad_argument or size_mismatch, and the
   // message is dropped). Elements arrive in the receiver's byte order.
-  // Messages that come before their receive wait in a mailbox (up to
-  // detail::mailbox_limit bytes, then their senders wait). A send returns
-  // once its message is on the wire; a receive that no message matches
-  // within config::timeout fails with timed_out (the communicator stays
-  // usable). Sends and receives queue with the collectives, in call
+  // Messages that come before their receive are read into a mailbox while
+  // the receiver is inside any call or has a receive posted (up to
+  // detail::mailbox_limit bytes; docs/comm-protocol.md, section 5). A send
+  // returns once its message is on the wire, and fails with timed_out,
+  // breaking the communicator, if the receiver takes nothing of it within
+  // config::timeout; a receive that no message matches within
+  // config::timeout fails with timed_out and the communicator stays
+  // usable. Sends and receives queue with the collectives, in call
   // order, but a receive does not hold up what is queued after it: a rank
   // may post a receive, then send. A failure on a connection breaks the
   // communicator, as a failed collective does.

@@ -24,7 +24,7 @@ constexpr std::uint8_t order_bit = 0x01;
 constexpr std::uint8_t encoding_mask = 0x0E;
 constexpr std::uint8_t tag_bit = 0x10;        // the trailer is a tag
 constexpr std::uint8_t encrypted_bit = 0x20;  // the payload is ciphertext
-constexpr std::uint8_t p2p_bit = 0x40;        // a point-to-point message's frame
+constexpr std::uint8_t p2p_bit = frame_message_flag;
 // Elements converted per step when compressing or widening, so no buffer
 // larger than this is ever allocated (it lives on the stack).
 constexpr std::size_t step = 2048;

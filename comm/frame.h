@@ -99,6 +99,8 @@ enum class encoding : std::uint8_t {
 };
 
 inline constexpr std::size_t frame_header_size = 28;
+/// Flag bit 6 (byte 5 of the header): a point-to-point message's frame.
+inline constexpr std::uint8_t frame_message_flag = 0x40;
 inline constexpr std::size_t frame_trailer_size = 4;  ///< the CRC (frame_auth::none)
 inline constexpr std::size_t frame_tag_size = 16;     ///< the tag (frames, encrypt)
 inline constexpr std::size_t frame_key_size = 32;

@@ -5,7 +5,7 @@
 // frames are numbered per connection from 0; a piece of k elements takes
 // max(1, ceil(k / grain)) frames of at most grain = chunk_bytes / element
 // size elements (an empty piece one empty frame, so that sizes that
-// disagree fail at once). docs/comm-protocol.md, section 6. Not part of
+// disagree fail at once). docs/comm-protocol.md, section 5. Not part of
 // the API.
 #pragma once
 

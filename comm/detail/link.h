@@ -9,9 +9,10 @@
 //
 // Channel 0 (prev_channel) is the ring's link from the previous rank,
 // channel 1 (next_channel) the one to the next rank: the ring's collectives
-// send frames from place p to p+1 only, and ABORTs both ways. With an
-// algorithm other than the ring, form_mesh() adds a channel to every other
-// rank, and frames go both ways on every channel. A plan names the channel
+// send frames from place p to p+1 only, and ABORTs both ways. In worlds
+// of four or more, form_mesh() adds a channel to every other rank; the
+// other algorithms, all_to_all and messages send frames both ways on any
+// channel. A plan names the channel
 // of every frame it sends and is told the channel of every frame it
 // receives. Between collectives, the link also carries point-to-point
 // messages (send_message(), poll_messages(): link_messages.cpp), whose

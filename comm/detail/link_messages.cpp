@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "ferry/comm/detail/link.h"
 
@@ -63,11 +64,12 @@ std::span<std::byte> link::message_header(channel& c, const frame_header& h) {
   const std::size_t grain = message_grain(cfg_, m.type);
   const std::uint64_t before = std::uint64_t{c.incoming_read} * grain;
   const std::uint64_t count = std::min<std::uint64_t>(grain, m.elements - before);
-  if (h.chunk != c.incoming_read + 1 || h.type != m.type || h.count != count) {
+  if (h.chunk != c.incoming_read + 1 || h.type != m.type || h.count != count || h.order != m.order) {
     fail(comm_errc::protocol_error, c.peer,
          where + ": frame " + std::to_string(h.chunk) + " with " + std::to_string(h.count) + " " +
              std::string(codec::name(h.type)) + " values where frame " + std::to_string(c.incoming_read + 1) +
-             " of " + std::to_string(count) + " " + std::string(codec::name(m.type)) + " values was due");
+             " of " + std::to_string(count) + " " + std::string(codec::name(m.type)) +
+             " values in the envelope's byte order was due");
   }
   // The buffer grows with what arrives, never ahead of it.
   const std::size_t bytes = static_cast<std::size_t>(count) * codec::size_of(m.type);
@@ -131,11 +133,12 @@ link::head link::peek_head(channel& c) {
   if (seen == 0) return head::closed;
   if (seen < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return head::nothing;
-    return head::closed;  // reset: reading it says how
+    fail(comm_errc::peer_lost, c.peer,
+         inbound(c) + ": connection from " + rank_name(c.peer) + " lost: " + std::strerror(errno));
   }
   if (seen >= 4 && is_abort(std::span(b).first(4))) return head::abort;
   if (seen < 6) return head::nothing;
-  return (std::to_integer<unsigned>(b[5]) & 0x40U) != 0 ? head::message : head::collective;
+  return (std::to_integer<unsigned>(b[5]) & frame_message_flag) != 0 ? head::message : head::collective;
 }
 
 // Reads messages (whole frames, never past one) while they come; true if
@@ -152,15 +155,7 @@ bool link::read_messages(channel& c) {
         c.head_blocked = true;  // a collective this rank has not reached
         break;
       }
-      if (h == head::closed) {
-        // A peer done with the communicator; a read says whether it was
-        // an error.
-        std::byte one{};
-        const ssize_t got = ::recv(c.sock.fd(), &one, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          fail(comm_errc::peer_lost, c.peer,
-               inbound(c) + ": connection from " + rank_name(c.peer) + " lost: " + std::strerror(errno));
-        }
+      if (h == head::closed) {  // a peer done with the communicator
         c.closed = true;
         break;
       }
@@ -207,11 +202,14 @@ void link::send_message(std::uint32_t peer, std::int64_t tag, codec::dtype type,
   if (data.size() % width != 0) {
     fail(errc::size_mismatch, std::nullopt, "a message buffer that is not a whole number of elements");
   }
+  const std::size_t grain = message_grain(cfg_, type);
+  if (data.size() / width / grain >= UINT32_MAX - 1) {
+    fail(errc::limit_exceeded, std::nullopt, "a message of more than 2^32 - 2 frames of chunk_bytes");
+  }
   guarded([&] {
     const std::size_t to = send_channel(peer);
     channel& c = channels_[to];
     const std::size_t elements = data.size() / width;
-    const std::size_t grain = message_grain(cfg_, type);
     std::array<std::byte, 24> envelope{};
     wire::store<std::uint64_t>(static_cast<std::uint64_t>(tag), envelope.data(), wire::host_order);
     wire::store<std::uint64_t>(elements, envelope.data() + 8, wire::host_order);
@@ -273,7 +271,10 @@ bool link::poll_messages(std::chrono::milliseconds wait) {
       fds[i] = {readable ? c.sock.fd() : -1, POLLIN, 0};
       any = any || readable;
     }
-    if (!any) return false;
+    if (!any) {
+      std::this_thread::sleep_for(wait);  // nothing to read: no busy wait either
+      return false;
+    }
     const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
     if (rc <= 0) return false;
     for (channel& c : channels_) done = read_messages(c) || done;

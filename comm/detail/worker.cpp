@@ -69,6 +69,10 @@ void worker::loop() {
   bool pending = true;  // progress_ has work to do (as far as is known)
   for (;;) {
     while (queue_.empty() && !stopping_ && progress_ && pending) {
+      if (inline_waiting_ > 0) {
+        queue_cv_.wait(lock, [&] { return inline_waiting_ == 0 || stopping_ || !queue_.empty(); });
+        continue;
+      }
       lock.unlock();
       {
         std::lock_guard run(run_m_);

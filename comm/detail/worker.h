@@ -65,8 +65,14 @@ class worker {
     {
       std::unique_lock lock(queue_m_);
       queue_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+      ++inline_waiting_;  // the progress loop stands aside
     }
-    std::lock_guard run(run_m_);
+    std::unique_lock run(run_m_);
+    {
+      std::lock_guard lock(queue_m_);
+      --inline_waiting_;
+    }
+    queue_cv_.notify_all();
     std::forward<F>(task)();
   }
 
@@ -80,6 +86,7 @@ class worker {
   std::function<bool(bool)> progress_;
   bool busy_ = false;
   bool stopping_ = false;
+  int inline_waiting_ = 0;  // run_inline() callers waiting for run_m_
   std::mutex run_m_;  // held while a task runs, inline or queued
   std::thread thread_;
 };

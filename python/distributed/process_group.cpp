@@ -718,7 +718,7 @@ c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tens
   const at::Tensor dense = as_real(t).contiguous();
   auto w = c10::make_intrusive<p2p_work>(getRank(), OpType::SEND, t, dense);
   w->handle = comm_.start_send_bytes(dtype_of(dense), bytes_of(dense), static_cast<std::uint32_t>(dstRank), tag);
-  return w;
+  return keep(w);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
@@ -740,6 +740,13 @@ c10::intrusive_ptr<c10d::Work> process_group::post_recv(std::vector<at::Tensor>&
   const std::optional<std::uint32_t> peer =
       src ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(*src)) : std::nullopt;
   w->handle = comm_.start_recv_bytes(dtype_of(dense), bytes_of(dense), peer, tag, &w->source);
+  return keep(w);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::keep(c10::intrusive_ptr<c10d::Work> w) {
+  std::lock_guard lock(p2p_m_);
+  std::erase_if(in_flight_, [](const c10::intrusive_ptr<c10d::Work>& x) { return x->isCompleted(); });
+  in_flight_.push_back(w);
   return w;
 }
 
@@ -768,7 +775,8 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(at::Tensor& output, 
             splits.size(), " pieces for ", getSize(), " ranks");
     std::int64_t sum = 0;
     for (std::size_t r = 0; r < c.size(); ++r) {
-      require(splits[r] >= 0, comm_errc::bad_argument, "ferry: all_to_all's ", what, " split ", splits[r]);
+      require(splits[r] >= 0 && splits[r] <= rows - sum, comm_errc::bad_argument, "ferry: all_to_all's ", what,
+              " splits name more than its ", rows, " rows");
       sum += splits[r];
       c[r] = static_cast<std::size_t>(splits[r] * row);
     }

@@ -160,6 +160,8 @@ class process_group final : public c10d::ProcessGroup {
   void check_root(std::int64_t root, const char* what) const;
   void check_peer(int peer, const char* what) const;
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, std::optional<int> src, int tag);
+  /// Keeps `w` in in_flight_ (dropping those done) and returns it.
+  c10::intrusive_ptr<c10d::Work> keep(c10::intrusive_ptr<c10d::Work> w);
   void allreduce_now(at::Tensor& t, c10d::ReduceOp op);
   /// `in` (contiguous, every rank's piece in rank order, counts[r]
   /// elements each) reduce-scattered into `out`.
@@ -168,6 +170,12 @@ class process_group final : public c10d::ProcessGroup {
   void allgather_now(const at::Tensor& in, at::Tensor& out);
   void broadcast_now(at::Tensor& t, std::uint32_t root);
 
+  // Sends and receives in flight, kept (with the tensors comm/'s worker
+  // reads or writes) until they are done, whether or not Python still
+  // holds their Work. Declared before comm_, so they outlive it: its
+  // destructor finishes the sends and fails the receives.
+  std::mutex p2p_m_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   comm::communicator comm_;
   std::unordered_map<std::int64_t, comm::error_feedback> feedback_;  // worker thread only
   // Runs the collectives, one at a time in call order. Declared last, so

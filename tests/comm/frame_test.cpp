@@ -154,6 +154,19 @@ TEST(Frame, EveryErrorIsExact) {
   EXPECT_EQ(with(4, 2), errc::unsupported_version);
   EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | 0x10)), errc::bad_value);  // reserved flag bit
   EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | 0x06)), errc::bad_value);  // encoding 3
+  EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | 0x80)), errc::bad_value);  // bit 7
+  // Bit 6 marks a message's frame: it round-trips, under the CRC.
+  EXPECT_EQ(with(5, static_cast<std::uint8_t>(std::to_integer<unsigned>(good[5]) | frame_message_flag)),
+            errc::checksum_mismatch);
+  frame_header m;
+  m.p2p = true;
+  m.type = codec::dtype::u64;
+  m.count = 3;
+  m.sequence = 9;
+  const auto mf = decode_frame(encode_frame(m, std::vector<std::byte>(24)), max_frame);
+  ASSERT_TRUE(mf);
+  EXPECT_TRUE(mf->header.p2p);
+  EXPECT_EQ(mf->header, m);
   EXPECT_EQ(with(6, 0), codec_errc::unknown_dtype);
   EXPECT_EQ(with(6, 7), errc::checksum_mismatch);   // I32: same size, caught by the CRC
   EXPECT_EQ(with(6, 13), errc::truncated);          // F64: the frame is too short for it
@@ -342,7 +355,7 @@ TEST(Abort, RoundTripsAndRefusesEachBrokenField) {
   bad[4] ^= std::byte{0xFF};  // version
   EXPECT_EQ(parse_abort(bad).error(), errc::unsupported_version);
   bad = b;
-  bad[5] |= std::byte{0x80};  // a flag that does not exist
+  bad[5] |= std::byte{0x40};  // a flag ABORTs do not take (frames do: bit 6)
   EXPECT_EQ(parse_abort(bad).error(), errc::bad_value);
   for (const std::size_t at : {6u, 8u, 12u, 16u, 24u, 28u}) {
     bad = b;

@@ -60,6 +60,8 @@ TEST_P(PointToPoint, EveryRankToEveryOtherInAnyTagOrder) {
           sends.push_back(comm.start_send_bytes(codec::dtype::f32, std::as_bytes(std::span(f[to])), to, 7));
           sends.push_back(comm.start_send_bytes(codec::dtype::i64, std::as_bytes(std::span(ints[to])), to, -3));
           sends.push_back(comm.start_send_bytes(codec::dtype::u8, {}, to, 0));
+          // Same sender and tag: received in the order sent.
+          sends.push_back(comm.start_send_bytes(codec::dtype::i64, std::as_bytes(std::span(ints[to]).first(1)), to, -3));
         }
         for (std::uint32_t from = 0; from < n; ++from) {
           if (from == r) continue;
@@ -68,6 +70,9 @@ TEST_P(PointToPoint, EveryRankToEveryOtherInAnyTagOrder) {
           require(i == std::vector<std::int64_t>{std::int64_t{-1} - from, std::int64_t{1} << 40, r}, "i64 values");
           std::vector<std::uint8_t> none;
           comm.recv(none, from, 0);
+          std::vector<std::int64_t> second(1);
+          comm.recv(second, from, -3);
+          require(second[0] == std::int64_t{-1} - from, "the second message with tag -3");
           std::vector<float> v(1000);
           comm.recv(v, from, 7);
           require(v == floats(from, r, 1000), "f32 values from rank " + std::to_string(from));
