@@ -291,7 +291,7 @@ ring_plan::ring_plan(detail::link& l_, rx_staging& st, codec::dtype t, std::span
       bytes(d),
       o(o_),
       enc(encoding_of(o_.comp)),
-      ch(d.size() / width, l_.size(), std::max<std::size_t>(1, l_.config().chunk_bytes / (enc == encoding::raw ? width : 2))),
+      ch(d.size() / width, l_.size(), l_.elements_per_frame(enc == encoding::raw ? width : 2)),
       stages(2 * (std::size_t{l_.size()} - 1)),
       rx(st.rx) {
   // (The caller passed f32 values: the bytes are aligned as floats.)
@@ -328,7 +328,7 @@ struct scatter_plan final : detail::plan {
   scatter_plan(detail::link& l_, rx_staging& st, codec::dtype t, std::span<const std::byte> in_,
                std::span<const std::size_t> counts, std::span<std::byte> out_, reduce_op op_)
       : l(l_), type(t), width(codec::size_of(t)), in(in_), out(out_), op(op_),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.rx) {
+        grain(l_.elements_per_frame(codec::size_of(t))), rx(st.rx) {
     std::vector<std::size_t> rank_start(counts.size() + 1, 0);
     for (std::size_t r = 0; r < counts.size(); ++r) rank_start[r + 1] = rank_start[r] + counts[r];
     for (std::size_t q = 0; q < l.size(); ++q) {
@@ -410,7 +410,7 @@ struct copy_plan final : detail::plan {
 
   copy_plan(detail::link& l_, codec::dtype t, std::span<std::byte> d, std::size_t blocks, bool gather_)
       : l(l_), data(d), type(t), width(codec::size_of(t)),
-        ch(d.size() / codec::size_of(t), blocks, std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))),
+        ch(d.size() / codec::size_of(t), blocks, l_.elements_per_frame(codec::size_of(t))),
         gather(gather_) {
     name = gather ? "allgather" : "broadcast";
   }

@@ -24,7 +24,7 @@ struct all_to_all_plan final : plan {
 
   all_to_all_plan(link& l_, codec::dtype t, std::span<std::byte> o, std::span<const std::size_t> rc)
       : l(l_), type(t), width(codec::size_of(t)),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), out(o), recv_at(rc.size()),
+        grain(l_.elements_per_frame(codec::size_of(t))), out(o), recv_at(rc.size()),
         recv_counts(rc) {
     std::exclusive_scan(rc.begin(), rc.end(), recv_at.begin(), std::size_t{0});
     name = "all_to_all";

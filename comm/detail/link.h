@@ -20,6 +20,7 @@
 // receive takes them. Not part of the API.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -126,6 +127,11 @@ class link {
   [[nodiscard]] std::size_t recv_channel(std::uint32_t peer) const noexcept;
   /// The rank at the other end of channel `c`.
   [[nodiscard]] std::uint32_t peer_of(std::size_t c) const noexcept { return channels_[c].peer; }
+  /// Elements of `width` bytes in one frame's payload: chunk_bytes' worth,
+  /// at least one. Every collective and message cuts its data by it.
+  [[nodiscard]] std::size_t elements_per_frame(std::size_t width) const noexcept {
+    return std::max<std::size_t>(1, cfg_.chunk_bytes / width);
+  }
   /// A plan's `expected` with `frames` on channel `c` and none elsewhere.
   [[nodiscard]] std::vector<std::uint32_t> only_from(std::size_t c, std::uint32_t frames) const;
 

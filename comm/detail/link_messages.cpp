@@ -18,11 +18,6 @@ namespace {
 
 constexpr std::uint32_t envelope_count = 3;  // tag, elements, dtype code
 
-// Elements per data frame of a message of `type`.
-std::size_t message_grain(const comm::config& c, codec::dtype type) {
-  return std::max<std::size_t>(1, c.chunk_bytes / codec::size_of(type));
-}
-
 }  // namespace
 
 // Reads only messages (and ABORTs): what peek_head() found at the head.
@@ -61,7 +56,7 @@ std::span<std::byte> link::message_header(channel& c, const frame_header& h) {
     return c.envelope;
   }
   const message& m = *c.incoming;
-  const std::size_t grain = message_grain(cfg_, m.type);
+  const std::size_t grain = elements_per_frame(codec::size_of(m.type));
   const std::uint64_t before = std::uint64_t{c.incoming_read} * grain;
   const std::uint64_t count = std::min<std::uint64_t>(grain, m.elements - before);
   if (h.chunk != c.incoming_read + 1 || h.type != m.type || h.count != count || h.order != m.order) {
@@ -93,7 +88,7 @@ void link::message_frame(channel& c, const frame_header& h) {
            inbound(c) + ": a message of dtype code " + std::to_string(code));
     }
     m.type = *type;
-    const std::uint64_t grain = message_grain(cfg_, m.type);
+    const std::uint64_t grain = elements_per_frame(codec::size_of(m.type));
     const std::uint64_t frames = m.elements / grain + (m.elements % grain != 0);
     if (m.elements > SIZE_MAX / codec::size_of(m.type) || frames > UINT32_MAX - 1) {
       fail(errc::limit_exceeded, c.peer,
@@ -202,7 +197,7 @@ void link::send_message(std::uint32_t peer, std::int64_t tag, codec::dtype type,
   if (data.size() % width != 0) {
     fail(errc::size_mismatch, std::nullopt, "a message buffer that is not a whole number of elements");
   }
-  const std::size_t grain = message_grain(cfg_, type);
+  const std::size_t grain = elements_per_frame(codec::size_of(type));
   if (data.size() / width / grain >= UINT32_MAX - 1) {
     fail(errc::limit_exceeded, std::nullopt, "a message of more than 2^32 - 2 frames of chunk_bytes");
   }

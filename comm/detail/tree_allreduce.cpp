@@ -101,7 +101,7 @@ struct doubling_plan final : plan {
 
   doubling_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
       : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), count(d.size() / width),
+        grain(l_.elements_per_frame(codec::size_of(t))), count(d.size() / width),
         num(l_), rx(st.per_channel) {
     name = "allreduce";
     m = pieces(count, grain);
@@ -244,7 +244,7 @@ struct halving_plan final : plan {
 
   halving_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
       : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
-        grain(std::max<std::size_t>(1, l_.config().chunk_bytes / codec::size_of(t))), rx(st.per_channel) {
+        grain(l_.elements_per_frame(codec::size_of(t))), rx(st.per_channel) {
     name = "allreduce";
     const std::size_t count = d.size() / width;
     const numbering num(l);
