@@ -13,6 +13,12 @@
 // also runs recursive doubling and Rabenseifner (FERRY_ALGORITHM), and a
 // third table gives their time against the ring's beside the cost model's
 // prediction for a link fitted to the 2-rank ring times (comm/cost_model.h).
+//
+// The ranks share this machine, so "ferry" combines through shared memory
+// (comm/detail/shared_memory.h), what a user of one host gets; "ferry_tcp"
+// is the same with FERRY_SHARED_MEMORY=off, the TCP ring over loopback,
+// and the authenticated and algorithm contenders run over TCP too (their
+// tables compare against ferry_tcp).
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,7 +56,7 @@ constexpr size_case sizes[] = {
     {"64MB", 16'777'216, 3},
 };
 constexpr int rank_counts[] = {2, 4};
-enum class peer { ferry, ferry_bf16, gloo, ferry_frames, ferry_encrypt, ferry_doubling, ferry_rabenseifner };
+enum class peer { ferry, ferry_bf16, gloo, ferry_frames, ferry_encrypt, ferry_doubling, ferry_rabenseifner, ferry_tcp };
 const char* peer_name(peer p) {
   switch (p) {
     case peer::ferry: return "ferry";
@@ -60,6 +66,7 @@ const char* peer_name(peer p) {
     case peer::ferry_encrypt: return "ferry_auth_encrypt";
     case peer::ferry_doubling: return "ferry_recursive_doubling";
     case peer::ferry_rabenseifner: return "ferry_rabenseifner";
+    case peer::ferry_tcp: return "ferry_tcp";
   }
   return "?";
 }
@@ -94,6 +101,7 @@ struct rank_runner {
     if (p == peer::ferry_encrypt) c.auth = comm::frame_auth::encrypt;
     if (p == peer::ferry_doubling) c.algorithm = comm::algorithm::recursive_doubling;
     if (p == peer::ferry_rabenseifner) c.algorithm = comm::algorithm::rabenseifner;
+    c.shared_memory = p == peer::ferry;
     comm.emplace(c, std::move(l));
     if (p == peer::ferry_bf16) {
       ef.emplace(count);
@@ -172,42 +180,50 @@ void print_table(const bench::results& r) {
     const auto it = r.find(std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label);
     return it == r.end() ? nullptr : &it->second;
   };
-  std::printf("\nallreduce on loopback, ferry vs Gloo (ProcessGroupGloo), median of 3\n\n");
-  std::printf("| ranks | size | ferry | Gloo | ferry bf16 | ferry busbw | Gloo busbw | ferry bf16 busbw |"
-              " Gloo/ferry | Gloo/ferry bf16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\nallreduce on loopback, ferry (shared memory) and ferry over TCP vs Gloo (ProcessGroupGloo)\n\n");
+  std::printf("| ranks | size | ferry | ferry TCP | Gloo | ferry bf16 | ferry busbw | ferry TCP busbw | Gloo busbw |"
+              " Gloo/ferry | Gloo/ferry TCP | Gloo/ferry bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
       const auto* f = get(peer::ferry, n, s);
+      const auto* tcp = get(peer::ferry_tcp, n, s);
       const auto* g = get(peer::gloo, n, s);
       const auto* b = get(peer::ferry_bf16, n, s);
-      if (f == nullptr || g == nullptr || b == nullptr) continue;
+      if (f == nullptr || tcp == nullptr || g == nullptr || b == nullptr) continue;
       auto t = [](const bench::measurement* m) { return m->ns / 1e3; };
       auto bw = [](const bench::measurement* m) { return m->counter("busbw") / 1e9; };
-      std::printf("| %d | %s | %.0f us | %.0f us | %.0f us | %.2f GB/s | %.2f GB/s | %.2f GB/s | %.2fx | %.2fx |\n", n,
-                  s.label, t(f), t(g), t(b), bw(f), bw(g), bw(b), g->ns / f->ns, g->ns / b->ns);
+      std::printf("| %d | %s | %.0f us | %.0f us | %.0f us | %.0f us | %.2f GB/s | %.2f GB/s | %.2f GB/s | %.2fx | %.2fx | "
+                  "%.2fx |\n",
+                  n, s.label, t(f), t(tcp), t(g), t(b), bw(f), bw(tcp), bw(g), g->ns / f->ns, g->ns / tcp->ns,
+                  g->ns / b->ns);
     }
   }
-  std::printf("\n| goal | ranks | measured f32 | measured bf16 | target |\n|---|---|---|---|---|\n");
+  std::printf("\n| goal (Gloo time / ferry time) | ranks | ferry | ferry TCP | ferry bf16 (TCP) | target |\n"
+              "|---|---|---|---|---|---|\n");
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
       const std::string label = s.label;
       const double target = label == "68KB" ? 1.5 : label == "1MB" || label == "4KB" ? 0.0 : 1.2;
       if (target == 0.0) continue;
       const auto* f = get(peer::ferry, n, s);
+      const auto* tcp = get(peer::ferry_tcp, n, s);
       const auto* g = get(peer::gloo, n, s);
       const auto* b = get(peer::ferry_bf16, n, s);
-      if (f == nullptr || g == nullptr || b == nullptr) continue;
-      const double rf = g->ns / f->ns, rb = g->ns / b->ns;
-      std::printf("| %s: Gloo time / ferry time | %d | %.2fx %s | %.2fx %s | >= %.1fx |\n", s.label, n, rf,
-                  rf >= target ? "met" : "MISSED", rb, rb >= target ? "met" : "MISSED", target);
+      if (f == nullptr || tcp == nullptr || g == nullptr || b == nullptr) continue;
+      const double rf = g->ns / f->ns, rt = g->ns / tcp->ns, rb = g->ns / b->ns;
+      // Shared memory at four ranks, 16 and 64 MB: >= 3x (issue 29).
+      const double shm_target = n == 4 && s.count >= 4'194'304 ? 3.0 : target;
+      std::printf("| %s | %d | %.2fx %s (>= %.1fx) | %.2fx %s | %.2fx %s | >= %.1fx |\n", s.label, n, rf,
+                  rf >= shm_target ? "met" : "MISSED", shm_target, rt, rt >= target ? "met" : "MISSED", rb,
+                  rb >= target ? "met" : "MISSED", target);
     }
   }
-  std::printf("\nthe cost of FERRY_AUTH on loopback (ferry f32): authenticated time / plain time\n\n"
+  std::printf("\nthe cost of FERRY_AUTH on loopback (ferry f32 over TCP): authenticated time / plain time\n\n"
               "| ranks | size | plain | frames | encrypt | frames / plain | encrypt / plain |\n"
               "|---|---|---|---|---|---|---|\n");
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      const auto* f = get(peer::ferry, n, s);
+      const auto* f = get(peer::ferry_tcp, n, s);
       const auto* a = get(peer::ferry_frames, n, s);
       const auto* e = get(peer::ferry_encrypt, n, s);
       if (f == nullptr || a == nullptr || e == nullptr) continue;
@@ -217,8 +233,8 @@ void print_table(const bench::results& r) {
   }
   // The link of the model, fitted to the 2-rank ring at 4KB and 1MB
   // (t = 2 alpha + n beta + n/2 gamma, gamma the model's default).
-  const auto* small = get(peer::ferry, 2, sizes[0]);
-  const auto* large = get(peer::ferry, 2, sizes[2]);
+  const auto* small = get(peer::ferry_tcp, 2, sizes[0]);
+  const auto* large = get(peer::ferry_tcp, 2, sizes[2]);
   if (small == nullptr || large == nullptr) return;
   comm::link_cost link;
   const double n0 = static_cast<double>(sizes[0].count) * 4, n1 = static_cast<double>(sizes[2].count) * 4;
@@ -226,14 +242,14 @@ void print_table(const bench::results& r) {
   const double t1 = large->ns * 1e-9 - n1 / 2 * link.gamma_s_per_byte;
   link.beta_s_per_byte = std::max(1e-13, (t1 - t0) / (n1 - n0));
   link.alpha_s = std::max(0.0, (t0 - n0 * link.beta_s_per_byte) / 2);
-  std::printf("\nallreduce algorithms on loopback (ferry f32): time / the ring's time, measured and as\n"
+  std::printf("\nallreduce algorithms on loopback (ferry f32 over TCP): time / the ring's time, measured and as\n"
               "comm/cost_model.h predicts for the link fitted to the 2-rank ring (alpha %.1f us, %.2f Gbit/s)\n\n"
               "| ranks | size | ring | recursive doubling | Rabenseifner | doubling / ring (model) |"
               " Rabenseifner / ring (model) | auto picks |\n|---|---|---|---|---|---|---|---|\n",
               link.alpha_s * 1e6, 8e-9 / link.beta_s_per_byte);
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      const auto* f = get(peer::ferry, n, s);
+      const auto* f = get(peer::ferry_tcp, n, s);
       const auto* d = get(peer::ferry_doubling, n, s);
       const auto* b = get(peer::ferry_rabenseifner, n, s);
       if (f == nullptr || d == nullptr || b == nullptr) continue;
@@ -255,8 +271,8 @@ int main(int argc, char** argv) {
   if (argc >= 8 && std::strcmp(argv[1], "--helper") == 0) return helper_main(argv);
   for (int n : rank_counts) {
     for (const auto& s : sizes) {
-      for (peer p : {peer::ferry, peer::gloo, peer::ferry_bf16, peer::ferry_frames, peer::ferry_encrypt,
-                     peer::ferry_doubling, peer::ferry_rabenseifner}) {
+      for (peer p : {peer::ferry, peer::ferry_tcp, peer::gloo, peer::ferry_bf16, peer::ferry_frames,
+                     peer::ferry_encrypt, peer::ferry_doubling, peer::ferry_rabenseifner}) {
         if ((p == peer::ferry_frames || p == peer::ferry_encrypt) && !auth_size(s)) continue;
         if ((p == peer::ferry_doubling || p == peer::ferry_rabenseifner) && !algorithm_size(s)) continue;
         const std::string name = std::string(peer_name(p)) + "/" + std::to_string(n) + "/" + s.label;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "ferry/comm/detail/receives.h"
 #include "ferry/comm/detail/plan_checks.h"
 #include "ferry/comm/detail/reduce.h"
+#include "ferry/comm/detail/shared_memory.h"
 #include "ferry/comm/detail/tree_allreduce.h"
 #include "ferry/comm/detail/worker.h"
 #include "ferry/comm/frame.h"
@@ -34,6 +36,10 @@ struct communicator::impl {
   detail::link link;
   rx_staging staging;
   link_cost cost;  // rank 0's, with algorithm auto
+  // Host groups (join_hosts()): ranks sharing a shared-memory segment.
+  std::vector<std::uint32_t> leaders;  // ascending: each group's lowest rank (every rank when no group formed)
+  std::vector<std::uint32_t> group;    // this rank's group, ascending (this rank alone without a segment)
+  std::unique_ptr<detail::shared_segment> segment;
   detail::receives receives{link};
   detail::worker worker;
 
@@ -52,6 +58,8 @@ struct communicator::impl {
   }
 
   void allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o);
+  void host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op);
+  void join_hosts();
   void reduce_scatter(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
                       std::span<std::byte> out, const allreduce_options& o);
   void broadcast(codec::dtype type, std::span<std::byte> data, std::uint32_t root);
@@ -477,6 +485,10 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
                   std::to_string(count));
   }
+  if (o.comp == compression::none && leaders.size() < link.size()) {
+    host_allreduce(type, data, o.op);
+    return;
+  }
   const algorithm a = o.comp == compression::none ? algorithm_for(data.size()) : algorithm::ring;
   if (a != algorithm::ring) {
     detail::tree_allreduce(link, staging, a, type, data, o.op);
@@ -486,6 +498,127 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
   link.run(p, [&] {
     p.start();
   });
+}
+
+// With host groups: one group (every rank on one host) combines in its
+// segment alone; otherwise each group reduces to its leader there, the
+// leaders combine over the network (a tree algorithm over the leaders:
+// recursive doubling or Rabenseifner, which the ring's choice becomes), and
+// each leader returns the result to its group. Avg sums and divides once,
+// by the world size, where the last combining happens. Every element's
+// order of combination is fixed by ranks and groups alone.
+void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op) {
+  const reduce_op sum_op = op == reduce_op::avg ? reduce_op::sum : op;
+  const std::uint32_t divisor = op == reduce_op::avg ? link.size() : 1;
+  link.guarded([&] {
+    std::optional<detail::host_rounds> rounds;
+    if (segment) rounds.emplace(detail::host_rounds{*segment, link.config().timeout, link.rank(), group});
+    try {
+      if (leaders.size() == 1) {
+        rounds->allreduce(sum_op, type, data, divisor);
+        return;
+      }
+      if (rounds) rounds->reduce_to_leader(sum_op, type, data);
+      if (group.front() == link.rank()) {
+        algorithm a = link.config().algorithm;
+        if (a == algorithm::automatic) a = choose(static_cast<std::uint32_t>(leaders.size()), data.size(), cost);
+        if (a == algorithm::ring) a = algorithm::rabenseifner;  // no ring joins the leaders
+        detail::tree_allreduce(link, staging, a, type, data, sum_op, leaders);
+        if (divisor > 1) detail::divide(type, data.data(), data.size() / codec::size_of(type), divisor);
+      } else {
+        link.skip_collective();
+      }
+      if (rounds) rounds->broadcast_from_leader(data);
+    } catch (...) {
+      if (segment) segment->give_up();  // the group's other ranks stop waiting
+      throw;
+    }
+  });
+}
+
+// The setup of docs/comm-protocol.md section 8 (shared_memory.h's SETUP):
+// three allgathers over the ring, at the communicator's start.
+void communicator::impl::join_hosts() {
+  const std::uint32_t n = link.size(), me = link.rank();
+  std::vector<std::uint32_t> leader(n);
+  for (std::uint32_t r = 0; r < n; ++r) leader[r] = r;
+  const auto settle = [&] {
+    leaders.clear();
+    group.clear();
+    for (std::uint32_t r = 0; r < n; ++r) {
+      if (leader[r] == r) leaders.push_back(r);
+      if (leader[r] == leader[me]) group.push_back(r);
+    }
+  };
+  settle();
+  if (n == 1) return;
+  // 1. Host keys: byte 0 says whether the rank takes part.
+  constexpr std::size_t key_bytes = 33;
+  std::array<std::byte, key_bytes> key{};
+  if (link.config().shared_memory) {
+    key[0] = std::byte{1};
+    const auto digest = detail::host_key(link.config().host_id);
+    std::memcpy(key.data() + 1, digest.data(), digest.size());
+  }
+  std::vector<std::byte> keys(key_bytes * n);
+  allgather(codec::dtype::u8, key, keys);
+  const auto key_of = [&](std::uint32_t r) { return std::span(keys).subspan(key_bytes * r, key_bytes); };
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (key_of(r)[0] != std::byte{1}) continue;
+    for (std::uint32_t q = 0; q < r; ++q) {
+      if (std::ranges::equal(key_of(q), key_of(r))) {
+        leader[r] = q;
+        break;
+      }
+    }
+  }
+  settle();
+  if (leaders.size() == n) return;
+  // 2. Each leader makes its group's segment and announces it.
+  const auto members = static_cast<std::uint32_t>(group.size());
+  const auto index = static_cast<std::uint32_t>(std::ranges::find(group, me) - group.begin());
+  std::string why;
+  detail::segment_id id{};
+  if (members > 1 && index == 0) {
+    try {
+      segment = detail::shared_segment::create(members, detail::shared_slot_bytes, id);
+    } catch (const std::exception& e) {
+      why = e.what();
+      id = {};
+    }
+  }
+  constexpr std::size_t id_bytes = sizeof(id.name) + sizeof(id.nonce);
+  std::array<std::byte, id_bytes> mine{};
+  std::memcpy(mine.data(), id.name.data(), sizeof(id.name));
+  std::memcpy(mine.data() + sizeof(id.name), id.nonce.data(), sizeof(id.nonce));
+  std::vector<std::byte> ids(id_bytes * n);
+  allgather(codec::dtype::u8, mine, ids);
+  // 3. Members open their leader's and check it; all learn who could.
+  if (members > 1 && index > 0) {
+    detail::segment_id theirs{};
+    std::memcpy(theirs.name.data(), ids.data() + id_bytes * group.front(), sizeof(theirs.name));
+    std::memcpy(theirs.nonce.data(), ids.data() + id_bytes * group.front() + sizeof(theirs.name), sizeof(theirs.nonce));
+    try {
+      segment = detail::shared_segment::open(theirs, members, detail::shared_slot_bytes, index);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  const std::uint8_t ok = members == 1 || segment ? 1 : 0;
+  std::vector<std::uint8_t> oks(n);
+  allgather(codec::dtype::u8, std::as_bytes(std::span(&ok, 1)), std::as_writable_bytes(std::span(oks)));
+  // 4. The name goes; the mappings stay.
+  if (segment) segment->unlink();
+  std::vector<bool> failed(n, false);
+  for (std::uint32_t r = 0; r < n; ++r) failed[leader[r]] = failed[leader[r]] || oks[r] == 0;
+  if (failed[leader[me]]) {
+    segment.reset();
+    if (!why.empty()) std::fprintf(stderr, "ferry: rank %u: %s; this host's ranks use TCP\n", me, why.c_str());
+  }
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (failed[leader[r]]) leader[r] = r;
+  }
+  settle();
 }
 
 void communicator::impl::reduce_scatter(codec::dtype type, std::span<const std::byte> in,
@@ -619,6 +752,7 @@ communicator::communicator(const comm::config& c, std::optional<listener> rank0)
     impl_->broadcast(codec::dtype::f64, std::as_writable_bytes(std::span(cost)), 0);
     impl_->cost = link_cost{cost[0], cost[1], cost[2]};
   }
+  impl_->join_hosts();
   if (c.world_size >= 4) {
     // The mesh (the tree algorithms' links, and point-to-point messages'
     // between ranks that are not ring neighbours) forms once every rank has
@@ -638,6 +772,7 @@ std::uint32_t communicator::rank() const noexcept { return impl_->link.rank(); }
 std::uint32_t communicator::world_size() const noexcept { return impl_->link.size(); }
 const config& communicator::config() const noexcept { return impl_->link.config(); }
 algorithm communicator::algorithm_for(std::size_t bytes) const { return impl_->algorithm_for(bytes); }
+std::span<const std::uint32_t> communicator::host_ranks() const noexcept { return impl_->group; }
 const hello& communicator::prev_peer() const noexcept { return impl_->link.prev_hello(); }
 const hello& communicator::next_peer() const noexcept { return impl_->link.next_hello(); }
 

@@ -190,6 +190,15 @@ class communicator {
   /// configured one, or with auto the cost model's choice for rank 0's link
   /// costs. Compressed allreduces and the other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;
+  /// The ranks whose allreduce values meet in this rank's shared-memory
+  /// segment (ascending, this rank among them), or this rank alone. Ranks
+  /// of one host (same boot, network namespace, /dev/shm, user and
+  /// architecture; FERRY_SHARED_MEMORY not off) form such a group at the
+  /// start; uncompressed allreduce then combines in the segment, and
+  /// between hosts only each group's lowest rank uses the network
+  /// (docs/comm-protocol.md, section 8). A group whose segment could not be
+  /// made or checked falls back to TCP (one line on stderr says why).
+  [[nodiscard]] std::span<const std::uint32_t> host_ranks() const noexcept;
   /// What the neighbours said about themselves at the handshake.
   [[nodiscard]] const hello& prev_peer() const noexcept;
   [[nodiscard]] const hello& next_peer() const noexcept;

@@ -116,6 +116,12 @@ result<config, error> config::from_env(std::uint32_t rank, std::uint32_t world_s
       return bad("FERRY_RING_ORDER='" + std::string(text) + "' is not one of node, rank");
     }
   }
+  if (const char* a = env("FERRY_SHARED_MEMORY")) {
+    const std::string_view text(a);
+    if (text != "on" && text != "off") return bad("FERRY_SHARED_MEMORY=" + quote(a) + " is not one of on, off");
+    c.shared_memory = text == "on";
+  }
+  if (const char* a = env("FERRY_HOST_ID")) c.host_id = a;
   FERRY_TRY_ASSIGN(c.link, link_cost_from_env());
   if (const char* a = env("FERRY_ALGORITHM")) {
     const auto chosen = algorithm_from_name(a);

@@ -30,6 +30,14 @@
 //                      the ring's bytes), or auto (per call, the fastest by
 //                      comm/cost_model.h). Every rank must use the same
 //                      value (checked at the handshake).
+//   FERRY_SHARED_MEMORY  on (default) or off: whether ranks of one host
+//                      combine allreduce values in a shared-memory segment
+//                      (comm/detail/shared_memory.h), their hosts' leaders
+//                      alone using the network; this rank's own setting (a
+//                      rank that says off stays out of its host's group)
+//   FERRY_HOST_ID      any text, mixed into the host key: ranks of one
+//                      machine with different ids form different groups
+//                      (one per NUMA node, say, or simulated hosts)
 //   FERRY_LINK_LATENCY_US, FERRY_LINK_GBPS
 //                      the cost model's link: microseconds per message
 //                      (default 50) and Gbit/s of payload (default 0.936, a
@@ -86,6 +94,11 @@ struct config {
   /// world's (node when it sets none); another rank that sets one must
   /// match it.
   std::optional<ring_order> order;
+  /// Whether this rank joins its host's shared-memory group
+  /// (FERRY_SHARED_MEMORY).
+  bool shared_memory = true;
+  /// Mixed into this rank's host key (FERRY_HOST_ID).
+  std::string host_id;
   /// How allreduce moves values (FERRY_ALGORITHM). Same on every rank.
   comm::algorithm algorithm = comm::algorithm::ring;
   /// The link the cost model assumes (FERRY_LINK_LATENCY_US,

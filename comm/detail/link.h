@@ -184,6 +184,39 @@ class link {
   [[nodiscard]] bool peer_closed(std::uint32_t peer) const noexcept;
   /// Throws the error that broke the link, if one did.
   void check_usable() const;
+  /// Runs f(), a collective's step outside run() (the shared-memory
+  /// rounds, say); a failure breaks the link as run()'s do: ABORTs to
+  /// every peer, links closed, the error kept for every later call.
+  template <class F>
+  auto guarded(F&& f) {
+    check_usable();
+    try {
+      return f();
+    } catch (const comm_error& e) {
+      running_ = nullptr;
+      if (!broken_) {  // not already broken by a run() inside f
+        broken_ = e;
+        abort_links(e);
+      }
+      throw;
+    } catch (const std::exception& e) {
+      // Out of memory, say: frames still queued are expected by peers;
+      // nothing can go on.
+      running_ = nullptr;
+      if (!broken_) {
+        broken_ = comm_error(comm_errc::aborted, std::nullopt, rank_name(rank_) + ": " + e.what());
+        abort_links(*broken_);
+      }
+      throw;
+    }
+  }
+  /// Counts a collective this rank takes no part in over the links (the
+  /// hosts' leaders' step of a hierarchical allreduce), so that its
+  /// sequence numbers stay the world's.
+  void skip_collective() {
+    check_usable();
+    ++sequence_;
+  }
 
   /// Throws comm_error, prefixing this rank's name.
   [[noreturn]] void fail(error_code code, std::optional<std::uint32_t> culprit, const std::string& what) const;
@@ -244,27 +277,6 @@ class link {
   bool check_idle(channel& c, receiver& r, bool sending_done);
   void find_abort(channel& c);
   void pump(plan& p);
-  // Runs f(); a failure breaks the link: ABORTs to every peer, links
-  // closed, the error kept for every later call.
-  template <class F>
-  auto guarded(F&& f) {
-    check_usable();
-    try {
-      return f();
-    } catch (const comm_error& e) {
-      running_ = nullptr;
-      broken_ = e;
-      abort_links(e);
-      throw;
-    } catch (const std::exception& e) {
-      // Out of memory, say: frames still queued are expected by peers;
-      // nothing can go on.
-      running_ = nullptr;
-      broken_ = comm_error(comm_errc::aborted, std::nullopt, rank_name(rank_) + ": " + e.what());
-      abort_links(*broken_);
-      throw;
-    }
-  }
   // Point-to-point (link_messages.cpp).
   std::span<std::byte> message_header(channel& c, const frame_header& h);
   void message_frame(channel& c, const frame_header& h);

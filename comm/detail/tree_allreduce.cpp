@@ -13,31 +13,36 @@ namespace ferry::comm::detail {
 namespace {
 
 // Both algorithms number the ranks alike (Thakur, Rabenseifner and Gropp,
-// 2005). With p2 the largest power of two <= n and rem = n - p2, each even
+// 2005), by their index in the group (every rank, or the hosts' leaders). With p2 the largest power of two <= n and rem = n - p2, each even
 // rank r < 2 rem is folded: it sends its whole buffer to r + 1 first and
 // gets the result from it last. The other p2 ranks take numbers v: r / 2
 // below 2 rem, r - rem above; r + 1 combines r's values first.
 struct numbering {
+  std::vector<std::uint32_t> ranks;  // the group's ranks by index
+  std::uint32_t n = 1;
   std::uint32_t p2 = 1;
   std::uint32_t rem = 0;
   std::optional<std::uint32_t> host;    // folded: r + 1, which combines for this rank
   std::optional<std::uint32_t> folded;  // r - 1, whose values this rank combines first
   std::uint32_t v = 0;                  // this rank's number, unless folded
 
-  explicit numbering(const link& l) {
-    const std::uint32_t n = l.size();
-    const std::uint32_t r = l.rank();
+  numbering(const link& l, std::span<const std::uint32_t> group) : ranks(group.begin(), group.end()) {
+    if (ranks.empty()) {
+      for (std::uint32_t q = 0; q < l.size(); ++q) ranks.push_back(q);
+    }
+    n = static_cast<std::uint32_t>(ranks.size());
+    const auto r = static_cast<std::uint32_t>(std::find(ranks.begin(), ranks.end(), l.rank()) - ranks.begin());
     while (p2 * 2 <= n) p2 *= 2;
     rem = n - p2;
     if (r < 2 * rem && r % 2 == 0) {
-      host = r + 1;
+      host = ranks[r + 1];
       return;
     }
-    if (r < 2 * rem) folded = r - 1;
+    if (r < 2 * rem) folded = ranks[r - 1];
     v = r < 2 * rem ? r / 2 : r - rem;
   }
   [[nodiscard]] std::uint32_t rank_of(std::uint32_t number) const {
-    return number < rem ? 2 * number + 1 : number + rem;
+    return ranks[number < rem ? 2 * number + 1 : number + rem];
   }
 };
 
@@ -99,10 +104,11 @@ struct doubling_plan final : plan {
   std::vector<std::uint32_t> done;      // per chunk: the steps (and fold) combined into it
   std::vector<std::vector<std::byte>>& rx;
 
-  doubling_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
+  doubling_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_,
+                std::span<const std::uint32_t> group)
       : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
         grain(l_.elements_per_frame(codec::size_of(t))), count(d.size() / width),
-        num(l_), rx(st.per_channel) {
+        num(l_, group), rx(st.per_channel) {
     name = "allreduce";
     m = pieces(count, grain);
     const auto frames = frame_count(l, m);
@@ -169,7 +175,7 @@ struct doubling_plan final : plan {
       return;
     }
     const auto values = region(c);
-    if (op == reduce_op::avg) divide(type, values.data(), values.size() / width, l.size());
+    if (op == reduce_op::avg) divide(type, values.data(), values.size() / width, num.n);
     if (num.folded) send(*num.folded, c, true);
   }
   void begin() {
@@ -242,12 +248,16 @@ struct halving_plan final : plan {
   std::vector<std::uint32_t> sent_on;                      // per channel: frames sent on it
   std::vector<std::vector<std::byte>>& rx;
 
-  halving_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_)
+  std::uint32_t members = 1;
+
+  halving_plan(link& l_, rx_staging& st, codec::dtype t, std::span<std::byte> d, reduce_op op_,
+               std::span<const std::uint32_t> group)
       : l(l_), type(t), width(codec::size_of(t)), bytes(d), op(op_),
         grain(l_.elements_per_frame(codec::size_of(t))), rx(st.per_channel) {
     name = "allreduce";
     const std::size_t count = d.size() / width;
-    const numbering num(l);
+    const numbering num(l, group);
+    members = num.n;
     const std::size_t p2 = num.p2;
     const std::size_t base = count / p2, extra = count % p2;
     const auto block_start = [&](std::size_t k) { return base * k + std::min(k, extra); };
@@ -360,7 +370,7 @@ struct halving_plan final : plan {
     if (++got < pieces(s.recv_len, grain)) return;
     // The stage is complete; after the last halving, this rank's block is.
     const bool halved = s.what == stage::kind::halve && stages[current + 1].what != stage::kind::halve;
-    if (halved && op == reduce_op::avg) divide(type, bytes.data() + own->first * width, own->second, l.size());
+    if (halved && op == reduce_op::avg) divide(type, bytes.data() + own->first * width, own->second, members);
     ++current;
     start_stage();
   }
@@ -369,15 +379,15 @@ struct halving_plan final : plan {
 }  // namespace
 
 void tree_allreduce(link& l, rx_staging& staging, algorithm a, codec::dtype type, std::span<std::byte> data,
-                    reduce_op op) {
+                    reduce_op op, std::span<const std::uint32_t> group) {
   if (a == algorithm::rabenseifner) {
-    halving_plan p(l, staging, type, data, op);
+    halving_plan p(l, staging, type, data, op, group);
     l.run(p, [&] {
       p.begin();
     });
     return;
   }
-  doubling_plan p(l, staging, type, data, op);
+  doubling_plan p(l, staging, type, data, op, group);
   l.run(p, [&] {
     p.begin();
   });

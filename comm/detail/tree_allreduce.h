@@ -16,10 +16,12 @@
 
 namespace ferry::comm::detail {
 
-/// `data` (host-order elements of `type`) combined over all ranks by `op`
+/// `data` (host-order elements of `type`) combined over the ranks of
+/// `group` (ascending, this rank among them; empty: every rank) by `op`
 /// with algorithm `a` (recursive_doubling or rabenseifner), in place: the
-/// same bits on every rank. Throws comm_error as link::run() does.
+/// same bits on every rank of the group. Only the group's ranks call it.
+/// Throws comm_error as link::run() does.
 void tree_allreduce(link& l, rx_staging& staging, algorithm a, codec::dtype type, std::span<std::byte> data,
-                    reduce_op op);
+                    reduce_op op, std::span<const std::uint32_t> group = {});
 
 }  // namespace ferry::comm::detail

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ferry/codec/crc32c.h"
+#include "ferry/codec/dtype.h"
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/frame.h"
 #include "ferry/comm/handshake.h"
@@ -47,7 +48,10 @@ const char* attack_name(attack a) {
 
 constexpr std::size_t count = 10'000;  // 2 blocks of 20000 bytes: 5 chunks each
 constexpr std::uint32_t chunk_bytes = 4096;
-constexpr std::size_t target = 2;  // a stage-0 frame: rank 0 cannot finish without it
+// Frame 0 on the link is the communicator's first collective (the host
+// keys' allgather); frame 3 is a stage-0 frame of the allreduce: rank 0
+// cannot finish without it.
+constexpr std::size_t target = 3;
 
 float input(std::uint32_t rank, std::size_t i) { return static_cast<float>(rank + 1) + 0.25f * static_cast<float>(i); }
 
@@ -61,7 +65,7 @@ void send_bytes(int fd, const std::byte* p, std::size_t n) {
 }
 
 // The length of the message (frame or ABORT) at the front of `b`, once its
-// header is in; 0 if not yet known. Frames here carry F32.
+// header is in; 0 if not yet known.
 std::size_t message_size(const std::vector<std::byte>& b, frame_auth mode) {
   if (b.size() < 4) return 0;
   if (std::memcmp(b.data(), "FDX1", 4) == 0) return mode == frame_auth::none ? abort_size : sealed_abort_size;
@@ -69,7 +73,8 @@ std::size_t message_size(const std::vector<std::byte>& b, frame_auth mode) {
   const auto flags = std::to_integer<unsigned>(b[5]);
   const auto order = (flags & 1) ? wire::byte_order::big : wire::byte_order::little;
   const auto n = wire::load<std::uint32_t>(b.data() + 24, order);
-  return frame_header_size + 4 * std::size_t{n} + ((flags & 0x10) ? frame_tag_size : frame_trailer_size);
+  const std::size_t width = (flags & 0x0E) != 0 ? 2 : codec::size_of(static_cast<codec::dtype>(b[6]));
+  return frame_header_size + width * std::size_t{n} + ((flags & 0x10) ? frame_tag_size : frame_trailer_size);
 }
 
 // Fixes the CRC of an unauthenticated frame (what an attacker can always do).
@@ -246,7 +251,7 @@ TEST(TamperWithoutAttack, TheProxyAloneChangesNothing) {
   // The same world through a proxy that attacks frame `target` of a stream
   // too short to have it: the baseline every attack is measured against.
   for (const frame_auth mode : {frame_auth::none, frame_auth::frames, frame_auth::encrypt}) {
-    // Default chunk bytes: 2 frames each way, no frame #2.
+    // Default chunk bytes: the keys' frame and 2 of the allreduce each way, no frame #3.
     const auto out = attacked_world(attack::flip, mode, config{}.chunk_bytes);
     for (std::uint32_t r = 0; r < 2; ++r) {
       ASSERT_TRUE(out[r].ok) << name(mode) << ": " << out[r].text;

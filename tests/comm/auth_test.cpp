@@ -203,7 +203,7 @@ TEST(FrameAuth, HelloCarriesTheModeAndWorldsCompareIt) {
   h.auth = frame_auth::encrypt;
   const auto b = encode_hello(h);
   EXPECT_EQ(b[4], std::byte{protocol_version});
-  EXPECT_EQ(protocol_version, 5);
+  EXPECT_EQ(protocol_version, 6);
   EXPECT_EQ(b[26], std::byte{2});
   EXPECT_EQ(parse_hello(b).value(), h);
   auto with = [&](std::size_t at, std::uint8_t v) {

@@ -84,13 +84,22 @@ TEST(Handshake, ConfigMismatchNamesBothSides) {
   }
 }
 
-// Rank 1 joins properly, then writes `bytes` on its link to rank 0 in place
-// of its allreduce frame; rank 0's allreduce must fail with `code` naming 1.
+// Rank 1 joins properly and takes part in the communicator's first
+// collective (the allgather of host keys, as a rank without shared memory:
+// docs/comm-protocol.md section 8), then writes `bytes` on its link to rank
+// 0 in place of its allreduce frame (collective #2); rank 0's allreduce
+// must fail with `code` naming 1.
 void hostile_frame(const std::vector<std::byte>& bytes, error_code code, bool bools = false) {
   const auto out = run_world(2, [&](std::uint32_t r, config& c, std::optional<listener>& l) {
     c.timeout = 5s;
     if (r == 1) {
       ring_links links = form_ring(c);
+      frame_header join;
+      join.sender = 1;
+      join.sequence = 1;
+      join.type = codec::dtype::u8;
+      join.count = 33;
+      send_all(links.next, encode_frame(join, std::vector<std::byte>(33)), clock::now() + 5s, "rank 0");
       send_all(links.next, bytes, clock::now() + 5s, "rank 0");
       std::this_thread::sleep_for(1s);  // keep the link open while rank 0 reads
       return nothing();
@@ -123,14 +132,14 @@ std::vector<std::byte> frame_bytes(std::uint32_t count, std::uint64_t sequence, 
 
 TEST(HostileFrames, OversizedIsRefusedBeforeAllocation) {
   // A header announcing 2^32-1 floats (16 GiB): refused from the header alone.
-  auto f = frame_bytes(500, 1);
+  auto f = frame_bytes(500, 2);
   wire::store<std::uint32_t>(0xFFFFFFFF, f.data() + 24, wire::host_order);
   f.resize(frame_header_size);
   hostile_frame(f, errc::limit_exceeded);
 }
 
 TEST(HostileFrames, CorruptedPayloadFailsTheCrcNamingThePeer) {
-  auto f = frame_bytes(500, 1);
+  auto f = frame_bytes(500, 2);
   f[frame_header_size + 17] ^= std::byte{0x01};
   hostile_frame(f, errc::checksum_mismatch);
 }
@@ -139,13 +148,13 @@ TEST(HostileFrames, WrongSequenceIsAnErrorNotMixedIn) {
   hostile_frame(frame_bytes(500, 7), comm_errc::sequence_mismatch);
 }
 
-TEST(HostileFrames, WrongSizeNamesThePeer) { hostile_frame(frame_bytes(499, 1), errc::size_mismatch); }
+TEST(HostileFrames, WrongSizeNamesThePeer) { hostile_frame(frame_bytes(499, 2), errc::size_mismatch); }
 
 // A bool is a byte holding 0 or 1: a peer's 2 is refused, naming it.
 TEST(HostileFrames, ABoolByteOtherThanZeroOrOneNamesThePeer) {
   frame_header h;
   h.sender = 1;
-  h.sequence = 1;
+  h.sequence = 2;
   h.type = codec::dtype::boolean;
   h.count = 500;
   std::vector<std::byte> v(500, std::byte{1});

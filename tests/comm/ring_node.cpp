@@ -20,6 +20,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/comm/communicator.h"
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
       }
     }
     if (const char* a = std::getenv("FERRY_ALGORITHM")) c.algorithm = comm::algorithm_from_name(a).value();
+    // Off unless asked: the mixed ring's runs compare TCP algorithms' bits.
+    const char* shm = std::getenv("FERRY_SHARED_MEMORY");
+    c.shared_memory = shm != nullptr && std::string_view(shm) == "on";
     c.chunk_bytes = 16 * 1024;  // many chunks per block
     c.timeout = std::chrono::seconds(120);
     std::optional<comm::listener> l;

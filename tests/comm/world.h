@@ -43,6 +43,9 @@ inline config base_config(std::uint32_t rank, std::uint32_t n, std::uint16_t por
   c.master_port = port;
   c.secret = "test-secret-0123456789";
   c.timeout = std::chrono::milliseconds(20'000);
+  // The forked ranks share this host; the tests of the TCP algorithms keep
+  // them apart (shared_memory_test turns it on).
+  c.shared_memory = false;
   return c;
 }
 

@@ -1,0 +1,393 @@
+#include "ferry/comm/detail/shared_memory.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "ferry/comm/detail/reduce.h"
+#include "ferry/comm/error.h"
+#include "ferry/base/arch.h"
+
+namespace ferry::comm::detail {
+
+struct shared_segment::header {
+  std::array<char, 8> magic;
+  std::array<std::byte, 16> nonce;
+  std::uint32_t members;
+  std::uint32_t reserved;
+  std::uint64_t slot_bytes;
+  alignas(64) std::atomic<std::uint32_t> arrived;
+  alignas(64) std::atomic<std::uint32_t> generation;
+  std::atomic<std::uint32_t> failed;
+};
+
+namespace {
+
+// The header, each member's pid from byte 256, then its count of barriers
+// arrived at, two banks of announcements
+// (16 bytes per member), then the banks of slots from the next 4096-byte
+// boundary.
+constexpr std::size_t pid_offset = 256;
+std::size_t arrivals_offset(std::uint32_t members) { return pid_offset + 4 * std::size_t{members}; }
+std::size_t announce_offset(std::uint32_t members) { return pid_offset + (8 * std::size_t{members} + 15) / 16 * 16; }
+std::size_t data_offset(std::uint32_t members) {
+  return (announce_offset(members) + 2 * 16 * std::size_t{members} + 4095) / 4096 * 4096;
+}
+
+// Whether process `pid` has ended (gone, or a zombie its parent has not
+// reaped yet): /proc/<pid>/stat's state field.
+bool ended(std::int32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return true;
+  const auto close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' || text[close + 2] == 'X';
+}
+constexpr std::array<char, 8> magic{'F', 'E', 'R', 'R', 'Y', 'S', 'H', 'M'};
+static_assert(sizeof(std::atomic<std::uint32_t>) == 4 && std::atomic<std::uint32_t>::is_always_lock_free);
+
+std::size_t segment_bytes(std::uint32_t members, std::size_t slot_bytes) {
+  return data_offset(members) + 2 * std::size_t{members} * slot_bytes;
+}
+
+// Shared (not private) futexes: the waiters are other processes.
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds most) noexcept {
+  timespec ts{static_cast<time_t>(most.count() / 1'000'000), static_cast<long>(most.count() % 1'000'000) * 1000};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void add_file(EVP_MD_CTX* md, const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  EVP_DigestUpdate(md, line.data(), line.size() + 1);
+}
+void add_stat(EVP_MD_CTX* md, const char* path) {
+  struct stat st {};
+  const std::array<std::uint64_t, 2> id = ::stat(path, &st) == 0
+                                              ? std::array<std::uint64_t, 2>{st.st_dev, st.st_ino}
+                                              : std::array<std::uint64_t, 2>{~0ULL, ~0ULL};
+  EVP_DigestUpdate(md, id.data(), sizeof(id));
+}
+
+}  // namespace
+
+std::array<std::byte, 32> host_key(const std::string& host_id) {
+  std::array<std::byte, 32> key{};
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  if (md == nullptr) throw std::bad_alloc();
+  EVP_DigestInit_ex(md, EVP_sha256(), nullptr);
+  add_file(md, "/proc/sys/kernel/random/boot_id");
+  add_stat(md, "/proc/self/ns/net");
+  add_stat(md, "/proc/self/ns/ipc");
+  add_stat(md, "/proc/self/ns/mnt");
+  add_stat(md, "/proc/self/ns/pid");  // the others' pids must mean the same processes
+  add_stat(md, "/dev/shm");
+  const std::uint32_t uid = ::geteuid();
+  EVP_DigestUpdate(md, &uid, sizeof(uid));
+  const std::string_view arch = base::host_arch();
+  EVP_DigestUpdate(md, arch.data(), arch.size());
+  const std::uint64_t id_size = host_id.size();
+  EVP_DigestUpdate(md, &id_size, sizeof(id_size));
+  EVP_DigestUpdate(md, host_id.data(), host_id.size());
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(md, reinterpret_cast<unsigned char*>(key.data()), &length);
+  EVP_MD_CTX_free(md);
+  return key;
+}
+
+shared_segment::shared_segment(void* base, std::size_t bytes, std::uint32_t members, std::size_t slot_bytes,
+                               std::uint32_t me, std::string name)
+    : base_(base), bytes_(bytes), members_(members), slot_bytes_(slot_bytes), me_(me), name_(std::move(name)) {}
+
+shared_segment::~shared_segment() {
+  unlink();
+  ::munmap(base_, bytes_);
+}
+
+void shared_segment::unlink() noexcept {
+  if (!name_.empty()) ::shm_unlink(name_.c_str());
+  name_.clear();
+}
+
+shared_segment::header& shared_segment::head() const noexcept { return *static_cast<header*>(base_); }
+
+std::int32_t* shared_segment::pids() const noexcept {
+  return reinterpret_cast<std::int32_t*>(static_cast<std::byte*>(base_) + pid_offset);
+}
+std::atomic<std::uint32_t>* shared_segment::arrivals() const noexcept {
+  return reinterpret_cast<std::atomic<std::uint32_t>*>(static_cast<std::byte*>(base_) + arrivals_offset(members_));
+}
+
+std::byte* shared_segment::slot(std::uint32_t m) const noexcept {
+  const std::size_t bank = round_ % 2;
+  return static_cast<std::byte*>(base_) + data_offset(members_) + (bank * members_ + m) * slot_bytes_;
+}
+
+std::unique_ptr<shared_segment> shared_segment::create(std::uint32_t members, std::size_t slot_bytes, segment_id& id) {
+  std::array<unsigned char, 16> random{};
+  if (RAND_bytes(random.data(), static_cast<int>(random.size())) != 1 ||
+      RAND_bytes(reinterpret_cast<unsigned char*>(id.nonce.data()), static_cast<int>(id.nonce.size())) != 1) {
+    throw std::runtime_error("OpenSSL could not make a random segment name");
+  }
+  std::string name = "/ferry-";
+  for (const unsigned char b : random) {
+    name += "0123456789abcdef"[b >> 4];
+    name += "0123456789abcdef"[b & 15];
+  }
+  std::memcpy(id.name.data(), name.c_str(), name.size() + 1);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "shm_open " + name);
+  const std::size_t bytes = segment_bytes(members, slot_bytes);
+  // fchmod: the umask may have taken bits away, never added; 0600 exactly.
+  int err = ::fchmod(fd, 0600) != 0 ? errno : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  void* base = MAP_FAILED;
+  if (err == 0) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) err = errno;
+  }
+  ::close(fd);
+  if (err != 0) {
+    ::shm_unlink(name.c_str());
+    throw std::system_error(err, std::generic_category(), "shared memory segment of " + std::to_string(bytes) + " bytes");
+  }
+  auto* h = new (base) header{};
+  h->magic = magic;
+  h->nonce = id.nonce;
+  h->members = members;
+  h->slot_bytes = slot_bytes;
+  std::unique_ptr<shared_segment> seg(new shared_segment(base, bytes, members, slot_bytes, 0, name));
+  seg->pids()[0] = ::getpid();
+  return seg;
+}
+
+std::unique_ptr<shared_segment> shared_segment::open(const segment_id& id, std::uint32_t members,
+                                                     std::size_t slot_bytes, std::uint32_t me) {
+  const std::string name(id.name.data(), strnlen(id.name.data(), id.name.size()));
+  if (name.rfind("/ferry-", 0) != 0 || name.size() != 7 + 32 || name.find('/', 1) != std::string::npos) {
+    throw std::runtime_error("the leader announced no segment name of ferry's form");
+  }
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "shm_open " + name);
+  const std::size_t bytes = segment_bytes(members, slot_bytes);
+  struct stat st {};
+  std::string bad;
+  if (::fstat(fd, &st) != 0) {
+    bad = std::string("fstat: ") + std::strerror(errno);
+  } else if (st.st_uid != ::geteuid()) {
+    bad = "is owned by uid " + std::to_string(st.st_uid);
+  } else if ((st.st_mode & 0777) != 0600) {
+    bad = "has mode " + std::to_string(st.st_mode & 0777) + " (octal digits in decimal), not 0600";
+  } else if (static_cast<std::uint64_t>(st.st_size) != bytes) {
+    bad = "holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(bytes);
+  }
+  void* base = MAP_FAILED;
+  if (bad.empty()) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) bad = std::string("mmap: ") + std::strerror(errno);
+  }
+  ::close(fd);
+  if (!bad.empty()) throw std::runtime_error("shared memory segment " + name + " " + bad);
+  std::unique_ptr<shared_segment> seg(new shared_segment(base, bytes, members, slot_bytes, me, {}));
+  const header& h = seg->head();
+  if (h.magic != magic || h.nonce != id.nonce || h.members != members || h.slot_bytes != slot_bytes) {
+    throw std::runtime_error("shared memory segment " + name + " is not the one the leader announced (nonce or layout)");
+  }
+  seg->pids()[me] = ::getpid();
+  return seg;
+}
+
+// In the current round's bank: the next collective that writes the same
+// bank starts two rounds later, after everyone read this one's.
+void shared_segment::announce(const announcement& a) noexcept {
+  std::memcpy(static_cast<std::byte*>(base_) + announce_offset(members_) + 16 * ((round_ % 2) * members_ + me_), &a,
+              sizeof(a));
+}
+shared_segment::announcement shared_segment::announced(std::uint32_t m) const noexcept {
+  announcement a{};
+  std::memcpy(&a, static_cast<const std::byte*>(base_) + announce_offset(members_) + 16 * ((round_ % 2) * members_ + m),
+              sizeof(a));
+  return a;
+}
+
+void shared_segment::give_up(wait_status why, std::uint32_t member) noexcept {
+  // The first reason stays: every member reports the same cause.
+  std::uint32_t none = 0;
+  head().failed.compare_exchange_strong(none, (static_cast<std::uint32_t>(why) << 16) | (member & 0xFFFF) | (1U << 31),
+                                        std::memory_order_acq_rel);
+  head().generation.fetch_add(0x8000'0000U, std::memory_order_acq_rel);  // a change every waiter sees
+  futex_wake(head().generation);
+}
+
+shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds timeout) noexcept {
+  header& h = head();
+  const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
+  const auto outcome = [&]() -> wait_result {
+    const std::uint32_t f = h.failed.load(std::memory_order_acquire);
+    if (f == 0) return {};
+    const auto why = static_cast<wait_status>((f >> 16) & 0xFF);
+    return {why == wait_status::ok ? wait_status::gave_up : why, f & 0xFFFF};
+  };
+  if (h.failed.load(std::memory_order_acquire) != 0) return outcome();
+  const std::uint32_t mine = arrivals()[me_].load(std::memory_order_relaxed) + 1;
+  arrivals()[me_].store(mine, std::memory_order_relaxed);
+  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
+    h.arrived.store(0, std::memory_order_relaxed);
+    h.generation.store(gen + 1, std::memory_order_release);
+    futex_wake(h.generation);
+    return {};
+  }
+  // A short spin (the others are usually just behind), then sleep in the
+  // kernel: ranks may outnumber cores.
+  for (int i = 0; i < 256; ++i) {
+    if (h.generation.load(std::memory_order_acquire) != gen) return outcome();
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + timeout;
+  auto next_check = clock::now() + std::chrono::milliseconds(20);
+  while (h.generation.load(std::memory_order_acquire) == gen) {
+    const auto now = clock::now();
+    if (now >= deadline) {
+      // The first member that has not come this far is the one waited for.
+      std::uint32_t late = me_;
+      for (std::uint32_t m = 0; m < members_ && late == me_; ++m) {
+        if (static_cast<std::int32_t>(arrivals()[m].load(std::memory_order_relaxed) - mine) < 0) late = m;
+      }
+      give_up(wait_status::timed_out, late);
+      return outcome();
+    }
+    if (now >= next_check) {  // a member killed outright never arrives
+      next_check = now + std::chrono::milliseconds(100);
+      for (std::uint32_t m = 0; m < members_; ++m) {
+        if (m != me_ && ended(pids()[m])) {
+          give_up(wait_status::ended, m);
+          return outcome();
+        }
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(std::min(deadline, next_check) - now);
+    futex_wait(h.generation, gen, std::max(left, std::chrono::microseconds(1)));
+  }
+  return outcome();
+}
+
+// ---------------------------------------------------------------------------
+// host_rounds
+
+void host_rounds::wait() const {
+  const auto w = seg.barrier(timeout);
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  switch (w.status) {
+    case shared_segment::wait_status::ok: return;
+    case shared_segment::wait_status::timed_out:
+      if (w.member == seg.me()) {
+        throw comm_error(comm_errc::timed_out, std::nullopt,
+                         me + "the shared-memory step went " + std::to_string(timeout.count()) + " ms without progress");
+      }
+      throw comm_error(comm_errc::timed_out, ranks[w.member],
+                       me + "waiting for rank " + std::to_string(ranks[w.member]) + " (this host, shared memory) for " +
+                           std::to_string(timeout.count()) + " ms");
+    case shared_segment::wait_status::ended:
+      throw comm_error(comm_errc::peer_lost, ranks[w.member],
+                       me + "rank " + std::to_string(ranks[w.member]) + " of this host ended mid-collective");
+    case shared_segment::wait_status::gave_up: break;
+  }
+  throw comm_error(comm_errc::aborted, std::nullopt, me + "another rank of this host failed mid-collective");
+}
+
+// Member m combines its share of the round's `bytes` over every member's
+// slot, in member order, into member 0's slot.
+void host_rounds::combine(reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const {
+  const std::size_t width = codec::size_of(type);
+  const std::size_t count = bytes / width, members = seg.members(), m = seg.me();
+  const std::size_t from = count * m / members, to = count * (m + 1) / members;
+  if (from == to) return;
+  std::byte* acc = seg.slot(0) + from * width;
+  for (std::uint32_t j = 1; j < members; ++j) {
+    reduce(op, type, acc, acc, seg.slot(j) + from * width, wire::host_order, to - from);
+  }
+  if (divisor > 1) divide(type, acc, to - from, divisor);
+}
+
+// Runs `round(offset, length)` over `bytes` in rounds of whole elements
+// (one round at least), after every member announced the same collective
+// (kind, dtype, op, bytes): a member whose announcement differs from
+// member 0's gives up, and every member fails.
+template <class F>
+void host_rounds::rounds(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, F&& round) const {
+  const std::size_t width = codec::size_of(type);
+  const std::size_t step = seg.slot_bytes() / width * width;
+  seg.announce({bytes, kind, static_cast<std::uint16_t>(type), static_cast<std::uint16_t>(op)});
+  std::size_t off = 0;
+  do {
+    const std::size_t len = std::min(step, bytes - off);
+    round(off, len);
+    off += len;
+    seg.next_round();
+  } while (off < bytes);
+}
+
+void host_rounds::allreduce(reduce_op op, codec::dtype type, std::span<std::byte> data, std::uint32_t divisor) const {
+  rounds(0, type, op, data.size(), [&](std::size_t off, std::size_t len) {
+    std::memcpy(seg.slot(seg.me()), data.data() + off, len);
+    wait();
+    agree(off);
+    combine(op, type, len, divisor);
+    wait();
+    std::memcpy(data.data() + off, seg.slot(0), len);
+  });
+}
+
+void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<std::byte> data) const {
+  rounds(1, type, op, data.size(), [&](std::size_t off, std::size_t len) {
+    std::memcpy(seg.slot(seg.me()), data.data() + off, len);
+    wait();
+    agree(off);
+    combine(op, type, len, 1);
+    wait();
+    if (seg.me() == 0) std::memcpy(data.data() + off, seg.slot(0), len);
+  });
+}
+
+void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
+  rounds(2, codec::dtype::u8, reduce_op::sum, data.size(), [&](std::size_t off, std::size_t len) {
+    if (seg.me() == 0) std::memcpy(seg.slot(0), data.data() + off, len);
+    wait();
+    agree(off);
+    if (seg.me() != 0) std::memcpy(data.data() + off, seg.slot(0), len);
+  });
+}
+
+// After the first round's first barrier, every announcement is in.
+void host_rounds::agree(std::size_t off) const {
+  if (off != 0) return;
+  const shared_segment::announcement mine = seg.announced(seg.me()), first = seg.announced(0);
+  if (mine.bytes == first.bytes && mine.kind == first.kind && mine.type == first.type && mine.op == first.op) return;
+  seg.give_up();
+  throw comm_error(errc::size_mismatch, std::nullopt,
+                   "rank " + std::to_string(rank) + ": this rank's collective (" + std::to_string(mine.bytes) +
+                       " bytes) is not its host leader's (" + std::to_string(first.bytes) +
+                       " bytes, or another operation or dtype)");
+}
+
+}  // namespace ferry::comm::detail

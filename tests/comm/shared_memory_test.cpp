@@ -1,0 +1,270 @@
+// Allreduce through shared memory (comm/detail/shared_memory.h): ranks of
+// one host in one segment, host groups (FERRY_HOST_ID) whose leaders
+// combine over TCP, the fallbacks, and failures. Forked worlds (world.h)
+// with config::shared_memory on.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "ferry/comm/communicator.h"
+#include "ferry/comm/detail/reduce.h"
+#include "typed_input.h"
+#include "world.h"
+
+namespace ferry::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::from_bytes;
+using test::run_world;
+using test::to_bytes;
+using test::typed_input;
+
+void expect_all_ok(const std::vector<test::outcome>& out) {
+  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
+}
+
+// op over the ranks in `order`, left to right (avg sums).
+std::vector<std::byte> fold(const std::vector<std::vector<std::byte>>& x, std::initializer_list<std::uint32_t> order,
+                            codec::dtype t, reduce_op op) {
+  const reduce_op o = op == reduce_op::avg ? reduce_op::sum : op;
+  auto it = order.begin();
+  std::vector<std::byte> acc = x[*it];
+  const std::size_t n = acc.size() / codec::size_of(t);
+  for (++it; it != order.end(); ++it) {
+    detail::reduce(o, t, acc.data(), acc.data(), x[*it].data(), wire::host_order, n);
+  }
+  return acc;
+}
+std::vector<std::byte> combine2(std::vector<std::byte> a, const std::vector<std::byte>& b, codec::dtype t,
+                                reduce_op op) {
+  return fold({std::move(a), b}, {0, 1}, t, op);
+}
+void finish(std::vector<std::byte>& v, codec::dtype t, reduce_op op, std::uint32_t n) {
+  if (op == reduce_op::avg) detail::divide(t, v.data(), v.size() / codec::size_of(t), n);
+}
+
+std::set<std::string> segments_in_dev_shm() {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ferry-", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
+// Four ranks of one host: one group, every element combined in rank order
+// by one rank, the same bits everywhere, for every op and dtype; buffers
+// longer than a round (256 KiB per rank) and shorter than the group; and
+// no segment name left behind.
+TEST(SharedMemory, OneHostCombinesInRankOrderForEveryOpAndDtype) {
+  constexpr std::uint32_t n = 4;
+  const auto before = segments_in_dev_shm();
+  const auto cases = test::reducible_cases();
+  const std::size_t counts[] = {777, 3, 0, 70'001};
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::byte> all;
+        const auto group = comm.host_ranks();
+        all.push_back(static_cast<std::byte>(group.size()));
+        for (const std::size_t count : counts) {
+          for (const auto& [t, op] : cases) {
+            if (count > 1000 && t != codec::dtype::f64 && t != codec::dtype::bf16) continue;
+            auto v = typed_input(r, t, count);
+            comm.allreduce_bytes(t, v, {.op = op});
+            all.insert(all.end(), v.begin(), v.end());
+          }
+        }
+        return all;
+      },
+      [](std::uint32_t, config& c) { c.shared_memory = true; });
+  expect_all_ok(out);
+  std::size_t at = 1;
+  for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(out[r].bytes[0], std::byte{n}) << "rank " << r << "'s group";
+  for (const std::size_t count : counts) {
+    for (const auto& [t, op] : cases) {
+      if (count > 1000 && t != codec::dtype::f64 && t != codec::dtype::bf16) continue;
+      std::vector<std::vector<std::byte>> xs(n);
+      for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count);
+      auto want = fold(xs, {0, 1, 2, 3}, t, op);
+      finish(want, t, op, n);
+      for (std::uint32_t r = 0; r < n; ++r) {
+        const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                         out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+        EXPECT_EQ(got, want) << count << " x " << codec::name(t) << " " << name(op) << ", rank " << r;
+      }
+      at += want.size();
+    }
+  }
+  EXPECT_EQ(segments_in_dev_shm(), before) << "a segment's name was left in /dev/shm";
+}
+
+// Six ranks as three hosts (FERRY_HOST_ID a a b b b c): each host reduces
+// in its segment, the leaders 0, 2 and 5 combine over TCP (the fold of
+// three: 0's values into 2's, then 2 with 5), and each leader returns the
+// result to its host. Both tree algorithms give that order; every rank has
+// the same bits, and the TCP collectives around it still run.
+class Hosts : public ::testing::TestWithParam<algorithm> {};
+
+TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
+  constexpr std::uint32_t n = 6;
+  const char* ids[n] = {"a", "a", "b", "b", "b", "c"};
+  const auto cases = test::reducible_cases();
+  constexpr std::size_t count = 40'000;  // two rounds of f64, one of the others
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::byte> all;
+        for (const std::uint32_t m : comm.host_ranks()) all.push_back(static_cast<std::byte>(m));
+        for (const auto& [t, op] : cases) {
+          auto v = typed_input(r, t, count);
+          comm.allreduce_bytes(t, v, {.op = op});
+          all.insert(all.end(), v.begin(), v.end());
+        }
+        std::uint32_t me = r, root = r;
+        comm.broadcast(std::span(&root, 1), 5);  // a ring collective after them
+        std::vector<std::uint32_t> ranks(n);
+        comm.allgather(std::span<const std::uint32_t>(&me, 1), ranks);
+        const auto tail = to_bytes(ranks);
+        all.insert(all.end(), tail.begin(), tail.end());
+        all.push_back(static_cast<std::byte>(root));
+        return all;
+      },
+      [&](std::uint32_t r, config& c) {
+        c.shared_memory = true;
+        c.host_id = ids[r];
+        c.algorithm = GetParam();
+        c.chunk_bytes = 4096;
+      });
+  expect_all_ok(out);
+  const std::vector<std::vector<std::byte>> groups{{std::byte{0}, std::byte{1}},
+                                                   {std::byte{2}, std::byte{3}, std::byte{4}},
+                                                   {std::byte{5}}};
+  const std::size_t group_of[n] = {0, 0, 1, 1, 1, 2};
+  std::vector<std::size_t> at(n);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const auto& g = groups[group_of[r]];
+    ASSERT_EQ(std::vector<std::byte>(out[r].bytes.begin(), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(g.size())), g);
+    at[r] = g.size();
+  }
+  for (const auto& [t, op] : cases) {
+    std::vector<std::vector<std::byte>> xs(n);
+    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count);
+    auto want = combine2(combine2(fold(xs, {0, 1}, t, op), fold(xs, {2, 3, 4}, t, op), t, op), xs[5], t, op);
+    finish(want, t, op, n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r]),
+                                       out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r] + want.size()));
+      EXPECT_EQ(got, want) << codec::name(t) << " " << name(op) << ", rank " << r;
+      at[r] += want.size();
+    }
+  }
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const auto ranks = from_bytes<std::uint32_t>(std::vector<std::byte>(
+        out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r]), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r] + 4 * n)));
+    EXPECT_EQ(ranks, (std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(out[r].bytes[at[r] + 4 * n], std::byte{5});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Leaders, Hosts, ::testing::Values(algorithm::rabenseifner, algorithm::recursive_doubling),
+                         [](const auto& p) { return std::string(name(p.param)); });
+
+// A rank with FERRY_SHARED_MEMORY=off stays out: the others form a group
+// without it, and the sum is still every rank's. Compressed allreduces take
+// the TCP ring whatever the groups.
+TEST(SharedMemory, ARankThatSaysOffStaysOutAndCompressedTakesTheRing) {
+  constexpr std::uint32_t n = 4;
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::uint32_t> group(comm.host_ranks().begin(), comm.host_ranks().end());
+        std::vector<float> v(1000, static_cast<float>(r + 1));
+        comm.allreduce(v);
+        std::vector<float> w(1000, static_cast<float>(r + 1));
+        comm.allreduce(w, {.comp = compression::bf16});
+        group.push_back(static_cast<std::uint32_t>(v[999]));
+        group.push_back(static_cast<std::uint32_t>(w[0]));
+        return to_bytes(group);
+      },
+      [](std::uint32_t r, config& c) { c.shared_memory = r != 2; });
+  expect_all_ok(out);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const auto got = from_bytes<std::uint32_t>(out[r].bytes);
+    const std::vector<std::uint32_t> want =
+        r == 2 ? std::vector<std::uint32_t>{2, 10, 10} : std::vector<std::uint32_t>{0, 1, 3, 10, 10};
+    EXPECT_EQ(got, want) << "rank " << r;
+  }
+}
+
+// Ranks of one group that disagree on the size fail (size_mismatch where
+// the difference is seen, the others stop waiting), and the communicator
+// is unusable after.
+TEST(SharedMemory, ADifferentSizeFailsTheGroup) {
+  const auto out = run_world(
+      3,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<float> v(r == 1 ? 100 : 99, 1.0f);
+        comm.allreduce(v);
+        return std::vector<std::byte>{};
+      },
+      [](std::uint32_t, config& c) {
+        c.shared_memory = true;
+        c.timeout = 10s;
+      });
+  EXPECT_FALSE(out[1].ok);
+  EXPECT_EQ(out[1].code, errc::size_mismatch) << out[1].text;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    EXPECT_FALSE(out[r].ok) << "rank " << r;
+    EXPECT_NE(out[r].code, comm_errc::timed_out) << "rank " << r << ": " << out[r].text;
+  }
+}
+
+// A rank killed mid-allreduce: the others of its host notice its process
+// ended (peer_lost naming it) within seconds, not at the timeout; with
+// hosts, the other host's ranks hear it from their leader's ABORT or the
+// dead rank's closed connections.
+void kill_one(std::uint32_t n, std::uint32_t victim, const std::vector<std::string>& ids) {
+  std::chrono::steady_clock::time_point killed;
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<float> v(1 << 20, 1.0f);
+        for (int i = 0; i < 100000; ++i) comm.allreduce(v);
+        return std::vector<std::byte>{};
+      },
+      [&](std::uint32_t r, config& c) {
+        c.shared_memory = true;
+        c.host_id = ids.empty() ? "" : ids[r];
+        c.timeout = 60s;
+      },
+      [&](const std::vector<pid_t>& pids) {
+        std::this_thread::sleep_for(1500ms);
+        killed = std::chrono::steady_clock::now();
+        ::kill(pids[victim], SIGKILL);
+      });
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (r == victim) {
+      EXPECT_TRUE(WIFSIGNALED(out[r].status));
+      continue;
+    }
+    ASSERT_FALSE(out[r].ok) << "rank " << r;
+    EXPECT_TRUE(out[r].code == comm_errc::peer_lost || out[r].code == comm_errc::aborted) << out[r].text;
+    EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
+  }
+}
+
+TEST(SharedMemory, AKilledRankFailsItsHostFast) { kill_one(3, 1, {}); }
+TEST(SharedMemory, AKilledRankFailsEveryHostFast) { kill_one(4, 3, {"a", "a", "b", "b"}); }
+
+}  // namespace
+}  // namespace ferry::comm
