@@ -581,7 +581,7 @@ void communicator::impl::join_hosts() {
   detail::segment_id id{};
   if (members > 1 && index == 0) {
     try {
-      segment = detail::shared_segment::create(members, detail::shared_slot_bytes, id);
+      segment = detail::shared_segment::create(members, detail::shared_slot_bytes(members), id);
     } catch (const std::exception& e) {
       why = e.what();
       id = {};
@@ -599,7 +599,7 @@ void communicator::impl::join_hosts() {
     std::memcpy(theirs.name.data(), ids.data() + id_bytes * group.front(), sizeof(theirs.name));
     std::memcpy(theirs.nonce.data(), ids.data() + id_bytes * group.front() + sizeof(theirs.name), sizeof(theirs.nonce));
     try {
-      segment = detail::shared_segment::open(theirs, members, detail::shared_slot_bytes, index);
+      segment = detail::shared_segment::open(theirs, members, detail::shared_slot_bytes(members), index);
     } catch (const std::exception& e) {
       why = e.what();
     }

@@ -22,6 +22,10 @@
 #include "ferry/comm/error.h"
 #include "ferry/base/arch.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace ferry::comm::detail {
 
 struct shared_segment::header {
@@ -61,7 +65,7 @@ constexpr std::array<char, 8> magic{'F', 'E', 'R', 'R', 'Y', 'S', 'H', 'M'};
 static_assert(sizeof(std::atomic<std::uint32_t>) == 4 && std::atomic<std::uint32_t>::is_always_lock_free);
 
 std::size_t segment_bytes(std::uint32_t members, std::size_t slot_bytes) {
-  return data_offset(members) + 2 * std::size_t{members} * slot_bytes;
+  return data_offset(members) + shared_segment::banks * std::size_t{members} * slot_bytes;
 }
 
 // Shared (not private) futexes: the waiters are other processes.
@@ -85,6 +89,36 @@ void add_stat(EVP_MD_CTX* md, const char* path) {
                                               ? std::array<std::uint64_t, 2>{st.st_dev, st.st_ino}
                                               : std::array<std::uint64_t, 2>{~0ULL, ~0ULL};
   EVP_DigestUpdate(md, id.data(), sizeof(id));
+}
+
+// Copies a round out of the segment into a buffer too large for the
+// caches (a whole collective of `stream_from` bytes or more): on x86-64
+// with non-temporal stores, which skip reading the destination's lines
+// before writing them (a third of the memory traffic of the copy).
+constexpr std::size_t stream_from = std::size_t{8} << 20;
+void copy_out(std::byte* dst, const std::byte* src, std::size_t n, bool stream) noexcept {
+#if defined(__x86_64__)
+  if (stream && n >= 4096) {
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+    std::memcpy(dst, src, head);
+    std::size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, n - i);
+    _mm_sfence();
+    return;
+  }
+#endif
+  (void)stream;
+  if (n != 0) std::memcpy(dst, src, n);
 }
 
 }  // namespace
@@ -136,8 +170,8 @@ std::atomic<std::uint32_t>* shared_segment::arrivals() const noexcept {
   return reinterpret_cast<std::atomic<std::uint32_t>*>(static_cast<std::byte*>(base_) + arrivals_offset(members_));
 }
 
-std::byte* shared_segment::slot(std::uint32_t m) const noexcept {
-  const std::size_t bank = round_ % 2;
+std::byte* shared_segment::slot(std::uint64_t round, std::uint32_t m) const noexcept {
+  const std::size_t bank = round % banks;
   return static_cast<std::byte*>(base_) + data_offset(members_) + (bank * members_ + m) * slot_bytes_;
 }
 
@@ -214,15 +248,21 @@ std::unique_ptr<shared_segment> shared_segment::open(const segment_id& id, std::
   return seg;
 }
 
-// In the current round's bank: the next collective that writes the same
-// bank starts two rounds later, after everyone read this one's.
-void shared_segment::announce(const announcement& a) noexcept {
-  std::memcpy(static_cast<std::byte*>(base_) + announce_offset(members_) + 16 * ((round_ % 2) * members_ + me_), &a,
-              sizeof(a));
+// In the bank of this collective's parity: a member writes the same bank
+// again only two collectives later, after the barriers of the one between,
+// which every member reaches after reading this one's.
+std::uint64_t shared_segment::begin_collective(const announcement& a) noexcept {
+  std::memcpy(static_cast<std::byte*>(base_) + announce_offset(members_) + 16 * ((collectives_ % 2) * members_ + me_),
+              &a, sizeof(a));
+  return round_;
+}
+void shared_segment::end_collective(std::uint64_t rounds) noexcept {
+  round_ += rounds;
+  ++collectives_;
 }
 shared_segment::announcement shared_segment::announced(std::uint32_t m) const noexcept {
   announcement a{};
-  std::memcpy(&a, static_cast<const std::byte*>(base_) + announce_offset(members_) + 16 * ((round_ % 2) * members_ + m),
+  std::memcpy(&a, static_cast<const std::byte*>(base_) + announce_offset(members_) + 16 * ((collectives_ % 2) * members_ + m),
               sizeof(a));
   return a;
 }
@@ -255,7 +295,9 @@ shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds ti
     return {};
   }
   // A short spin (the others are usually just behind), then sleep in the
-  // kernel: ranks may outnumber cores.
+  // kernel: ranks may outnumber cores. (Yielding the core for a while
+  // before sleeping made 4 ranks on 2 cores slower and erratic: 9-18 ms
+  // against 9-10 ms at 16 MB.)
   for (int i = 0; i < 256; ++i) {
     if (h.generation.load(std::memory_order_acquire) != gen) return outcome();
 #if defined(__x86_64__) || defined(__i386__)
@@ -315,72 +357,80 @@ void host_rounds::wait() const {
   throw comm_error(comm_errc::aborted, std::nullopt, me + "another rank of this host failed mid-collective");
 }
 
-// Member m combines its share of the round's `bytes` over every member's
+// Member m combines its share of round r's `bytes` over every member's
 // slot, in member order, into member 0's slot.
-void host_rounds::combine(reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const {
+void host_rounds::combine(std::uint64_t r, reduce_op op, codec::dtype type, std::size_t bytes,
+                          std::uint32_t divisor) const {
   const std::size_t width = codec::size_of(type);
   const std::size_t count = bytes / width, members = seg.members(), m = seg.me();
   const std::size_t from = count * m / members, to = count * (m + 1) / members;
   if (from == to) return;
-  std::byte* acc = seg.slot(0) + from * width;
+  std::byte* acc = seg.slot(r, 0) + from * width;
   for (std::uint32_t j = 1; j < members; ++j) {
-    reduce(op, type, acc, acc, seg.slot(j) + from * width, wire::host_order, to - from);
+    reduce(op, type, acc, acc, seg.slot(r, j) + from * width, wire::host_order, to - from);
   }
   if (divisor > 1) divide(type, acc, to - from, divisor);
 }
 
-// Runs `round(offset, length)` over `bytes` in rounds of whole elements
-// (one round at least), after every member announced the same collective
-// (kind, dtype, op, bytes): a member whose announcement differs from
-// member 0's gives up, and every member fails.
+// Runs a collective of `bytes` as rounds of whole elements (one at least)
+// through `stages` stages (2 or 3), pipelined: in phase p, stage s works on
+// round p - s (`stage(s, round, offset, length)`), and one barrier ends each
+// phase but the last. Round r uses bank r mod 3; a bank's rounds are three
+// apart, and the barriers between keep every member's reads of a round
+// before the next write of its bank. First, every member announces the
+// collective (kind, dtype, op, bytes); after the first barrier each checks
+// its own against member 0's (agree()).
 template <class F>
-void host_rounds::rounds(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, F&& round) const {
+void host_rounds::pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages,
+                           F&& stage) const {
   const std::size_t width = codec::size_of(type);
   const std::size_t step = seg.slot_bytes() / width * width;
-  seg.announce({bytes, kind, static_cast<std::uint16_t>(type), static_cast<std::uint16_t>(op)});
-  std::size_t off = 0;
-  do {
-    const std::size_t len = std::min(step, bytes - off);
-    round(off, len);
-    off += len;
-    seg.next_round();
-  } while (off < bytes);
+  const std::size_t rounds = std::max<std::size_t>(1, (bytes + step - 1) / step);
+  const std::uint64_t first = seg.begin_collective({bytes, kind, static_cast<std::uint16_t>(type), static_cast<std::uint16_t>(op)});
+  const std::size_t phases = rounds + static_cast<std::size_t>(stages) - 1;
+  for (std::size_t p = 0; p < phases; ++p) {
+    for (int s = 0; s < stages; ++s) {
+      if (p < static_cast<std::size_t>(s) || p - static_cast<std::size_t>(s) >= rounds) continue;
+      const std::size_t r = p - static_cast<std::size_t>(s);
+      const std::size_t off = r * step;
+      stage(s, first + r, off, std::min(step, bytes - std::min(bytes, off)));
+    }
+    if (p + 1 < phases) {
+      wait();
+      if (p == 0) agree();
+    }
+  }
+  seg.end_collective(rounds);
 }
 
+// In, combine, out: three stages per round.
 void host_rounds::allreduce(reduce_op op, codec::dtype type, std::span<std::byte> data, std::uint32_t divisor) const {
-  rounds(0, type, op, data.size(), [&](std::size_t off, std::size_t len) {
-    std::memcpy(seg.slot(seg.me()), data.data() + off, len);
-    wait();
-    agree(off);
-    combine(op, type, len, divisor);
-    wait();
-    std::memcpy(data.data() + off, seg.slot(0), len);
+  pipeline(0, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+    if (s == 0) std::memcpy(seg.slot(r, seg.me()), data.data() + off, len);
+    if (s == 1) combine(r, op, type, len, divisor);
+    if (s == 2) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
   });
 }
 
 void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<std::byte> data) const {
-  rounds(1, type, op, data.size(), [&](std::size_t off, std::size_t len) {
-    std::memcpy(seg.slot(seg.me()), data.data() + off, len);
-    wait();
-    agree(off);
-    combine(op, type, len, 1);
-    wait();
-    if (seg.me() == 0) std::memcpy(data.data() + off, seg.slot(0), len);
+  pipeline(1, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+    if (s == 0) std::memcpy(seg.slot(r, seg.me()), data.data() + off, len);
+    if (s == 1) combine(r, op, type, len, 1);
+    if (s == 2 && seg.me() == 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
   });
 }
 
+// The leader writes a round while the others read the one before.
 void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
-  rounds(2, codec::dtype::u8, reduce_op::sum, data.size(), [&](std::size_t off, std::size_t len) {
-    if (seg.me() == 0) std::memcpy(seg.slot(0), data.data() + off, len);
-    wait();
-    agree(off);
-    if (seg.me() != 0) std::memcpy(data.data() + off, seg.slot(0), len);
-  });
+  pipeline(2, codec::dtype::u8, reduce_op::sum, data.size(), 2,
+           [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+             if (s == 0 && seg.me() == 0) std::memcpy(seg.slot(r, 0), data.data() + off, len);
+             if (s == 1 && seg.me() != 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
+           });
 }
 
 // After the first round's first barrier, every announcement is in.
-void host_rounds::agree(std::size_t off) const {
-  if (off != 0) return;
+void host_rounds::agree() const {
   const shared_segment::announcement mine = seg.announced(seg.me()), first = seg.announced(0);
   if (mine.bytes == first.bytes && mine.kind == first.kind && mine.type == first.type && mine.op == first.op) return;
   seg.give_up();

@@ -36,21 +36,22 @@
 //                 ended is noticed by the others while they wait)
 //   256+4L  4 x members: barriers each member has arrived at (atomic u32;
 //                 a member that times out names the first one behind it)
-//   A       2 x 16 x members, A the first multiple of 16 after those: two banks (by the parity of the collective's
-//                 first round) of each member's announcement of the
-//                 collective it runs: u64 bytes, u32 kind (0 allreduce, 1
-//                 reduce to the leader, 2 broadcast from it), u16 dtype
-//                 code, u16 op; checked against member 0's after the first
-//                 barrier
-//   D       2 x members x slot_bytes: two banks of one slot per member, D
+//   A       2 x 16 x members, A the first multiple of 16 after those: two
+//                 banks (by the parity of the collective's number) of each
+//                 member's announcement of the collective it runs: u64
+//                 bytes, u32 kind (0 allreduce, 1 reduce to the leader, 2
+//                 broadcast from it), u16 dtype code, u16 op; checked
+//                 against member 0's after the first barrier
+//   D       3 x members x slot_bytes: three banks of one slot per member, D
 //           the first multiple of 4096 after the announcements
 //
 // ROUNDS: a collective moves its data in rounds of up to slot_bytes per
-// member. Round k uses bank k mod 2 (the count runs on across
-// collectives): every member reads what round k needs before it arrives at
-// round k+1's first barrier, so round k+2 may write the bank again.
+// member, pipelined: allreduce copies round k in, combines round k-1 and
+// copies round k-2 out between two barriers (one barrier per round, not
+// three). Round k (counted across collectives) uses bank k mod 3.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -101,8 +102,10 @@ class shared_segment {
   [[nodiscard]] std::uint32_t members() const noexcept { return members_; }
   [[nodiscard]] std::uint32_t me() const noexcept { return me_; }
   [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
-  /// Member m's slot in the current round's bank.
-  [[nodiscard]] std::byte* slot(std::uint32_t m) const noexcept;
+  /// Banks of slots: a round's bank is its number mod 3.
+  static constexpr std::size_t banks = 3;
+  /// Member m's slot in round `round`'s bank.
+  [[nodiscard]] std::byte* slot(std::uint64_t round, std::uint32_t m) const noexcept;
   enum class wait_status : std::uint8_t { ok, timed_out, ended, gave_up };
   struct wait_result {
     wait_status status = wait_status::ok;
@@ -118,8 +121,6 @@ class shared_segment {
   /// given (a member that ended or was waited for) is what every member's
   /// barrier then returns (gave_up without one).
   void give_up(wait_status why = wait_status::gave_up, std::uint32_t member = 0) noexcept;
-  /// Ends a round: the next one uses the other bank.
-  void next_round() noexcept { ++round_; }
 
   /// What a member says it runs, checked against member 0's.
   struct announcement {
@@ -128,8 +129,13 @@ class shared_segment {
     std::uint16_t type = 0;
     std::uint16_t op = 0;
   };
-  void announce(const announcement& a) noexcept;
+  /// Announces this member's next collective; returns its first round's
+  /// number (rounds are counted across collectives).
+  std::uint64_t begin_collective(const announcement& a) noexcept;
+  /// The announcement of member m for the current collective.
   [[nodiscard]] announcement announced(std::uint32_t m) const noexcept;
+  /// The collective took `rounds` rounds.
+  void end_collective(std::uint64_t rounds) noexcept;
 
  private:
   struct header;
@@ -144,13 +150,20 @@ class shared_segment {
   std::uint32_t members_ = 0;
   std::size_t slot_bytes_ = 0;
   std::uint32_t me_ = 0;
-  std::uint64_t round_ = 0;
+  std::uint64_t round_ = 0;        // rounds of all collectives so far
+  std::uint64_t collectives_ = 0;  // collectives so far
   std::string name_;  // until unlinked (the leader)
 };
 
-/// Bytes per member slot: rounds of this size keep each member's share of
-/// a round in its core's cache.
-inline constexpr std::size_t shared_slot_bytes = std::size_t{256} << 10;
+/// Bytes per member slot for a group of `members`: 1 MiB (rounds that
+/// large keep the barriers few: 4 ranks on 2 cores, 64 MB, took 37 ms
+/// against 56 ms with 256 KiB rounds and 77 ms with 64 KiB), less for
+/// groups above 10 so that a segment stays within 32 MiB (a container's
+/// /dev/shm is often 64 MiB), never below 64 KiB.
+[[nodiscard]] constexpr std::size_t shared_slot_bytes(std::uint32_t members) noexcept {
+  const std::size_t fit = (std::size_t{32} << 20) / (3 * std::size_t{members}) / 4096 * 4096;
+  return std::clamp(fit, std::size_t{64} << 10, std::size_t{1} << 20);
+}
 
 /// The ways a host group's rounds combine values; each throws comm_error
 /// (timed_out or aborted) when a barrier fails. `op` is never avg here:
@@ -174,10 +187,10 @@ struct host_rounds {
 
  private:
   void wait() const;
-  void agree(std::size_t off) const;
+  void agree() const;
   template <class F>
-  void rounds(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, F&& round) const;
-  void combine(reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const;
+  void pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages, F&& stage) const;
+  void combine(std::uint64_t r, reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const;
 };
 
 }  // namespace ferry::comm::detail

@@ -58,13 +58,13 @@ std::set<std::string> segments_in_dev_shm() {
 
 // Four ranks of one host: one group, every element combined in rank order
 // by one rank, the same bits everywhere, for every op and dtype; buffers
-// longer than a round (256 KiB per rank) and shorter than the group; and
+// longer than a round (1 MiB per rank) and shorter than the group; and
 // no segment name left behind.
 TEST(SharedMemory, OneHostCombinesInRankOrderForEveryOpAndDtype) {
   constexpr std::uint32_t n = 4;
   const auto before = segments_in_dev_shm();
   const auto cases = test::reducible_cases();
-  const std::size_t counts[] = {777, 3, 0, 70'001};
+  const std::size_t counts[] = {777, 3, 0, 300'001};
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {
@@ -115,7 +115,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
   constexpr std::uint32_t n = 6;
   const char* ids[n] = {"a", "a", "b", "b", "b", "c"};
   const auto cases = test::reducible_cases();
-  constexpr std::size_t count = 40'000;  // two rounds of f64, one of the others
+  constexpr std::size_t count = 150'000;  // two rounds of f64, one of most others
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {
