@@ -91,10 +91,11 @@ void add_stat(EVP_MD_CTX* md, const char* path) {
   EVP_DigestUpdate(md, id.data(), sizeof(id));
 }
 
-// Copies a round out of the segment into a buffer too large for the
-// caches (a whole collective of `stream_from` bytes or more): on x86-64
-// with non-temporal stores, which skip reading the destination's lines
-// before writing them (a third of the memory traffic of the copy).
+// Copies a round into or out of the segment (n may be 0 with null
+// pointers); `stream`, into a buffer too large for the caches (a whole
+// collective of `stream_from` bytes or more): on x86-64 with non-temporal
+// stores, which skip reading the destination's lines before writing them
+// (a third of the memory traffic of the copy).
 constexpr std::size_t stream_from = std::size_t{8} << 20;
 void copy_out(std::byte* dst, const std::byte* src, std::size_t n, bool stream) noexcept {
 #if defined(__x86_64__)
@@ -164,14 +165,15 @@ void shared_segment::unlink() noexcept {
 shared_segment::header& shared_segment::head() const noexcept { return *static_cast<header*>(base_); }
 
 std::int32_t* shared_segment::pids() const noexcept {
-  return reinterpret_cast<std::int32_t*>(static_cast<std::byte*>(base_) + pid_offset);
+  return static_cast<std::int32_t*>(static_cast<void*>(static_cast<std::byte*>(base_) + pid_offset));
 }
 std::atomic<std::uint32_t>* shared_segment::arrivals() const noexcept {
-  return reinterpret_cast<std::atomic<std::uint32_t>*>(static_cast<std::byte*>(base_) + arrivals_offset(members_));
+  void* at = static_cast<std::byte*>(base_) + arrivals_offset(members_);
+  return static_cast<std::atomic<std::uint32_t>*>(at);
 }
 
 std::byte* shared_segment::slot(std::uint64_t round, std::uint32_t m) const noexcept {
-  const std::size_t bank = round % banks;
+  const auto bank = static_cast<std::size_t>(round % banks);
   return static_cast<std::byte*>(base_) + data_offset(members_) + (bank * members_ + m) * slot_bytes_;
 }
 
@@ -406,7 +408,7 @@ void host_rounds::pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, 
 // In, combine, out: three stages per round.
 void host_rounds::allreduce(reduce_op op, codec::dtype type, std::span<std::byte> data, std::uint32_t divisor) const {
   pipeline(0, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-    if (s == 0) std::memcpy(seg.slot(r, seg.me()), data.data() + off, len);
+    if (s == 0) copy_out(seg.slot(r, seg.me()), data.data() + off, len, false);
     if (s == 1) combine(r, op, type, len, divisor);
     if (s == 2) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
   });
@@ -414,7 +416,7 @@ void host_rounds::allreduce(reduce_op op, codec::dtype type, std::span<std::byte
 
 void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<std::byte> data) const {
   pipeline(1, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-    if (s == 0) std::memcpy(seg.slot(r, seg.me()), data.data() + off, len);
+    if (s == 0) copy_out(seg.slot(r, seg.me()), data.data() + off, len, false);
     if (s == 1) combine(r, op, type, len, 1);
     if (s == 2 && seg.me() == 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
   });
@@ -424,7 +426,7 @@ void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<st
 void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
   pipeline(2, codec::dtype::u8, reduce_op::sum, data.size(), 2,
            [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-             if (s == 0 && seg.me() == 0) std::memcpy(seg.slot(r, 0), data.data() + off, len);
+             if (s == 0 && seg.me() == 0) copy_out(seg.slot(r, 0), data.data() + off, len, false);
              if (s == 1 && seg.me() != 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
            });
 }

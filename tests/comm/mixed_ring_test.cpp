@@ -27,7 +27,7 @@ node armhf() { return {{"qemu-arm", "-L", "/usr/arm-linux-gnueabihf", FERRY_ARMH
 node s390x() { return {{"qemu-s390x", "-L", "/usr/s390x-linux-gnu", FERRY_S390X_NODE}}; }
 
 pid_t spawn(const node& n, std::vector<std::string> args, int stdout_fd, const std::string& auth,
-            const std::string& algorithm) {
+            const std::string& algorithm, const std::string& host_id) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (stdout_fd >= 0) ::dup2(stdout_fd, 1);
@@ -39,6 +39,10 @@ pid_t spawn(const node& n, std::vector<std::string> args, int stdout_fd, const s
     ::setenv("FERRY_SECRET", "mixed-ring-secret", 1);
     if (!auth.empty()) ::setenv("FERRY_AUTH", auth.c_str(), 1);
     if (!algorithm.empty()) ::setenv("FERRY_ALGORITHM", algorithm.c_str(), 1);
+    if (!host_id.empty()) {  // shared memory between the ranks of each host id
+      ::setenv("FERRY_SHARED_MEMORY", "on", 1);
+      ::setenv("FERRY_HOST_ID", host_id.c_str(), 1);
+    }
     ::execvp(cargs[0], cargs.data());
     std::perror("exec");
     ::_exit(127);
@@ -53,7 +57,8 @@ std::vector<char> slurp(const std::string& path) {
 
 // Runs one ring; returns each rank's output file.
 std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::string& tag, const std::string& auth = "",
-                                  const std::string& algorithm = "") {
+                                  const std::string& algorithm = "", const std::vector<std::string>& hosts = {}) {
+  const auto host = [&](std::size_t r) { return r < hosts.size() ? hosts[r] : std::string(); };
   const std::string dir = ::testing::TempDir();
   const auto n = std::to_string(nodes.size());
   std::vector<std::string> outs;
@@ -61,7 +66,7 @@ std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::str
   for (const auto& o : outs) std::remove(o.c_str());
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
-  std::vector<pid_t> pids{spawn(nodes[0], {"0", n, "0", outs[0]}, fds[1], auth, algorithm)};
+  std::vector<pid_t> pids{spawn(nodes[0], {"0", n, "0", outs[0]}, fds[1], auth, algorithm, host(0))};
   ::close(fds[1]);
   std::string line;
   char c;
@@ -69,7 +74,7 @@ std::vector<std::string> run_ring(const std::vector<node>& nodes, const std::str
   ::close(fds[0]);
   EXPECT_EQ(line.rfind("port ", 0), 0u) << "rank 0 said: " << line;
   const std::string port = line.size() > 5 ? line.substr(5) : "0";
-  for (std::size_t r = 1; r < nodes.size(); ++r) pids.push_back(spawn(nodes[r], {std::to_string(r), n, port, outs[r]}, -1, auth, algorithm));
+  for (std::size_t r = 1; r < nodes.size(); ++r) pids.push_back(spawn(nodes[r], {std::to_string(r), n, port, outs[r]}, -1, auth, algorithm, host(r)));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   for (std::size_t r = 0; r < pids.size(); ++r) {
     int status = 0;
@@ -127,6 +132,22 @@ TEST(MixedRing, RecursiveDoublingAndRabenseifnerOverTheMeshMatchAllX86BitForBit)
         EXPECT_EQ(slurp(mixed[r]), reference) << tag << ", mixed ranks, rank " << r;
       }
     }
+  }
+}
+
+TEST(MixedRing, SharedMemoryHostsMatchAllX86BitForBit) {
+  // Hosts a (two x86-64 ranks), b (two armhf ranks under qemu, sharing a
+  // segment there) and c (s390x): each host reduces in its segment, the
+  // leaders 0, 2 and 4 combine over TCP across byte orders, and the result
+  // is the same bits as all-x86 ranks with the same hosts.
+  const std::vector<std::string> hosts{"a", "a", "b", "b", "c"};
+  const auto mixed = run_ring({native(), native(), armhf(), armhf(), s390x()}, "shm-mixed", "", "", hosts);
+  const auto x86 = run_ring(std::vector<node>(5, native()), "shm-x86", "", "", hosts);
+  const auto reference = slurp(x86[0]);
+  ASSERT_GT(reference.size(), 1000u);
+  for (std::size_t r = 0; r < 5; ++r) {
+    EXPECT_EQ(slurp(x86[r]), reference) << "x86 ranks, rank " << r;
+    EXPECT_EQ(slurp(mixed[r]), reference) << "mixed ranks, rank " << r;
   }
 }
 

@@ -1,7 +1,9 @@
 // ferry_ring_node: one rank of the mixed-architecture ring test.
 //
 //   ferry_ring_node RANK WORLD PORT OUT      (FERRY_SECRET in the environment,
-//                                             FERRY_AUTH too if set)
+//                                             FERRY_AUTH, FERRY_ALGORITHM,
+//                                             FERRY_SHARED_MEMORY and
+//                                             FERRY_HOST_ID too if set)
 //
 // Rank 0 with PORT 0 binds an ephemeral port on 127.0.0.1 and prints
 // "port N" first. Every rank runs the same collectives on inputs that are a
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
     // Off unless asked: the mixed ring's runs compare TCP algorithms' bits.
     const char* shm = std::getenv("FERRY_SHARED_MEMORY");
     c.shared_memory = shm != nullptr && std::string_view(shm) == "on";
+    if (const char* h = std::getenv("FERRY_HOST_ID")) c.host_id = h;
     c.chunk_bytes = 16 * 1024;  // many chunks per block
     c.timeout = std::chrono::seconds(120);
     std::optional<comm::listener> l;
