@@ -22,7 +22,8 @@
 //
 // Rank 0 writes FILE, a JSON object: contender, world, for ferry the
 // configuration fields that shape a row (auth and ring_order as enumerator
-// values, chunk_bytes), ring (for ferry: the rank
+// values, chunk_bytes, host_ranks: the ranks in rank 0's shared-memory
+// group, 1 without one), ring (for ferry: the rank
 // that follows each rank on the ring, as the handshakes reported it; null
 // for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
 // times_s: [...]}].
@@ -154,8 +155,10 @@ options parse_args(int argc, char** argv) {
 
 // The configuration fields that decide what a row measures, as numbers
 // (enumerators' values; the ring order this rank asked for, node if none).
-std::string config_fields(const comm::config& c) {
+std::string config_fields(const comm::communicator& comm) {
+  const comm::config& c = comm.config();
   return ", \"auth\": " + std::to_string(static_cast<int>(c.auth)) +
+         ", \"host_ranks\": " + std::to_string(comm.host_ranks().size()) +
          ", \"ring_order\": " + std::to_string(static_cast<int>(c.order.value_or(comm::ring_order::node))) +
          ", \"chunk_bytes\": " + std::to_string(c.chunk_bytes);
 }
@@ -240,7 +243,7 @@ int run(const options& o) {
   if (comm) comm->barrier();
 
   if (rank == 0 && !o.out.empty()) {
-    const std::string j = json_result(o, n, ring, times, comm ? config_fields(comm->config()) : "");
+    const std::string j = json_result(o, n, ring, times, comm ? config_fields(*comm) : "");
     std::FILE* f = std::fopen(o.out.c_str(), "w");
     if (f == nullptr || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0) {
       die("cannot write " + o.out + ": " + std::strerror(errno), 1);

@@ -132,7 +132,6 @@ std::array<std::byte, 32> host_key(const std::string& host_id) {
   add_file(md, "/proc/sys/kernel/random/boot_id");
   add_stat(md, "/proc/self/ns/net");
   add_stat(md, "/proc/self/ns/ipc");
-  add_stat(md, "/proc/self/ns/mnt");
   add_stat(md, "/proc/self/ns/pid");  // the others' pids must mean the same processes
   add_stat(md, "/dev/shm");
   const std::uint32_t uid = ::geteuid();

@@ -68,7 +68,7 @@
 namespace ferry::comm::detail {
 
 /// SHA-256 over what makes two processes able to share a segment and
-/// compute the same bits: the boot id, the network, IPC and mount
+/// compute the same bits: the boot id, the network, IPC and PID
 /// namespaces, /dev/shm's device and inode, the effective uid and the
 /// architecture (ranks of one host under qemu-user stay apart). Ranks in
 /// different network namespaces count as different hosts, so a simulated
