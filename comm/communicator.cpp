@@ -529,8 +529,14 @@ void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> 
         link.skip_collective();
       }
       if (rounds) rounds->broadcast_from_leader(data);
+    } catch (const comm_error& e) {  // the group's other ranks stop waiting, and say why
+      if (segment) {
+        segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me(), e.code().value(),
+                         e.peer().value_or(~std::uint32_t{0}));
+      }
+      throw;
     } catch (...) {
-      if (segment) segment->give_up();  // the group's other ranks stop waiting
+      if (segment) segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me());
       throw;
     }
   });

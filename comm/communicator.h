@@ -186,14 +186,16 @@ class communicator {
   [[nodiscard]] std::uint32_t rank() const noexcept;
   [[nodiscard]] std::uint32_t world_size() const noexcept;
   [[nodiscard]] const comm::config& config() const noexcept;
-  /// The algorithm an allreduce of `bytes` (uncompressed) takes: the
-  /// configured one, or with auto the cost model's choice for rank 0's link
-  /// costs. Compressed allreduces and the other collectives take the ring.
+  /// The algorithm an allreduce of `bytes` (uncompressed) takes when no
+  /// host group formed (host_ranks()): the configured one, or with auto
+  /// the cost model's choice for rank 0's link costs. Compressed
+  /// allreduces and the other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;
   /// The ranks whose allreduce values meet in this rank's shared-memory
   /// segment (ascending, this rank among them), or this rank alone. Ranks
-  /// of one host (same boot, network namespace, /dev/shm, user and
-  /// architecture; FERRY_SHARED_MEMORY not off) form such a group at the
+  /// of one host (same boot, network, IPC and PID namespaces, /dev/shm,
+  /// user, architecture and FERRY_HOST_ID; FERRY_SHARED_MEMORY not off)
+  /// form such a group at the
   /// start; uncompressed allreduce then combines in the segment, and
   /// between hosts only each group's lowest rank uses the network
   /// (docs/comm-protocol.md, section 8). A group whose segment could not be

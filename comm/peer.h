@@ -18,8 +18,8 @@ namespace ferry::comm {
 // 4 since HELLO carries the allreduce algorithm and ranks form a mesh;
 // 5 since frames carry point-to-point messages (frame.h, flag bit 6) and
 // every world of four or more ranks forms the mesh;
-// 6 since every world's first collective is the allgather of host keys
-// (shared memory between ranks of one host, docs/comm-protocol.md section 8).
+// 6 since every world's setup ends with the allgather of host keys (shared
+// memory between ranks of one host, docs/comm-protocol.md section 8).
 inline constexpr std::uint8_t protocol_version = 6;
 
 enum class role : std::uint8_t { join = 1, ring = 2, reply = 3, mesh = 4 };

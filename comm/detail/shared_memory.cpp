@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -37,6 +38,8 @@ struct shared_segment::header {
   alignas(64) std::atomic<std::uint32_t> arrived;
   alignas(64) std::atomic<std::uint32_t> generation;
   std::atomic<std::uint32_t> failed;
+  std::atomic<std::uint32_t> error_code;  // of the member that gave up with a comm_error, else 0
+  std::atomic<std::uint32_t> error_rank;  // the rank that error names, or ~0
 };
 
 namespace {
@@ -217,7 +220,7 @@ std::unique_ptr<shared_segment> shared_segment::open(const segment_id& id, std::
                                                      std::size_t slot_bytes, std::uint32_t me) {
   const std::string name(id.name.data(), strnlen(id.name.data(), id.name.size()));
   if (name.rfind("/ferry-", 0) != 0 || name.size() != 7 + 32 || name.find('/', 1) != std::string::npos) {
-    throw std::runtime_error("the leader announced no segment name of ferry's form");
+    throw std::runtime_error("this host's leader could not make a shared memory segment");
   }
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "shm_open " + name);
@@ -229,7 +232,9 @@ std::unique_ptr<shared_segment> shared_segment::open(const segment_id& id, std::
   } else if (st.st_uid != ::geteuid()) {
     bad = "is owned by uid " + std::to_string(st.st_uid);
   } else if ((st.st_mode & 0777) != 0600) {
-    bad = "has mode " + std::to_string(st.st_mode & 0777) + " (octal digits in decimal), not 0600";
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 0777));
+    bad = std::string("has mode ") + mode + ", not 0600";
   } else if (static_cast<std::uint64_t>(st.st_size) != bytes) {
     bad = "holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(bytes);
   }
@@ -268,23 +273,34 @@ shared_segment::announcement shared_segment::announced(std::uint32_t m) const no
   return a;
 }
 
-void shared_segment::give_up(wait_status why, std::uint32_t member) noexcept {
-  // The first reason stays: every member reports the same cause.
+// The failed word goes 0 -> 1 (claimed by the first member to give up),
+// then, once the error fields are written, to its final value (bit 31
+// set): a reader that sees bit 31 sees the fields.
+void shared_segment::give_up(wait_status why, std::uint32_t member, std::uint16_t code, std::uint32_t rank) noexcept {
+  header& h = head();
   std::uint32_t none = 0;
-  head().failed.compare_exchange_strong(none, (static_cast<std::uint32_t>(why) << 16) | (member & 0xFFFF) | (1U << 31),
-                                        std::memory_order_acq_rel);
-  head().generation.fetch_add(0x8000'0000U, std::memory_order_acq_rel);  // a change every waiter sees
-  futex_wake(head().generation);
+  if (h.failed.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) {
+    h.error_code.store(code, std::memory_order_relaxed);
+    h.error_rank.store(rank, std::memory_order_relaxed);
+    h.failed.store((static_cast<std::uint32_t>(why) << 16) | (member & 0xFFFF) | (1U << 31), std::memory_order_release);
+    h.generation.fetch_add(0x8000'0000U, std::memory_order_release);  // a change every waiter sees, once
+  }
+  futex_wake(h.generation);
 }
 
-shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds timeout) noexcept {
+shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds timeout, bool patient) {
   header& h = head();
   const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
   const auto outcome = [&]() -> wait_result {
-    const std::uint32_t f = h.failed.load(std::memory_order_acquire);
+    std::uint32_t f = h.failed.load(std::memory_order_acquire);
+    // Being written, a few stores away (bounded: the writer may have died).
+    for (int i = 0; f == 1 && i < 1'000'000; ++i) f = h.failed.load(std::memory_order_acquire);
+    if (f == 1) return {wait_status::gave_up};
     if (f == 0) return {};
     const auto why = static_cast<wait_status>((f >> 16) & 0xFF);
-    return {why == wait_status::ok ? wait_status::gave_up : why, f & 0xFFFF};
+    return {why == wait_status::ok ? wait_status::gave_up : why, f & 0xFFFF,
+            static_cast<std::uint16_t>(h.error_code.load(std::memory_order_relaxed)),
+            h.error_rank.load(std::memory_order_relaxed)};
   };
   if (h.failed.load(std::memory_order_acquire) != 0) return outcome();
   const std::uint32_t mine = arrivals()[me_].load(std::memory_order_relaxed) + 1;
@@ -309,8 +325,9 @@ shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds ti
   const auto deadline = clock::now() + timeout;
   auto next_check = clock::now() + std::chrono::milliseconds(20);
   while (h.generation.load(std::memory_order_acquire) == gen) {
+    if (h.failed.load(std::memory_order_acquire) != 0) break;
     const auto now = clock::now();
-    if (now >= deadline) {
+    if (now >= deadline && !patient) {
       // The first member that has not come this far is the one waited for.
       std::uint32_t late = me_;
       for (std::uint32_t m = 0; m < members_ && late == me_; ++m) {
@@ -328,7 +345,8 @@ shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds ti
         }
       }
     }
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(std::min(deadline, next_check) - now);
+    const auto until = patient ? next_check : std::min(deadline, next_check);
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - now);
     futex_wait(h.generation, gen, std::max(left, std::chrono::microseconds(1)));
   }
   return outcome();
@@ -337,8 +355,8 @@ shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds ti
 // ---------------------------------------------------------------------------
 // host_rounds
 
-void host_rounds::wait() const {
-  const auto w = seg.barrier(timeout);
+void host_rounds::wait(bool patient) const {
+  const auto w = seg.barrier(timeout, patient);
   const std::string me = "rank " + std::to_string(rank) + ": ";
   switch (w.status) {
     case shared_segment::wait_status::ok: return;
@@ -355,7 +373,14 @@ void host_rounds::wait() const {
                        me + "rank " + std::to_string(ranks[w.member]) + " of this host ended mid-collective");
     case shared_segment::wait_status::gave_up: break;
   }
-  throw comm_error(comm_errc::aborted, std::nullopt, me + "another rank of this host failed mid-collective");
+  const std::string who = "rank " + std::to_string(ranks[w.member]) + " of this host";
+  if (w.code != 0) {
+    const std::optional<std::uint32_t> culprit =
+        w.rank == ~std::uint32_t{0} ? std::nullopt : std::optional<std::uint32_t>(w.rank);
+    throw comm_error(error_code::from_value(w.code), culprit,
+                     me + who + " failed mid-collective" + (culprit ? ", naming rank " + std::to_string(*culprit) : ""));
+  }
+  throw comm_error(comm_errc::aborted, std::nullopt, me + who + " failed mid-collective");
 }
 
 // Member m combines its share of round r's `bytes` over every member's
@@ -383,7 +408,7 @@ void host_rounds::combine(std::uint64_t r, reduce_op op, codec::dtype type, std:
 // its own against member 0's (agree()).
 template <class F>
 void host_rounds::pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages,
-                           F&& stage) const {
+                           F&& stage, bool patient_start) const {
   const std::size_t width = codec::size_of(type);
   const std::size_t step = seg.slot_bytes() / width * width;
   const std::size_t rounds = std::max<std::size_t>(1, (bytes + step - 1) / step);
@@ -397,7 +422,7 @@ void host_rounds::pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, 
       stage(s, first + r, off, std::min(step, bytes - std::min(bytes, off)));
     }
     if (p + 1 < phases) {
-      wait();
+      wait(p == 0 && patient_start);
       if (p == 0) agree();
     }
   }
@@ -417,24 +442,28 @@ void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<st
   pipeline(1, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
     if (s == 0) copy_out(seg.slot(r, seg.me()), data.data() + off, len, false);
     if (s == 1) combine(r, op, type, len, 1);
-    if (s == 2 && seg.me() == 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
+    if (s == 2 && seg.me() == 0) copy_out(data.data() + off, seg.slot(r, 0), len, false);  // sent on: keep it cached
   });
 }
 
-// The leader writes a round while the others read the one before.
+// The leader writes a round while the others read the one before. The
+// others wait for the first round as long as the leader lives: it comes
+// after the leaders' step over the network, which has its own timeouts
+// (a leader that fails there gives up the segment, naming the culprit).
 void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
-  pipeline(2, codec::dtype::u8, reduce_op::sum, data.size(), 2,
-           [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-             if (s == 0 && seg.me() == 0) copy_out(seg.slot(r, 0), data.data() + off, len, false);
-             if (s == 1 && seg.me() != 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
-           });
+  pipeline(
+      2, codec::dtype::u8, reduce_op::sum, data.size(), 2,
+      [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+        if (s == 0 && seg.me() == 0) copy_out(seg.slot(r, 0), data.data() + off, len, false);
+        if (s == 1 && seg.me() != 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
+      },
+      true);
 }
 
 // After the first round's first barrier, every announcement is in.
 void host_rounds::agree() const {
   const shared_segment::announcement mine = seg.announced(seg.me()), first = seg.announced(0);
   if (mine.bytes == first.bytes && mine.kind == first.kind && mine.type == first.type && mine.op == first.op) return;
-  seg.give_up();
   throw comm_error(errc::size_mismatch, std::nullopt,
                    "rank " + std::to_string(rank) + ": this rank's collective (" + std::to_string(mine.bytes) +
                        " bytes) is not its host leader's (" + std::to_string(first.bytes) +

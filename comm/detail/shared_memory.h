@@ -17,8 +17,8 @@
 //      user, mode 0600, the size and nonce the leader announced; every rank
 //      allgathers whether it succeeded, and a group with a failure anywhere
 //      falls back to TCP (all ranks agree, from the same bytes);
-//   4. a barrier, then each leader unlinks the name: the segment lives on
-//      only in the mappings of its group.
+//   4. after that allgather (every member has opened it), each leader
+//      unlinks the name: the segment lives on only in its group's mappings.
 //
 // SEGMENT LAYOUT (host byte order; one machine reads it):
 //   offset  size
@@ -29,9 +29,13 @@
 //   32      8     slot_bytes (u64)
 //   64      4     arrived: members at the current barrier (atomic u32)
 //   128     4     generation: barriers completed (atomic u32, futex word)
-//   132     4     failed: 0, or once a member gave up bit 31 set, bits 16-23
+//   132     4     failed: 0; 1 while the first member to give up writes
+//                 the error fields; then bit 31 set, bits 16-23
 //                 the reason (1 timed out, 2 a member ended, 3 other) and
 //                 bits 0-15 the member it names (atomic u32, first reason kept)
+//   136     4     error code: with reason 3, the comm_error that made the
+//                 member give up (its leader's failure over TCP), else 0
+//   140     4     the rank that error names, or 0xFFFFFFFF
 //   256     4 x members: each member's pid (i32; a member whose process
 //                 ended is noticed by the others while they wait)
 //   256+4L  4 x members: barriers each member has arrived at (atomic u32;
@@ -109,18 +113,24 @@ class shared_segment {
   enum class wait_status : std::uint8_t { ok, timed_out, ended, gave_up };
   struct wait_result {
     wait_status status = wait_status::ok;
-    std::uint32_t member = 0;  // ended: the member whose process ended; timed_out: the one waited for
+    std::uint32_t member = 0;  // ended: the member whose process ended; timed_out: the one waited for;
+                               // gave_up: the one that gave up
+    std::uint16_t code = 0;    // gave_up with a comm_error: its code (0 none)
+    std::uint32_t rank = ~std::uint32_t{0};  // and the rank it named, if any
   };
   /// Waits until every member has arrived at this barrier, up to `timeout`
   /// without one. Fails if it runs out, if a member's process ended (looked
   /// at every 100 ms while waiting) or if a member gave up; on the first
   /// two this member gives up itself, so the others stop waiting too, and
   /// all report the first member's reason.
-  [[nodiscard]] wait_result barrier(std::chrono::milliseconds timeout) noexcept;
+  /// `patient`: no timeout, only the liveness of the others (a wait that
+  /// spans another step with its own timeouts).
+  [[nodiscard]] wait_result barrier(std::chrono::milliseconds timeout, bool patient = false);
   /// Marks the segment failed and wakes every member; the first reason
   /// given (a member that ended or was waited for) is what every member's
   /// barrier then returns (gave_up without one).
-  void give_up(wait_status why = wait_status::gave_up, std::uint32_t member = 0) noexcept;
+  void give_up(wait_status why = wait_status::gave_up, std::uint32_t member = 0, std::uint16_t code = 0,
+               std::uint32_t rank = ~std::uint32_t{0}) noexcept;
 
   /// What a member says it runs, checked against member 0's.
   struct announcement {
@@ -167,8 +177,7 @@ class shared_segment {
 
 /// The ways a host group's rounds combine values; each throws comm_error
 /// (timed_out or aborted) when a barrier fails. `op` is never avg here:
-/// callers sum and divide. Throws timed_out, peer_lost (a member's process
-/// ended), aborted (another member failed) or size_mismatch.
+/// callers sum and divide.
 struct host_rounds {
   shared_segment& seg;
   std::chrono::milliseconds timeout;
@@ -186,10 +195,11 @@ struct host_rounds {
   void broadcast_from_leader(std::span<std::byte> data) const;
 
  private:
-  void wait() const;
+  void wait(bool patient = false) const;
   void agree() const;
   template <class F>
-  void pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages, F&& stage) const;
+  void pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages, F&& stage,
+                bool patient_start = false) const;
   void combine(std::uint64_t r, reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const;
 };
 
