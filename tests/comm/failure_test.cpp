@@ -168,35 +168,10 @@ TEST(HostileFrames, ABoolByteOtherThanZeroOrOneNamesThePeer) {
 // ranks would report forged_frame instead of the dead rank.
 void kill_one(std::uint32_t n, std::uint32_t victim, frame_auth auth = frame_auth::none,
               algorithm how = algorithm::ring) {
-  std::chrono::steady_clock::time_point killed;
-  const auto out = run_world(
-      n,
-      [&](std::uint32_t, config& c, std::optional<listener>& l) {
-        communicator comm(c, std::move(l));
-        std::vector<float> v(1 << 20, 1.0f);
-        for (int i = 0; i < 100000; ++i) comm.allreduce(v);
-        return nothing();
-      },
-      [auth, how](std::uint32_t, config& c) {
-        c.timeout = 60s;
-        c.auth = auth;
-        c.algorithm = how;
-      },
-      [&](const std::vector<pid_t>& pids) {
-        std::this_thread::sleep_for(1500ms);
-        killed = std::chrono::steady_clock::now();
-        ::kill(pids[victim], SIGKILL);
-      });
-  for (std::uint32_t r = 0; r < n; ++r) {
-    if (r == victim) {
-      EXPECT_TRUE(WIFSIGNALED(out[r].status));
-      continue;
-    }
-    ASSERT_FALSE(out[r].ok) << "rank " << r;
-    EXPECT_EQ(out[r].code, comm_errc::peer_lost) << out[r].text;
-    EXPECT_EQ(out[r].culprit, victim) << out[r].text;
-    EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
-  }
+  test::expect_killed_rank_named_fast(n, victim, [auth, how](std::uint32_t, config& c) {
+    c.auth = auth;
+    c.algorithm = how;
+  });
 }
 
 TEST(DeadPeer, SigkillMidAllreduceFailsEveryRankFast3) { kill_one(3, 1); }

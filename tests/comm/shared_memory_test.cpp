@@ -233,35 +233,10 @@ TEST(SharedMemory, ADifferentSizeFailsTheGroup) {
 // connections or their leader (which gives up its segment with the error
 // it got over TCP, so its members name the same rank).
 void kill_one(std::uint32_t n, std::uint32_t victim, const std::vector<std::string>& ids) {
-  std::chrono::steady_clock::time_point killed;
-  const auto out = run_world(
-      n,
-      [&](std::uint32_t, config& c, std::optional<listener>& l) {
-        communicator comm(c, std::move(l));
-        std::vector<float> v(1 << 20, 1.0f);
-        for (int i = 0; i < 100000; ++i) comm.allreduce(v);
-        return std::vector<std::byte>{};
-      },
-      [&](std::uint32_t r, config& c) {
-        c.shared_memory = true;
-        c.host_id = ids.empty() ? "" : ids[r];
-        c.timeout = 60s;
-      },
-      [&](const std::vector<pid_t>& pids) {
-        std::this_thread::sleep_for(1500ms);
-        killed = std::chrono::steady_clock::now();
-        ::kill(pids[victim], SIGKILL);
-      });
-  for (std::uint32_t r = 0; r < n; ++r) {
-    if (r == victim) {
-      EXPECT_TRUE(WIFSIGNALED(out[r].status));
-      continue;
-    }
-    ASSERT_FALSE(out[r].ok) << "rank " << r;
-    EXPECT_EQ(out[r].code, comm_errc::peer_lost) << "rank " << r << ": " << out[r].text;
-    EXPECT_EQ(out[r].culprit, victim) << "rank " << r << ": " << out[r].text;
-    EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
-  }
+  test::expect_killed_rank_named_fast(n, victim, [&](std::uint32_t r, config& c) {
+    c.shared_memory = true;
+    c.host_id = ids.empty() ? "" : ids[r];
+  });
 }
 
 TEST(SharedMemory, AKilledRankFailsItsHostFast) { kill_one(3, 1, {}); }

@@ -7,6 +7,7 @@
 // failures against a kill).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/comm/communicator.h"
@@ -163,6 +165,42 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
     o.at = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(when));
   }
   return result;
+}
+
+/// Runs n ranks that allreduce 4 MB of f32 in a loop (`tweak` sets each
+/// rank's config), kills `victim` with SIGKILL after 1.5 s, and checks that
+/// every other rank fails within 5 s with peer_lost naming it.
+inline void expect_killed_rank_named_fast(std::uint32_t n, std::uint32_t victim,
+                                          const std::function<void(std::uint32_t, config&)>& tweak) {
+  using namespace std::chrono_literals;
+  std::chrono::steady_clock::time_point killed;
+  const auto out = run_world(
+      n,
+      [](std::uint32_t, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<float> v(1 << 20, 1.0f);
+        for (int i = 0; i < 100000; ++i) comm.allreduce(v);
+        return std::vector<std::byte>{};
+      },
+      [&](std::uint32_t r, config& c) {
+        c.timeout = 60s;
+        tweak(r, c);
+      },
+      [&](const std::vector<pid_t>& pids) {
+        std::this_thread::sleep_for(1500ms);
+        killed = std::chrono::steady_clock::now();
+        ::kill(pids[victim], SIGKILL);
+      });
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (r == victim) {
+      EXPECT_TRUE(WIFSIGNALED(out[r].status));
+      continue;
+    }
+    ASSERT_FALSE(out[r].ok) << "rank " << r;
+    EXPECT_EQ(out[r].code, comm_errc::peer_lost) << "rank " << r << ": " << out[r].text;
+    EXPECT_EQ(out[r].culprit, victim) << "rank " << r << ": " << out[r].text;
+    EXPECT_LT(out[r].at - killed, 5s) << "rank " << r << ": " << out[r].text;
+  }
 }
 
 template <class T>
