@@ -52,10 +52,13 @@ struct communicator::impl {
         comm_error(comm_errc::aborted, std::nullopt, detail::rank_name(link.rank()) + ": the communicator closed")));
   }
 
-  [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const {
+  // The configured algorithm, or with auto the cost model's choice for
+  // `ranks` ranks (the world, or the hosts' leaders).
+  [[nodiscard]] algorithm algorithm_for(std::size_t bytes, std::uint32_t ranks) const {
     const algorithm a = link.config().algorithm;
-    return a == algorithm::automatic ? choose(link.size(), bytes, cost) : a;
+    return a == algorithm::automatic ? choose(ranks, bytes, cost) : a;
   }
+  [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const { return algorithm_for(bytes, link.size()); }
 
   void allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o);
   void host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op);
@@ -520,8 +523,7 @@ void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> 
       }
       if (rounds) rounds->reduce_to_leader(sum_op, type, data);
       if (group.front() == link.rank()) {
-        algorithm a = link.config().algorithm;
-        if (a == algorithm::automatic) a = choose(static_cast<std::uint32_t>(leaders.size()), data.size(), cost);
+        algorithm a = algorithm_for(data.size(), static_cast<std::uint32_t>(leaders.size()));
         if (a == algorithm::ring) a = algorithm::rabenseifner;  // no ring joins the leaders
         detail::tree_allreduce(link, staging, a, type, data, sum_op, leaders);
         if (divisor > 1) detail::divide(type, data.data(), data.size() / codec::size_of(type), divisor);

@@ -100,7 +100,7 @@ void add_stat(EVP_MD_CTX* md, const char* path) {
 // stores, which skip reading the destination's lines before writing them
 // (a third of the memory traffic of the copy).
 constexpr std::size_t stream_from = std::size_t{8} << 20;
-void copy_out(std::byte* dst, const std::byte* src, std::size_t n, bool stream) noexcept {
+void copy_round(std::byte* dst, const std::byte* src, std::size_t n, bool stream) noexcept {
 #if defined(__x86_64__)
   if (stream && n >= 4096) {
     const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
@@ -432,17 +432,17 @@ void host_rounds::pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, 
 // In, combine, out: three stages per round.
 void host_rounds::allreduce(reduce_op op, codec::dtype type, std::span<std::byte> data, std::uint32_t divisor) const {
   pipeline(0, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-    if (s == 0) copy_out(seg.slot(r, seg.me()), data.data() + off, len, false);
+    if (s == 0) copy_round(seg.slot(r, seg.me()), data.data() + off, len, false);
     if (s == 1) combine(r, op, type, len, divisor);
-    if (s == 2) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
+    if (s == 2) copy_round(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
   });
 }
 
 void host_rounds::reduce_to_leader(reduce_op op, codec::dtype type, std::span<std::byte> data) const {
   pipeline(1, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-    if (s == 0) copy_out(seg.slot(r, seg.me()), data.data() + off, len, false);
+    if (s == 0) copy_round(seg.slot(r, seg.me()), data.data() + off, len, false);
     if (s == 1) combine(r, op, type, len, 1);
-    if (s == 2 && seg.me() == 0) copy_out(data.data() + off, seg.slot(r, 0), len, false);  // sent on: keep it cached
+    if (s == 2 && seg.me() == 0) copy_round(data.data() + off, seg.slot(r, 0), len, false);  // sent on: keep it cached
   });
 }
 
@@ -454,8 +454,8 @@ void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
   pipeline(
       2, codec::dtype::u8, reduce_op::sum, data.size(), 2,
       [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
-        if (s == 0 && seg.me() == 0) copy_out(seg.slot(r, 0), data.data() + off, len, false);
-        if (s == 1 && seg.me() != 0) copy_out(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
+        if (s == 0 && seg.me() == 0) copy_round(seg.slot(r, 0), data.data() + off, len, false);
+        if (s == 1 && seg.me() != 0) copy_round(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
       },
       true);
 }
