@@ -103,6 +103,9 @@ bench: bench-deps
 	build/bench/bench/message_bench --benchmark_out=bench-results/message.json
 	build/bench/bench/comm_bench --benchmark_out=bench-results/comm.json
 	bench/comm_cluster --out bench-results/comm_cluster.json
+	bench/comm_cluster --layouts 8x1,4x4 --rate 1gbit,10gbit --delay 50us --delay-if-possible \
+	  --sizes 4KB,64KB,1MB,16MB --contenders ferry,ferry-ring,ferry-doubling,ferry-rabenseifner,ferry-flat,gloo \
+	  --out bench-results/comm_cluster_latency.json
 	build/bench/bench/checkpoint_bench --benchmark_out=bench-results/checkpoint.json
 	build/bench/bench/interop_bench --benchmark_out=bench-results/interop.json
 	build/bench/bench/set_bench --benchmark_out=bench-results/set.json

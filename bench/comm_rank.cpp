@@ -2,7 +2,7 @@
 // network namespace) of the simulated cluster.
 //
 //   comm_rank --contender C --sizes COUNT:WARMUP:ITERS[,...] [--out FILE]
-//             [--gloo-store PATH --gloo-addr ADDR]
+//             [--gloo-store PATH --gloo-addr ADDR] [--model-world K]
 //
 // C is ferry, ferry-bf16, ferry-f16 (compression with error feedback, as
 // comm_bench) or gloo (LibTorch's ProcessGroupGloo, f32). Every rank reads
@@ -21,12 +21,18 @@
 // rank with status 3.
 //
 // Rank 0 writes FILE, a JSON object: contender, world, for ferry the
-// configuration fields that shape a row (auth and ring_order as enumerator
+// configuration fields that shape a row (auth, algorithm and ring_order as enumerator
 // values, chunk_bytes, host_ranks: the ranks in rank 0's shared-memory
 // group, 1 without one), ring (for ferry: the rank
 // that follows each rank on the ring, as the handshakes reported it; null
 // for Gloo, whose ring is rank order), sizes: [{count, bytes, warmup,
-// times_s: [...]}].
+// times_s: [...]}]. With --model-world K (ferry only), each size also
+// carries the cost model's prediction for an allreduce of its bytes among K
+// ranks (comm/cost_model.h, with the link costs the world uses, rank 0's
+// FERRY_LINK_LATENCY_US and FERRY_LINK_GBPS): model: {ring,
+// recursive_doubling, rabenseifner} in seconds, and choice, the algorithm
+// FERRY_ALGORITHM=auto takes among K ranks. K is the world, or with host
+// groups the number of hosts (their leaders use the network).
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -119,6 +125,7 @@ struct options {
   std::string out;
   std::string gloo_store;
   std::string gloo_addr;
+  std::uint32_t model_world = 0;  // 0: no predictions
 };
 
 options parse_args(int argc, char** argv) {
@@ -139,6 +146,9 @@ options parse_args(int argc, char** argv) {
       o.gloo_store = value();
     } else if (a == "--gloo-addr") {
       o.gloo_addr = value();
+    } else if (a == "--model-world") {
+      o.model_world = parse_number<std::uint32_t>("--model-world", value());
+      if (o.model_world == 0) die("--model-world must be at least 1");
     } else {
       die("unknown argument '" + std::string(a) + "' (see the comment at the top of bench/comm_rank.cpp)");
     }
@@ -150,6 +160,7 @@ options parse_args(int argc, char** argv) {
   if (o.contender == "gloo" && (o.gloo_store.empty() || o.gloo_addr.empty())) {
     die("gloo needs --gloo-store and --gloo-addr");
   }
+  if (o.contender == "gloo" && o.model_world != 0) die("--model-world is for ferry's rows");
   return o;
 }
 
@@ -158,13 +169,29 @@ options parse_args(int argc, char** argv) {
 std::string config_fields(const comm::communicator& comm) {
   const comm::config& c = comm.config();
   return ", \"auth\": " + std::to_string(static_cast<int>(c.auth)) +
+         ", \"algorithm\": " + std::to_string(static_cast<int>(c.algorithm)) +
          ", \"host_ranks\": " + std::to_string(comm.host_ranks().size()) +
          ", \"ring_order\": " + std::to_string(static_cast<int>(c.order.value_or(comm::ring_order::node))) +
          ", \"chunk_bytes\": " + std::to_string(c.chunk_bytes);
 }
 
+// ", \"model\": {...}, \"choice\": \"...\"" for `bytes` among o.model_world ranks.
+std::string model_fields(const options& o, const comm::communicator& comm, std::size_t bytes) {
+  std::string j = ", \"model\": {";
+  const char* sep = "";
+  for (const comm::algorithm a : {comm::algorithm::ring, comm::algorithm::recursive_doubling, comm::algorithm::rabenseifner}) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s\"%s\": %.9f", sep, std::string(comm::name(a)).c_str(),
+                  comm::predict(a, o.model_world, bytes, comm.link_costs()));
+    j += buf;
+    sep = ", ";
+  }
+  return j + "}, \"choice\": \"" + std::string(comm::name(comm::choose(o.model_world, bytes, comm.link_costs()))) + "\"";
+}
+
 std::string json_result(const options& o, int n, const std::vector<std::uint32_t>& ring,
-                        const std::vector<std::vector<double>>& times, const std::string& fields) {
+                        const std::vector<std::vector<double>>& times, const comm::communicator* comm) {
+  const std::string fields = comm ? config_fields(*comm) : "";
   std::string j = "{\"contender\": \"" + o.contender + "\", \"world\": " + std::to_string(n) + fields + ", \"ring\": ";
   if (ring.empty()) {
     j += "null";
@@ -178,7 +205,7 @@ std::string json_result(const options& o, int n, const std::vector<std::uint32_t
     const auto& s = o.sizes[k];
     j += std::string(k ? ", " : "") + "{\"count\": " + std::to_string(s.count) +
          ", \"bytes\": " + std::to_string(s.count * sizeof(float)) + ", \"warmup\": " + std::to_string(s.warmup) +
-         ", \"times_s\": [";
+         (comm && o.model_world ? model_fields(o, *comm, s.count * sizeof(float)) : "") + ", \"times_s\": [";
     for (std::size_t i = 0; i < times[k].size(); ++i) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%s%.9f", i ? ", " : "", times[k][i]);
@@ -243,7 +270,7 @@ int run(const options& o) {
   if (comm) comm->barrier();
 
   if (rank == 0 && !o.out.empty()) {
-    const std::string j = json_result(o, n, ring, times, comm ? config_fields(*comm) : "");
+    const std::string j = json_result(o, n, ring, times, comm ? &*comm : nullptr);
     std::FILE* f = std::fopen(o.out.c_str(), "w");
     if (f == nullptr || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0) {
       die("cannot write " + o.out + ": " + std::strerror(errno), 1);

@@ -780,6 +780,7 @@ std::uint32_t communicator::rank() const noexcept { return impl_->link.rank(); }
 std::uint32_t communicator::world_size() const noexcept { return impl_->link.size(); }
 const config& communicator::config() const noexcept { return impl_->link.config(); }
 algorithm communicator::algorithm_for(std::size_t bytes) const { return impl_->algorithm_for(bytes); }
+const link_cost& communicator::link_costs() const noexcept { return impl_->cost; }
 std::span<const std::uint32_t> communicator::host_ranks() const noexcept { return impl_->group; }
 const hello& communicator::prev_peer() const noexcept { return impl_->link.prev_hello(); }
 const hello& communicator::next_peer() const noexcept { return impl_->link.next_hello(); }

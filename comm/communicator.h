@@ -191,6 +191,8 @@ class communicator {
   /// the cost model's choice for rank 0's link costs. Compressed
   /// allreduces and the other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;
+  /// The link costs every rank's choices use: rank 0's config().link.
+  [[nodiscard]] const link_cost& link_costs() const noexcept;
   /// The ranks whose allreduce values meet in this rank's shared-memory
   /// segment (ascending, this rank among them), or this rank alone. Ranks
   /// of one host (same boot, network, IPC and PID namespaces, /dev/shm,

@@ -23,7 +23,7 @@
 //                      rank  rank r sends to rank r+1
 //                      Read on rank 0, which tells the others; a rank that
 //                      sets another value fails at the rendezvous.
-//   FERRY_ALGORITHM    how allreduce moves values (default ring): ring,
+//   FERRY_ALGORITHM    how allreduce moves values (default auto): ring,
 //                      recursive_doubling (lg p exchanges over a full mesh of
 //                      links, for short messages on many ranks), rabenseifner
 //                      (recursive halving and doubling: 2 lg p exchanges,
@@ -100,7 +100,7 @@ struct config {
   /// Mixed into this rank's host key (FERRY_HOST_ID).
   std::string host_id;
   /// How allreduce moves values (FERRY_ALGORITHM). Same on every rank.
-  comm::algorithm algorithm = comm::algorithm::ring;
+  comm::algorithm algorithm = comm::algorithm::automatic;
   /// The link the cost model assumes (FERRY_LINK_LATENCY_US,
   /// FERRY_LINK_GBPS). With algorithm auto, rank 0's values are every
   /// rank's (sent at the first collective).

@@ -28,17 +28,14 @@ double predict(algorithm a, std::uint32_t world, std::size_t bytes, const link_c
 }
 
 algorithm choose(std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept {
-  algorithm best = algorithm::ring;
-  if (world <= 1) return best;
-  double best_time = predict(algorithm::ring, world, bytes, c);
-  for (const algorithm a : {algorithm::recursive_doubling, algorithm::rabenseifner}) {
-    const double t = predict(a, world, bytes, c);
-    if (t < best_time) {
-      best = a;
-      best_time = t;
-    }
+  if (world <= 1) return algorithm::ring;
+  algorithm best = algorithm::recursive_doubling;
+  double best_time = predict(best, world, bytes, c);
+  if (const double t = predict(algorithm::rabenseifner, world, bytes, c); t < best_time) {
+    best = algorithm::rabenseifner;
+    best_time = t;
   }
-  return best;
+  return best_time <= ring_margin * predict(algorithm::ring, world, bytes, c) ? best : algorithm::ring;
 }
 
 std::vector<std::pair<std::size_t, algorithm>> crossovers(std::uint32_t world, const link_cost& c) {

@@ -169,10 +169,10 @@ TEST(DoublingMesh, ARankWithAnotherAlgorithmIsRefusedAtTheHandshake) {
 // FERRY_ALGORITHM=auto: rank 0's link costs decide for every rank (the
 // others' differ here and would choose otherwise); each allreduce gets the
 // bits of the algorithm chosen. Five ranks: recursive doubling for 4 KB,
-// the ring for 1.6 MB (the fold would send it twice more); eight ranks:
+// the ring for 100 KB (the fold would send it twice more); eight ranks:
 // recursive doubling, then Rabenseifner.
 TEST(DoublingMesh, AutoTakesRankZerosCostsAndEachAlgorithmsBits) {
-  const std::size_t small = 1000, large = 400'000;  // f32: 4 KB and 1.6 MB
+  const std::size_t small = 1000, large = 25'000;  // f32: 4 KB and 100 KB
   for (const auto& [n, for_large] : {std::pair{5u, algorithm::ring}, std::pair{8u, algorithm::rabenseifner}}) {
     auto world = [&, n = n](algorithm a) {
       return run_world(
@@ -228,18 +228,26 @@ TEST(CostModel, PredictionsAndCrossovers) {
   EXPECT_NEAR(predict(algorithm::rabenseifner, 8, 4096, gbe), 6 * 50e-6 + 1.75 * 4096 / 117e6 + 0.875 * 4096 / 4e9,
               1e-12);
   EXPECT_EQ(choose(8, 4096, gbe), algorithm::recursive_doubling);
-  EXPECT_EQ(choose(8, 16 << 20, gbe), algorithm::rabenseifner);  // 6 latencies against the ring's 14
+  EXPECT_EQ(choose(8, 64 << 10, gbe), algorithm::rabenseifner);  // 6 latencies against the ring's 14
+  EXPECT_EQ(choose(8, 16 << 20, gbe), algorithm::ring);          // within ring_margin of the ring
   EXPECT_EQ(choose(6, 16 << 20, gbe), algorithm::ring);          // the fold sends the buffer twice more
   EXPECT_EQ(choose(1, 4096, gbe), algorithm::ring);
-  // 8 ranks: 3 alpha = n (1.25 beta + 2.125 gamma), about 13.4 KB.
+  // 8 ranks: 3 alpha = n (1.25 beta + 2.125 gamma), about 13.4 KB; the
+  // ring again where Rabenseifner's 8 latencies fewer are less than 10 %
+  // of the ring's time: 6 alpha + s = 0.9 (14 alpha + s), s = 1.75 n beta
+  // + 0.875 n gamma, about 217 KB.
   const auto x = crossovers(8, gbe);
-  ASSERT_EQ(x.size(), 2u);
+  ASSERT_EQ(x.size(), 3u);
   EXPECT_EQ(x[0], (std::pair<std::size_t, algorithm>{1, algorithm::recursive_doubling}));
   EXPECT_EQ(x[1].second, algorithm::rabenseifner);
   EXPECT_GT(x[1].first, 13'000u);
   EXPECT_LT(x[1].first, 14'000u);
   EXPECT_EQ(choose(8, x[1].first - 1, gbe), algorithm::recursive_doubling);
   EXPECT_EQ(choose(8, x[1].first, gbe), algorithm::rabenseifner);
+  EXPECT_EQ(x[2].second, algorithm::ring);
+  EXPECT_GT(x[2].first, 217'000u);
+  EXPECT_LT(x[2].first, 218'000u);
+  EXPECT_EQ(choose(8, x[2].first - 1, gbe), algorithm::rabenseifner);
   const auto y = crossovers(6, gbe);
   ASSERT_EQ(y.size(), 2u);
   EXPECT_EQ(y[1].second, algorithm::ring);

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
         if (comm::name(mode) == a) c.auth = mode;
       }
     }
+    // The ring unless asked (auto, the library's default, would mix them).
+    c.algorithm = comm::algorithm::ring;
     if (const char* a = std::getenv("FERRY_ALGORITHM")) c.algorithm = comm::algorithm_from_name(a).value();
     // Off unless asked: the mixed ring's runs compare TCP algorithms' bits.
     const char* shm = std::getenv("FERRY_SHARED_MEMORY");

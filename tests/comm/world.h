@@ -48,6 +48,9 @@ inline config base_config(std::uint32_t rank, std::uint32_t n, std::uint16_t por
   // The forked ranks share this host; the tests of the TCP algorithms keep
   // them apart (shared_memory_test turns it on).
   c.shared_memory = false;
+  // The ring's tests take the ring; the other algorithms' tests, and auto's
+  // (the default), say so.
+  c.algorithm = algorithm::ring;
   return c;
 }
 
