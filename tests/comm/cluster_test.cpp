@@ -13,6 +13,9 @@
 // right sums, its compressed allreduces and broadcasts too (the ring's
 // places differ from the ranks there); ordered by node (the default) the
 // ring crosses each link once per direction, in rank order twice.
+// `up --delay` either delays every packet (a round trip of at least twice
+// the delay) or, on a kernel without netem, fails with one line and leaves
+// nothing behind.
 //
 // Needs root, ip and tc; otherwise every test is skipped with the reason.
 // The topology is removed after the suite, also when a test fails, and on
@@ -435,6 +438,35 @@ TEST_F(Cluster, TwoByTwoCyclicRanksSumExact) {
 TEST_F(Cluster, TwoByTwoCyclicRanksInRankOrder) {
   // The careless ring: rank r sends to rank r + 1, across a link every time.
   EXPECT_EQ(two_by_two_cyclic(master_, [](config& c) { c.order = ring_order::rank; }), 2);
+}
+
+// Prefix "ferryd": a topology of its own beside the suite's.
+TEST_F(Cluster, DelayDelaysEveryPacketOrSaysTheKernelCannot) {
+  auto delayed = [](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{cluster_script, "--prefix", "ferryd"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv);
+  };
+  const bool netem = succeeded(delayed({"has-delay"}));
+  const auto up = delayed({"up", "--nodes", "2", "--rate", "off", "--delay", "2ms"});
+  if (!netem) {
+    EXPECT_FALSE(succeeded(up));
+    EXPECT_NE(up.output.find("netem"), std::string::npos) << up.output;
+    EXPECT_EQ(up.output.find('\n'), std::string::npos) << up.output;  // one line (the last newline trimmed)
+    EXPECT_EQ(run_command({"sh", "-c", "ip netns list | grep -c '^ferryd-'"}).output, "0");
+    std::printf("[ cluster  ] this kernel has no netem: up --delay says so: %s\n", up.output.c_str());
+    return;
+  }
+  ASSERT_TRUE(succeeded(up)) << up.output;
+  const auto check = delayed({"check"});
+  delayed({"down"});
+  ASSERT_TRUE(succeeded(check)) << check.output;
+  const auto at = check.output.find("round trip median ");
+  ASSERT_NE(at, std::string::npos) << check.output;
+  const double rtt_us = std::stod(check.output.substr(at + 18));
+  std::printf("[ cluster  ] 2 ms of netem delay per packet sent: round trip %.0f us\n", rtt_us);
+  EXPECT_GE(rtt_us, 4000) << check.output;
+  EXPECT_LT(rtt_us, 40000) << check.output;
 }
 
 }  // namespace
