@@ -95,14 +95,17 @@ def goals(results):
         best = min(r["model"].values()) if r and r.get("model") else None
         return r["median_s"] / best if best else None
 
-    flat = lambda res: res["per_node"] == 1  # noqa: E731
+    # The goals are on 1 Gbit/s links; at 10 Gbit/s two cores cannot
+    # drive eight ranks near the link, and those rows are for information.
+    flat_gbe = lambda res: res["per_node"] == 1 and res["rate"] == "1gbit"  # noqa: E731
+    gbe = lambda res: res["rate"] == "1gbit"  # noqa: E731
     for size in ("4KB", "64KB"):
         add("ferry f32 (auto) against the cost model's best algorithm: time / prediction", size, "<= 1.15",
-            over_best_model, lambda v: v <= 1.15, flat)
+            over_best_model, lambda v: v <= 1.15, flat_gbe)
     add("ferry f32 (auto) against its ring: auto time / ring time", "4KB", "<= 0.50",
-        ratio("ferry-ring", "ferry"), lambda v: v <= 0.5, flat)
+        ratio("ferry-ring", "ferry"), lambda v: v <= 0.5, flat_gbe)
     for size in ("16MB", "64MB"):
-        add("ferry f32: fraction of the link limit", size, ">= 0.90", fraction, lambda v: v >= 0.9)
+        add("ferry f32: fraction of the link limit", size, ">= 0.90", fraction, lambda v: v >= 0.9, gbe)
     for size in ("16MB", "64MB"):
         add("ferry f32 never slower than Gloo: Gloo time / ferry time", size, ">= 1.00",
             ratio("ferry", "gloo"), lambda v: v >= 1.0)
