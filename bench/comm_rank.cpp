@@ -21,7 +21,8 @@
 // rank with status 3.
 //
 // Rank 0 writes FILE, a JSON object: contender, world, for ferry the
-// configuration fields that shape a row (auth, algorithm and ring_order as enumerator
+// configuration fields that shape a row (algorithm as FERRY_ALGORITHM
+// names it; auth and ring_order as enumerator
 // values, chunk_bytes, host_ranks: the ranks in rank 0's shared-memory
 // group, 1 without one), ring (for ferry: the rank
 // that follows each rank on the ring, as the handshakes reported it; null
@@ -30,9 +31,10 @@
 // carries the cost model's prediction for an allreduce of its bytes among K
 // ranks (comm/cost_model.h, with the link costs the world uses, rank 0's
 // FERRY_LINK_LATENCY_US and FERRY_LINK_GBPS): model: {ring,
-// recursive_doubling, rabenseifner} in seconds, and choice, the algorithm
-// FERRY_ALGORITHM=auto takes among K ranks. K is the world, or with host
-// groups the number of hosts (their leaders use the network).
+// recursive_doubling, rabenseifner} in seconds, and algorithm, the one
+// the library runs over the network for that size
+// (communicator::algorithm_for). K is the world, or with host groups the
+// number of hosts (their leaders use the network).
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -169,13 +171,13 @@ options parse_args(int argc, char** argv) {
 std::string config_fields(const comm::communicator& comm) {
   const comm::config& c = comm.config();
   return ", \"auth\": " + std::to_string(static_cast<int>(c.auth)) +
-         ", \"algorithm\": " + std::to_string(static_cast<int>(c.algorithm)) +
+         ", \"algorithm\": \"" + std::string(comm::name(c.algorithm)) + "\"" +
          ", \"host_ranks\": " + std::to_string(comm.host_ranks().size()) +
          ", \"ring_order\": " + std::to_string(static_cast<int>(c.order.value_or(comm::ring_order::node))) +
          ", \"chunk_bytes\": " + std::to_string(c.chunk_bytes);
 }
 
-// ", \"model\": {...}, \"choice\": \"...\"" for `bytes` among o.model_world ranks.
+// ", \"model\": {...}, \"algorithm\": \"...\"" for `bytes` among o.model_world ranks.
 std::string model_fields(const options& o, const comm::communicator& comm, std::size_t bytes) {
   std::string j = ", \"model\": {";
   const char* sep = "";
@@ -186,7 +188,7 @@ std::string model_fields(const options& o, const comm::communicator& comm, std::
     j += buf;
     sep = ", ";
   }
-  return j + "}, \"choice\": \"" + std::string(comm::name(comm::choose(o.model_world, bytes, comm.link_costs()))) + "\"";
+  return j + "}, \"algorithm\": \"" + std::string(comm::name(comm.algorithm_for(bytes))) + "\"";
 }
 
 std::string json_result(const options& o, int n, const std::vector<std::uint32_t>& ring,

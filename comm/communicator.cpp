@@ -52,13 +52,22 @@ struct communicator::impl {
         comm_error(comm_errc::aborted, std::nullopt, detail::rank_name(link.rank()) + ": the communicator closed")));
   }
 
-  // The configured algorithm, or with auto the cost model's choice for
-  // `ranks` ranks (the world, or the hosts' leaders).
-  [[nodiscard]] algorithm algorithm_for(std::size_t bytes, std::uint32_t ranks) const {
+  // The configured algorithm, or with auto the cost model's choice, for
+  // the whole world.
+  [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const {
     const algorithm a = link.config().algorithm;
-    return a == algorithm::automatic ? choose(ranks, bytes, cost) : a;
+    return a == algorithm::automatic ? choose(link.size(), bytes, cost) : a;
   }
-  [[nodiscard]] algorithm algorithm_for(std::size_t bytes) const { return algorithm_for(bytes, link.size()); }
+  // What the hosts' leaders run: no ring joins them, so the ring becomes
+  // Rabenseifner (the same bytes on each leader's link) and auto the faster
+  // tree for their number.
+  [[nodiscard]] algorithm leaders_algorithm_for(std::size_t bytes) const {
+    const algorithm a = link.config().algorithm;
+    if (a == algorithm::automatic) return choose_tree(static_cast<std::uint32_t>(leaders.size()), bytes, cost);
+    return a == algorithm::ring ? algorithm::rabenseifner : a;
+  }
+  // Whether uncompressed allreduce goes through host groups.
+  [[nodiscard]] bool grouped() const noexcept { return leaders.size() < link.size(); }
 
   void allreduce(codec::dtype type, std::span<std::byte> data, const allreduce_options& o);
   void host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op);
@@ -488,7 +497,7 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
               "error_feedback holds " + std::to_string(o.feedback->residual().size()) + " values for a buffer of " +
                   std::to_string(count));
   }
-  if (o.comp == compression::none && leaders.size() < link.size()) {
+  if (o.comp == compression::none && grouped()) {
     host_allreduce(type, data, o.op);
     return;
   }
@@ -506,7 +515,7 @@ void communicator::impl::allreduce(codec::dtype type, std::span<std::byte> data,
 // With host groups: one group (every rank on one host) combines in its
 // segment alone; otherwise each group reduces to its leader there, the
 // leaders combine over the network (a tree algorithm over the leaders:
-// recursive doubling or Rabenseifner, which the ring's choice becomes), and
+// leaders_algorithm_for), and
 // each leader returns the result to its group. Avg sums and divides once,
 // by the world size, where the last combining happens. Every element's
 // order of combination is fixed by ranks and groups alone.
@@ -523,9 +532,7 @@ void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> 
       }
       if (rounds) rounds->reduce_to_leader(sum_op, type, data);
       if (group.front() == link.rank()) {
-        algorithm a = algorithm_for(data.size(), static_cast<std::uint32_t>(leaders.size()));
-        if (a == algorithm::ring) a = algorithm::rabenseifner;  // no ring joins the leaders
-        detail::tree_allreduce(link, staging, a, type, data, sum_op, leaders);
+        detail::tree_allreduce(link, staging, leaders_algorithm_for(data.size()), type, data, sum_op, leaders);
         if (divisor > 1) detail::divide(type, data.data(), data.size() / codec::size_of(type), divisor);
       } else {
         link.skip_collective();
@@ -779,7 +786,11 @@ communicator::~communicator() = default;
 std::uint32_t communicator::rank() const noexcept { return impl_->link.rank(); }
 std::uint32_t communicator::world_size() const noexcept { return impl_->link.size(); }
 const config& communicator::config() const noexcept { return impl_->link.config(); }
-algorithm communicator::algorithm_for(std::size_t bytes) const { return impl_->algorithm_for(bytes); }
+algorithm communicator::algorithm_for(std::size_t bytes) const {
+  if (!impl_->grouped()) return impl_->algorithm_for(bytes);
+  // One host: no network step (the ring stands for "none").
+  return impl_->leaders.size() == 1 ? algorithm::ring : impl_->leaders_algorithm_for(bytes);
+}
 const link_cost& communicator::link_costs() const noexcept { return impl_->cost; }
 std::span<const std::uint32_t> communicator::host_ranks() const noexcept { return impl_->group; }
 const hello& communicator::prev_peer() const noexcept { return impl_->link.prev_hello(); }

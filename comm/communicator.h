@@ -186,12 +186,16 @@ class communicator {
   [[nodiscard]] std::uint32_t rank() const noexcept;
   [[nodiscard]] std::uint32_t world_size() const noexcept;
   [[nodiscard]] const comm::config& config() const noexcept;
-  /// The algorithm an allreduce of `bytes` (uncompressed) takes when no
-  /// host group formed (host_ranks()): the configured one, or with auto
-  /// the cost model's choice for rank 0's link costs. Compressed
-  /// allreduces and the other collectives take the ring.
+  /// The algorithm an uncompressed allreduce of `bytes` runs over the
+  /// network: the configured one, or with auto the cost model's choice
+  /// (comm/cost_model.h) for rank 0's link costs. Where host groups formed
+  /// (host_ranks()) and span several hosts, the one their leaders run (a
+  /// tree: the ring becomes Rabenseifner, auto the faster tree); on one
+  /// host, which needs no network, the ring. Compressed allreduces and the
+  /// other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;
-  /// The link costs every rank's choices use: rank 0's config().link.
+  /// The link costs the cost model uses: with auto rank 0's config().link,
+  /// which every rank received at the start; otherwise this rank's own.
   [[nodiscard]] const link_cost& link_costs() const noexcept;
   /// The ranks whose allreduce values meet in this rank's shared-memory
   /// segment (ascending, this rank among them), or this rank alone. Ranks

@@ -27,9 +27,9 @@
 //                      recursive_doubling (lg p exchanges over a full mesh of
 //                      links, for short messages on many ranks), rabenseifner
 //                      (recursive halving and doubling: 2 lg p exchanges,
-//                      the ring's bytes), or auto (per call, the fastest by
-//                      comm/cost_model.h). Every rank must use the same
-//                      value (checked at the handshake).
+//                      the ring's bytes), or auto (per call, by the cost
+//                      model: comm/cost_model.h's choose()). Every rank must
+//                      use the same value (checked at the handshake).
 //   FERRY_SHARED_MEMORY  on (default) or off: whether ranks of one host
 //                      combine allreduce values in a shared-memory segment
 //                      (comm/detail/shared_memory.h), their hosts' leaders

@@ -27,15 +27,17 @@ double predict(algorithm a, std::uint32_t world, std::size_t bytes, const link_c
   return 2 * (p - 1) * c.alpha_s + 2 * (p - 1) / p * n * c.beta_s_per_byte + (p - 1) / p * n * c.gamma_s_per_byte;
 }
 
+algorithm choose_tree(std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept {
+  return predict(algorithm::recursive_doubling, world, bytes, c) < predict(algorithm::rabenseifner, world, bytes, c)
+             ? algorithm::recursive_doubling
+             : algorithm::rabenseifner;
+}
+
 algorithm choose(std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept {
   if (world <= 1) return algorithm::ring;
-  algorithm best = algorithm::recursive_doubling;
-  double best_time = predict(best, world, bytes, c);
-  if (const double t = predict(algorithm::rabenseifner, world, bytes, c); t < best_time) {
-    best = algorithm::rabenseifner;
-    best_time = t;
-  }
-  return best_time <= ring_margin * predict(algorithm::ring, world, bytes, c) ? best : algorithm::ring;
+  const algorithm tree = choose_tree(world, bytes, c);
+  return predict(tree, world, bytes, c) <= ring_margin * predict(algorithm::ring, world, bytes, c) ? tree
+                                                                                                    : algorithm::ring;
 }
 
 std::vector<std::pair<std::size_t, algorithm>> crossovers(std::uint32_t world, const link_cost& c) {

@@ -46,9 +46,15 @@ struct link_cost {
 /// connections busy, where each step of the others starts a new exchange,
 /// often on a connection that sat idle since the last call (TCP then
 /// restarts from its initial window). On the simulated cluster (8 ranks,
-/// 1 Gbit/s) Rabenseifner ran 20 % faster than the ring at 64 KB, where
-/// the model said 21 %, and 12 % slower at 1 MB, where it said 2 % faster.
+/// 1 Gbit/s; docs/benchmarks.md) Rabenseifner took 0.70 of the ring's time
+/// at 64 KB, where the model said 0.73, and 1.18 at 1 MB, where it said
+/// 0.97.
 inline constexpr double ring_margin = 0.9;
+
+/// The faster of recursive doubling and Rabenseifner by prediction
+/// (Rabenseifner on a tie): what hosts' leaders run with auto, since no
+/// ring joins them.
+[[nodiscard]] algorithm choose_tree(std::uint32_t world, std::size_t bytes, const link_cost& c) noexcept;
 
 /// The ring, unless recursive doubling or Rabenseifner (the faster of the
 /// two) is predicted to take at most ring_margin of the ring's time; the

@@ -86,7 +86,7 @@ inline constexpr reduce_op all_reduce_ops[] = {reduce_op::sum,     reduce_op::av
 enum class algorithm : std::uint8_t {
   ring = 0,                ///< reduce-scatter and allgather around the ring: 2(p-1) steps, the least bytes
   recursive_doubling = 1,  ///< lg p exchanges of the whole buffer with partners at doubling distances
-  automatic = 2,           ///< per call, the one comm/cost_model.h predicts fastest
+  automatic = 2,           ///< per call, by comm/cost_model.h's choose() (the default)
   rabenseifner = 3,        ///< reduce-scatter by recursive halving, allgather by recursive doubling
 };
 /// "ring", "recursive_doubling", "rabenseifner", "auto": FERRY_ALGORITHM's values.

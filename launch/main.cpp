@@ -109,6 +109,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::fputs(ferry::comm::explain(static_cast<std::uint32_t>(nnodes * nproc), *link).c_str(), stdout);
+    if (nnodes > 1 && nproc > 1) {
+      std::printf("with shared memory (FERRY_SHARED_MEMORY=on, the default) each node's %d ranks combine in memory "
+                  "and only the %d nodes' leaders use the network, running the faster of recursive_doubling and "
+                  "rabenseifner for %d ranks (the columns of ferry-run -n %d --explain)\n",
+                  nproc, nnodes, nnodes, nnodes);
+    }
     return 0;
   }
   if (command.empty()) {

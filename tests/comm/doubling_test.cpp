@@ -248,6 +248,13 @@ TEST(CostModel, PredictionsAndCrossovers) {
   EXPECT_GT(x[2].first, 217'000u);
   EXPECT_LT(x[2].first, 218'000u);
   EXPECT_EQ(choose(8, x[2].first - 1, gbe), algorithm::rabenseifner);
+  // Among three (hosts' leaders, where no ring runs): the fold makes
+  // recursive doubling 3 alpha + 3 n beta + 2 n gamma and Rabenseifner
+  // 4 alpha + 3 n beta + 1.5 n gamma, so doubling below 2 alpha / gamma.
+  EXPECT_EQ(choose_tree(3, 100'000, gbe), algorithm::recursive_doubling);
+  EXPECT_EQ(choose(3, 100'000, gbe), algorithm::ring);
+  EXPECT_EQ(choose_tree(3, 399'000, gbe), algorithm::recursive_doubling);
+  EXPECT_EQ(choose_tree(3, 401'000, gbe), algorithm::rabenseifner);
   const auto y = crossovers(6, gbe);
   ASSERT_EQ(y.size(), 2u);
   EXPECT_EQ(y[1].second, algorithm::ring);

@@ -107,8 +107,10 @@ TEST(SharedMemory, OneHostCombinesInRankOrderForEveryOpAndDtype) {
 // Six ranks as three hosts (FERRY_HOST_ID a a b b b c): each host reduces
 // in its segment, the leaders 0, 2 and 5 combine over TCP (the fold of
 // three: 0's values into 2's, then 2 with 5), and each leader returns the
-// result to its host. Both tree algorithms give that order; every rank has
-// the same bits, and the TCP collectives around it still run.
+// result to its host. Both tree algorithms give that order, and so do the
+// ring (Rabenseifner between leaders) and auto (the faster tree for three
+// leaders, which algorithm_for reports); every rank has the same bits, and
+// the TCP collectives around it still run.
 class Hosts : public ::testing::TestWithParam<algorithm> {};
 
 TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
@@ -134,6 +136,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
         const auto tail = to_bytes(ranks);
         all.insert(all.end(), tail.begin(), tail.end());
         all.push_back(static_cast<std::byte>(root));
+        all.push_back(static_cast<std::byte>(comm.algorithm_for(4 * count)));
         return all;
       },
       [&](std::uint32_t r, config& c) {
@@ -170,10 +173,16 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
         out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r]), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r] + 4 * n)));
     EXPECT_EQ(ranks, (std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5}));
     EXPECT_EQ(out[r].bytes[at[r] + 4 * n], std::byte{5});
+    const algorithm leaders = GetParam() == algorithm::automatic ? choose_tree(3, 4 * count, link_cost{})
+                              : GetParam() == algorithm::ring    ? algorithm::rabenseifner
+                                                                 : GetParam();
+    EXPECT_EQ(out[r].bytes[at[r] + 4 * n + 1], static_cast<std::byte>(leaders)) << "rank " << r;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Leaders, Hosts, ::testing::Values(algorithm::rabenseifner, algorithm::recursive_doubling),
+INSTANTIATE_TEST_SUITE_P(Leaders, Hosts,
+                         ::testing::Values(algorithm::rabenseifner, algorithm::recursive_doubling, algorithm::ring,
+                                           algorithm::automatic),
                          [](const auto& p) { return std::string(name(p.param)); });
 
 // A rank with FERRY_SHARED_MEMORY=off stays out: the others form a group
