@@ -1,7 +1,9 @@
 """PyTorch's own distributed tests (torch.testing._internal.distributed.
 distributed_test, as the installed torch ships them) against backend
 "ferry", the way PyTorch runs them for Gloo (test_distributed_spawn.py):
-one process per rank, spawned, with a file:// store.
+one process per rank, with a file:// store; forked rather than spawned
+(171 + 55 tests in 53 s instead of 312 s, the same tests passing and
+skipped: a spawned rank imports torch again for every test).
 
     BACKEND=ferry WORLD_SIZE=3 python3 torch_distributed_suite.py -k all_reduce
 
@@ -28,6 +30,7 @@ if "TEMP_DIR" not in os.environ:
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="ferry-suite-")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite_shim"))
 
+import torch.multiprocessing  # noqa: E402
 import ferry.distributed  # noqa: E402,F401  registers "ferry" (in every spawned rank too)
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
@@ -39,7 +42,9 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 class TestFerryBackend(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        # Forked, not spawned: each test's ranks start without importing
+        # torch again (PyTorch ran this suite both ways until 1.10).
+        self._start_processes(torch.multiprocessing.get_context("fork").Process)
 
 
 _LIFTED = ("Only MPI supports", "GLOO Batch Send Recv CPU")
