@@ -92,8 +92,8 @@ command_result run_command(const std::vector<std::string>& argv) {
 
 bool succeeded(const command_result& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
 
-command_result cluster(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{cluster_script, "--prefix", prefix};
+command_result cluster(const std::vector<std::string>& args, const char* topology = prefix) {
+  std::vector<std::string> argv{cluster_script, "--prefix", topology};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
 }
@@ -442,11 +442,7 @@ TEST_F(Cluster, TwoByTwoCyclicRanksInRankOrder) {
 
 // Prefix "ferryd": a topology of its own beside the suite's.
 TEST_F(Cluster, DelayDelaysEveryPacketOrSaysTheKernelCannot) {
-  auto delayed = [](const std::vector<std::string>& args) {
-    std::vector<std::string> argv{cluster_script, "--prefix", "ferryd"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv);
-  };
+  auto delayed = [](const std::vector<std::string>& args) { return cluster(args, "ferryd"); };
   const bool netem = succeeded(delayed({"has-delay"}));
   const auto up = delayed({"up", "--nodes", "2", "--delay", "2ms"});  // the tbf under the netem too
   if (!netem) {
