@@ -100,26 +100,47 @@ std::vector<size_spec> parse_sizes(std::string_view text) {
   return out;
 }
 
-// Rank r's value at i: (r + 1) * (i % 7 - 3). The sum over n ranks is
-// n(n+1)/2 * (i % 7 - 3): integers of magnitude <= 3 n(n+1)/2, exact in
-// bf16 (8 significant bits) for n <= 9 and in f16 for n <= 31.
-float input(int rank, std::size_t i) { return static_cast<float>((rank + 1) * (static_cast<int>(i % 7) - 3)); }
+// The inputs: rank r's value at i is w(r) * (i % 7 - 3), with the weight
+// w(r) = r % period + 1, so the sum over n ranks is W * (i % 7 - 3), W the
+// weights' sum. Every partial sum of any ranks is an integer of magnitude
+// <= 3W; the period is the largest (at most n, so each rank weighs
+// differently when it can) that keeps 3W exact in every format the values
+// travel in: 2^24 in f32, 2048 in f16 (11 significant bits), 256 in bf16
+// (8). At 16 ranks bf16 takes period 10 (W = 76); with w = r + 1 a ring's
+// partial sum would reach 273, which bf16 cannot hold.
+struct inputs {
+  int period = 1;
+  int weights = 0;  // W
 
-// Checks `data` against the sum and restores this rank's input, in one pass.
-void check_and_reset(std::vector<float>& data, int rank, int n, const char* when) {
-  const int s = n * (n + 1) / 2;
-  for (std::size_t i = 0; i < data.size(); ++i) {
-    const int k = static_cast<int>(i % 7) - 3;
-    const float want = static_cast<float>(s * k);
-    if (data[i] != want) {
-      die("rank " + std::to_string(rank) + ": wrong sum at index " + std::to_string(i) + " of " +
-              std::to_string(data.size()) + " (" + when + "): " + std::to_string(data[i]) + ", not " +
-              std::to_string(want),
-          3);
+  inputs(int n, comm::compression comp) {
+    const int exact = comp == comm::compression::bf16 ? 256 : comp == comm::compression::f16 ? 2048 : 1 << 24;
+    for (period = n; period > 1 && 3 * sum(n, period) > exact; --period) {
     }
-    data[i] = static_cast<float>((rank + 1) * k);
+    weights = sum(n, period);
   }
-}
+  static int sum(int n, int period) {
+    int w = 0;
+    for (int r = 0; r < n; ++r) w += r % period + 1;
+    return w;
+  }
+  [[nodiscard]] float value(int rank, std::size_t i) const {
+    return static_cast<float>((rank % period + 1) * (static_cast<int>(i % 7) - 3));
+  }
+
+  // Checks `data` against the sum and restores this rank's input, in one pass.
+  void check_and_reset(std::vector<float>& data, int rank, const char* when) const {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      const float want = static_cast<float>(weights * (static_cast<int>(i % 7) - 3));
+      if (data[i] != want) {
+        die("rank " + std::to_string(rank) + ": wrong sum at index " + std::to_string(i) + " of " +
+                std::to_string(data.size()) + " (" + when + "): " + std::to_string(data[i]) + ", not " +
+                std::to_string(want),
+            3);
+      }
+      data[i] = value(rank, i);
+    }
+  }
+};
 
 struct options {
   std::string contender;
@@ -233,6 +254,7 @@ int run(const options& o) {
       comp = comm::compression_from_name(std::string_view(o.contender).substr(6)).value_or(comm::compression::none);
     }
   }
+  const inputs in(n, comp);
   // The ring as it was formed: each rank's successor, gathered on every rank.
   std::vector<std::uint32_t> ring;
   if (comm && n > 1) ring = comm->allgather(comm->next_peer().rank);
@@ -241,7 +263,7 @@ int run(const options& o) {
   for (std::size_t k = 0; k < o.sizes.size(); ++k) {
     const size_spec& s = o.sizes[k];
     std::vector<float> data(s.count);
-    for (std::size_t i = 0; i < s.count; ++i) data[i] = input(rank, i);
+    for (std::size_t i = 0; i < s.count; ++i) data[i] = in.value(rank, i);
     std::optional<comm::error_feedback> ef;
     comm::allreduce_options opts;
     if (comp != comm::compression::none) {
@@ -258,14 +280,14 @@ int run(const options& o) {
     };
     for (int i = 0; i < s.warmup; ++i) {
       step();
-      check_and_reset(data, rank, n, "warm-up");
+      in.check_and_reset(data, rank, "warm-up");
     }
     times[k].reserve(static_cast<std::size_t>(s.iterations));
     for (int i = 0; i < s.iterations; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       step();
       times[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      check_and_reset(data, rank, n, "timed");
+      in.check_and_reset(data, rank, "timed");
     }
   }
   if (gloo) gloo->barrier();
