@@ -12,6 +12,7 @@
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include "ferry/checkpoint/detail/layout.h"
@@ -76,17 +77,24 @@ std::string shape_text(at::IntArrayRef s) {
 }
 
 // The optimizer kinds the adapter knows, and their per-parameter tensors.
-enum class optimizer_kind { adam, adamw, sgd };
+enum class optimizer_kind { adam, adamw, sgd, rmsprop };
 
 std::optional<optimizer_kind> kind_of(const torch::optim::Optimizer& o) {
   if (dynamic_cast<const torch::optim::Adam*>(&o) != nullptr) return optimizer_kind::adam;
   if (dynamic_cast<const torch::optim::AdamW*>(&o) != nullptr) return optimizer_kind::adamw;
   if (dynamic_cast<const torch::optim::SGD*>(&o) != nullptr) return optimizer_kind::sgd;
+  if (dynamic_cast<const torch::optim::RMSprop*>(&o) != nullptr) return optimizer_kind::rmsprop;
   return std::nullopt;
 }
 
 const char* kind_name(optimizer_kind k) {
-  return k == optimizer_kind::adam ? "adam" : k == optimizer_kind::adamw ? "adamw" : "sgd";
+  switch (k) {
+    case optimizer_kind::adam: return "adam";
+    case optimizer_kind::adamw: return "adamw";
+    case optimizer_kind::sgd: return "sgd";
+    case optimizer_kind::rmsprop: return "rmsprop";
+  }
+  return "?";
 }
 
 std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
@@ -169,7 +177,7 @@ result<commit_fn, error> prepare_optimizer(torch::optim::Optimizer& optimizer, c
                                            const tensor_map& tensors, const metadata_map& metadata,
                                            const std::string& where) {
   const auto kind = kind_of(optimizer);
-  if (!kind) return error(errc::bad_value, where + ": only Adam, AdamW and SGD state can be loaded");
+  if (!kind) return error(errc::bad_value, where + ": only Adam, AdamW, SGD and RMSprop state can be loaded");
   const auto type = metadata.find("optimizer.type");
   if (type == metadata.end() || type->second != kind_name(*kind)) {
     return error(errc::bad_value, where + ": the file holds " +
@@ -209,6 +217,18 @@ result<commit_fn, error> prepare_optimizer(torch::optim::Optimizer& optimizer, c
       if (step.numel() != 1 || step.scalar_type() != at::kLong) {
         return error(errc::size_mismatch, tensor_context(where, "optimizer." + name + ".step"));
       }
+      if (*kind == optimizer_kind::rmsprop) {
+        FERRY_TRY_ASSIGN(auto sq, find(name, "square_avg", p, true));
+        FERRY_TRY_ASSIGN(auto buf, find(name, "momentum_buffer", p, false));
+        FERRY_TRY_ASSIGN(auto avg, find(name, "grad_avg", p, false));
+        auto st = std::make_unique<torch::optim::RMSpropParamState>();
+        st->step(step.item<std::int64_t>());
+        st->square_avg(sq);
+        if (buf.defined()) st->momentum_buffer(buf);
+        if (avg.defined()) st->grad_avg(avg);
+        states.emplace_back(state_key(p), std::move(st));
+        continue;
+      }
       FERRY_TRY_ASSIGN(auto m1, find(name, "exp_avg", p, true));
       FERRY_TRY_ASSIGN(auto m2, find(name, "exp_avg_sq", p, true));
       FERRY_TRY_ASSIGN(auto mx, find(name, "max_exp_avg_sq", p, false));
@@ -232,6 +252,14 @@ result<commit_fn, error> prepare_optimizer(torch::optim::Optimizer& optimizer, c
         adam_options_in(static_cast<torch::optim::AdamOptions&>(o), prefix, metadata);
       } else if (kind == optimizer_kind::adamw) {
         adam_options_in(static_cast<torch::optim::AdamWOptions&>(o), prefix, metadata);
+      } else if (kind == optimizer_kind::rmsprop) {
+        auto& r = static_cast<torch::optim::RMSpropOptions&>(o);
+        if (auto v = meta_number(metadata, prefix + "lr")) r.lr(*v);
+        if (auto v = meta_number(metadata, prefix + "alpha")) r.alpha(*v);
+        if (auto v = meta_number(metadata, prefix + "eps")) r.eps(*v);
+        if (auto v = meta_number(metadata, prefix + "weight_decay")) r.weight_decay(*v);
+        if (auto v = meta_number(metadata, prefix + "momentum")) r.momentum(*v);
+        if (const auto it = metadata.find(prefix + "centered"); it != metadata.end()) r.centered(it->second == "true");
       } else {
         auto& s = static_cast<torch::optim::SGDOptions&>(o);
         if (auto v = meta_number(metadata, prefix + "lr")) s.lr(*v);
@@ -333,7 +361,7 @@ result<void, error> load_state_dict(torch::nn::Module& module, const tensor_map&
 result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                                     tensor_map& tensors, metadata_map& metadata) {
   const auto kind = kind_of(optimizer);
-  if (!kind) return error(errc::bad_value, "only Adam, AdamW and SGD state can be saved");
+  if (!kind) return error(errc::bad_value, "only Adam, AdamW, SGD and RMSprop state can be saved");
   metadata["optimizer.type"] = kind_name(*kind);
   const auto names = parameter_names(module);
   const auto& groups = optimizer.param_groups();
@@ -344,6 +372,14 @@ result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer, co
       adam_options_out(static_cast<const torch::optim::AdamOptions&>(o), prefix, metadata);
     } else if (*kind == optimizer_kind::adamw) {
       adam_options_out(static_cast<const torch::optim::AdamWOptions&>(o), prefix, metadata);
+    } else if (*kind == optimizer_kind::rmsprop) {
+      const auto& r = static_cast<const torch::optim::RMSpropOptions&>(o);
+      metadata[prefix + "lr"] = number(r.lr());
+      metadata[prefix + "alpha"] = number(r.alpha());
+      metadata[prefix + "eps"] = number(r.eps());
+      metadata[prefix + "weight_decay"] = number(r.weight_decay());
+      metadata[prefix + "momentum"] = number(r.momentum());
+      metadata[prefix + "centered"] = r.centered() ? "true" : "false";
     } else {
       const auto& s = static_cast<const torch::optim::SGDOptions&>(o);
       metadata[prefix + "lr"] = number(s.lr());
@@ -363,6 +399,14 @@ result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer, co
       if (*kind == optimizer_kind::sgd) {
         const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
         if (st.momentum_buffer().defined()) tensors[key + "momentum_buffer"] = st.momentum_buffer();
+        continue;
+      }
+      if (*kind == optimizer_kind::rmsprop) {
+        const auto& st = static_cast<const torch::optim::RMSpropParamState&>(*it->second);
+        tensors[key + "step"] = at::scalar_tensor(st.step(), at::kLong);
+        tensors[key + "square_avg"] = st.square_avg();
+        if (st.momentum_buffer().defined()) tensors[key + "momentum_buffer"] = st.momentum_buffer();
+        if (st.grad_avg().defined()) tensors[key + "grad_avg"] = st.grad_avg();
         continue;
       }
       const auto out = [&](const auto& st) {

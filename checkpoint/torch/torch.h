@@ -14,9 +14,9 @@
 // - Modules: parameters and buffers by their dotted names
 //   (named_parameters() and named_buffers()), so BatchNorm's running_mean,
 //   running_var and num_batches_tracked travel too.
-// - Optimizers (Adam, AdamW, SGD): each parameter's state under the
-//   parameter's name, "optimizer.<name>.<field>" (exp_avg, exp_avg_sq,
-//   max_exp_avg_sq, step; momentum_buffer), never by address as LibTorch's
+// - Optimizers (Adam, AdamW, SGD, RMSprop): each parameter's state under
+//   the parameter's name, "optimizer.<name>.<field>" (exp_avg, exp_avg_sq,
+//   max_exp_avg_sq, step; momentum_buffer; square_avg, grad_avg), never by address as LibTorch's
 //   own serializer does; hyper-parameters per group as metadata
 //   ("optimizer.type", "optimizer.group.<g>.lr", ...), written with 17
 //   significant digits so they read back exactly.
@@ -86,7 +86,8 @@ struct loaded {
                                                   bool strict = true);
 
 /// An optimizer's state and hyper-parameters keyed by `module`'s parameter
-/// names. Adam, AdamW and SGD; other optimizers are errc::bad_value.
+/// names. Adam, AdamW, SGD and RMSprop; other optimizers are
+/// errc::bad_value.
 [[nodiscard]] result<void, error> optimizer_state(const torch::optim::Optimizer& optimizer,
                                                   const torch::nn::Module& module, tensor_map& tensors,
                                                   metadata_map& metadata);

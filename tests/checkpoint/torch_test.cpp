@@ -99,6 +99,11 @@ TEST_F(Torch, SgdWithMomentum) {
   module_and_optimizer_round_trip<torch::optim::SGD>(dir_, torch::optim::SGDOptions(1e-2).momentum(0.9).nesterov(true));
 }
 
+TEST_F(Torch, RmspropCenteredWithMomentum) {
+  module_and_optimizer_round_trip<torch::optim::RMSprop>(
+      dir_, torch::optim::RMSpropOptions(1e-2).momentum(0.9).centered(true).weight_decay(1e-3));
+}
+
 TEST_F(Torch, TiedWeightsAreStoredOnce) {
   auto net = std::make_shared<tied_net>();
   const auto p = dir_ / "m.ferry";
