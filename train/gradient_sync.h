@@ -25,7 +25,8 @@ namespace ferry::trainer {
 // Overlapped: each bucket's allreduce starts from the post hook of the
 // AccumulateGrad node of its last parameter (as DDP's reducer does), while
 // backward continues; buckets start strictly in order, so every rank
-// queues the same collectives in the same order.
+// queues the same collectives in the same order. Accumulating (DDP's
+// no_sync), the hooks of every backward but a group's last do nothing.
 class gradient_sync {
  public:
   gradient_sync(const std::vector<at::Tensor>& params, collectives& comm, comm::compression comp, bool overlap,
@@ -62,7 +63,11 @@ class gradient_sync {
   [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
   [[nodiscard]] std::size_t size() const { return flat_.size(); }
 
-  void before_backward() {
+  /// Before each backward; `sync` false for the micro-batches of an update
+  /// group but its last (--accumulate): their gradients only add up in
+  /// place, and after_backward() is not called.
+  void before_backward(bool sync) {
+    syncing_ = sync;
     for (auto& b : buckets_) b.ready = 0;
     for (auto& w : waits_) w = nullptr;
     waits_.resize(buckets_.size());
@@ -122,6 +127,7 @@ class gradient_sync {
     std::copy_n(g.contiguous().data_ptr<float>(), g.numel(), flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]));
   }
   void ready(std::size_t i) {
+    if (!syncing_) return;
     copy_in(i);
     auto& b = buckets_[bucket_of_[i]];
     if (++b.ready < b.params) return;
@@ -145,6 +151,7 @@ class gradient_sync {
   std::vector<std::function<void()>> waits_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::size_t next_ = 0;
+  bool syncing_ = true;
 };
 
 }  // namespace ferry::trainer

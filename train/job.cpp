@@ -1,6 +1,7 @@
 #include "job.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cassert>
@@ -22,6 +23,7 @@
 #include "ferry/trainer/sampler.h"
 #include "gradient_sync.h"
 #include "model.h"
+#include "optimizer.h"
 #include "resume.h"
 #include "saver.h"
 #include "ferry/wire/bulk.h"
@@ -67,7 +69,7 @@ class job {
   job(const train_config& c, collectives& comm, const train_data& data)
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
     build_model();
-    build_optimizer();
+    optim_ = std::make_unique<optimizer>(c.optimizer, params_);
     sync_ = std::make_unique<gradient_sync>(trained_parameters(), comm_, c.compress, c.overlap, c.bucket_bytes);
     sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
     const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
@@ -89,6 +91,8 @@ class job {
     train_result result;
     for (; epoch_ < c_.epochs; ++epoch_, step_ = 0) result = train_epoch();
     saver_->finish();
+    profiler_.finish();
+    if (rank_ == 0 && c_.profile > 0) report_->profile(profiler_.table(), profiler_.profiled_batches());
     result.epochs = c_.epochs;
     return result;
   }
@@ -100,7 +104,8 @@ class job {
   void build_model() {
     torch::manual_seed(c_.seed);
     const std::int64_t classes = std::max(train_.labels.max().item<std::int64_t>(), test_.labels.max().item<std::int64_t>()) + 1;
-    model_ = std::make_shared<mlp_impl>(train_.images.size(1), c_.hidden, std::max<std::int64_t>(classes, 2));
+    model_ = std::make_shared<mlp_impl>(train_.images.size(1), c_.hidden, std::max<std::int64_t>(classes, 2), c_.act,
+                                        c_.batchnorm);
     params_ = model_->parameters();
     for (const auto layer : c_.freeze) {
       for (const auto& prefix : {"fc" + std::to_string(layer) + ".", "bn" + std::to_string(layer) + "."}) {
@@ -121,40 +126,6 @@ class job {
       if (p.requires_grad()) trained.push_back(p);
     }
     return trained;
-  }
-
-  // LibTorch's Adam holds the state ferry's step updates, so checkpoints
-  // carry it under LibTorch's names (ferry::libtorch::optimizer_state).
-  void build_optimizer() {
-    adam_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(c_.lr));
-    for (const auto& p : params_) {
-      auto st = std::make_unique<torch::optim::AdamParamState>();
-      st->step(0);
-      st->exp_avg(torch::zeros_like(p));
-      st->exp_avg_sq(torch::zeros_like(p));
-      adam_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(st);
-    }
-    bind_adam_state();
-  }
-
-  // Each parameter's Adam state as ferry's step reads it: the moments
-  // contiguous, in parameter order. LibTorch's Adam keys it by the
-  // parameter's TensorImpl; loading a checkpoint replaces the objects, so
-  // they are found again then. Every parameter has one (build_optimizer,
-  // or load_checkpoint checked).
-  void bind_adam_state() {
-    moments_.clear();
-    states_.clear();
-    for (const auto& p : params_) {
-      const auto it = adam_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      assert(it != adam_->state().end());
-      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
-      st.exp_avg(st.exp_avg().contiguous());
-      st.exp_avg_sq(st.exp_avg_sq().contiguous());
-      moments_.push_back(st.exp_avg());
-      moments_.push_back(st.exp_avg_sq());
-      states_.push_back(&st);
-    }
   }
 
   // Time and loss within the epoch under way, for the reports.
@@ -196,26 +167,53 @@ class job {
     double waited = 0;  // seconds spent waiting for the gradients
   };
 
-  // One step on this rank's next batch: forward and backward, gradients
-  // averaged over ranks, ferry's Adam step; the batch's loss and correct
-  // answers added to the epoch's counters.
+  // One step on this rank's next batch: forward and backward; at the last
+  // batch of an update group (every one without --accumulate), gradients
+  // averaged over ranks and ferry's optimizer step. The batch's loss and
+  // correct answers are added to the epoch's counters.
   step_result train_step(std::span<const std::size_t> indices) {
-    const auto first = static_cast<std::size_t>(step_ * c_.batch);
-    const auto idx = indices.subspan(first, std::min<std::size_t>(static_cast<std::size_t>(c_.batch), indices.size() - first));
+    const auto batch = static_cast<std::size_t>(c_.batch);
+    const auto first = static_cast<std::size_t>(step_) * batch;
+    const auto idx = indices.subspan(first, std::min(batch, indices.size() - first));
     const auto rows = index_tensor(idx);
     const auto x = train_.images.index_select(0, rows);
     const auto y = train_.labels.index_select(0, rows);
     model_->train();
-    // Gradients from the last step are dropped, not zeroed: backward
-    // then stores new ones instead of adding to zeros.
-    for (auto& p : params_) p.mutable_grad() = at::Tensor();
-    sync_->before_backward();
-    const auto out = model_->forward(x);
-    const auto loss = torch::nn::functional::cross_entropy(out, y);
-    loss.backward();
-    const double waited = sync_->after_backward();
-    saver_->before_update();  // a pending asynchronous save has copied what the step changes
-    optimizer_step();
+    // A group runs to the next multiple of --accumulate (or the epoch's
+    // end); it starts where the last update left off.
+    const auto group_end = std::min((step_ / c_.accumulate + 1) * c_.accumulate, steps_);
+    const bool last = step_ + 1 == group_end;
+    if (group_first_ < 0) {
+      group_first_ = step_;
+      // Gradients from the last update are dropped, not zeroed: backward
+      // then stores new ones instead of adding to zeros.
+      for (auto& p : params_) p.mutable_grad() = at::Tensor();
+    }
+    const auto group_rows =
+        std::min(static_cast<std::size_t>(group_end) * batch, indices.size()) - static_cast<std::size_t>(group_first_) * batch;
+    sync_->before_backward(last);
+    if (rank_ == 0) profiler_.before_batch();
+    at::Tensor out;
+    {
+      autocast_scope low(c_.precision);
+      out = model_->forward(x);
+    }
+    const auto loss = torch::nn::functional::cross_entropy(out.to(at::kFloat), y);
+    // Each batch's mean loss weighted by its share of the group's samples:
+    // the summed gradients are the group's mean gradient.
+    if (idx.size() == group_rows) {
+      loss.backward();
+    } else {
+      (loss * (static_cast<double>(idx.size()) / static_cast<double>(group_rows))).backward();
+    }
+    double waited = 0;
+    if (last) {
+      waited = sync_->after_backward();
+      saver_->before_update();  // a pending asynchronous save has copied what the step changes
+      optim_->step(++updates_);
+      group_first_ = -1;
+    }
+    if (rank_ == 0) profiler_.after_batch();
     const double l = loss.item<double>();
     partial_[0] += l * static_cast<double>(idx.size());
     partial_[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<std::int64_t>());
@@ -281,12 +279,12 @@ class job {
     }
   }
 
-  // Rank 0 only: the checkpoint at `path` into the model, Adam's state and
+  // Rank 0 only: the checkpoint at `path` into the model, the optimizer's
+  // state and
   // the position (resume.h). Throws naming the file.
   void resume(const std::filesystem::path& path) {
-    auto point = load_checkpoint(path, c_, world_, steps_, *model_, *adam_, sync_->size(), *report_);
-    bind_adam_state();
-    adam_step_ = point.adam_step;
+    auto point = load_checkpoint(path, c_, world_, steps_, *model_, *optim_, sync_->size(), *report_);
+    updates_ = point.updates;
     epoch_ = point.epoch;
     step_ = point.step;
     global_step_ = point.global_step;
@@ -294,8 +292,8 @@ class job {
     resumed_partial_ = std::move(point.partial);
   }
 
-  // Every rank takes rank 0's parameters, buffers, Adam moments and steps,
-  // and position: the replicas start identical.
+  // Every rank takes rank 0's parameters, buffers, optimizer state and
+  // steps, and position: the replicas start identical.
   void share_replicated_state() {
     auto state = all_float_state();
     auto flat = pack(state);
@@ -325,11 +323,11 @@ class job {
   std::vector<at::Tensor> all_float_state() {
     std::vector<at::Tensor> s = params_;
     s.insert(s.end(), float_buffers_.begin(), float_buffers_.end());
-    s.insert(s.end(), moments_.begin(), moments_.end());
+    s.insert(s.end(), optim_->state().begin(), optim_->state().end());
     return s;
   }
   std::vector<std::int64_t> int_state() {
-    std::vector<std::int64_t> v{epoch_, step_, global_step_, adam_step_};
+    std::vector<std::int64_t> v{epoch_, step_, global_step_, updates_};
     for (const auto& b : int_buffers_) v.push_back(b.item<std::int64_t>());
     return v;
   }
@@ -337,22 +335,9 @@ class job {
     epoch_ = v[0];
     step_ = v[1];
     global_step_ = v[2];
-    adam_step_ = v[3];
+    updates_ = v[3];
     for (std::size_t i = 0; i < int_buffers_.size(); ++i) int_buffers_[i].fill_(v[4 + i]);
-    for (auto* st : states_) st->step(adam_step_);
-  }
-
-  // ferry's Adam (trainer/adam.h) on LibTorch's state tensors.
-  void optimizer_step() {
-    ++adam_step_;
-    const adam_options o{.lr = c_.lr};
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (params_[i].requires_grad()) {  // not frozen
-        adam_step(floats(params_[i]), floats(params_[i].grad()), floats(moments_[2 * i]),
-                  floats(moments_[2 * i + 1]), adam_step_, o);
-      }
-      states_[i]->step(adam_step_);
-    }
+    optim_->set_step(updates_);
   }
 
   // BatchNorm's running statistics differ per rank (each saw its own
@@ -435,30 +420,55 @@ class job {
     partial_ = {0, 0, 0};
     if (rank_ == 0) report_->epoch_end(s);
     save_if_due();
-    return {.wall_s = s.wall_s, .train_loss = s.train_loss, .train_acc = s.train_acc, .test_acc = s.test_acc};
+    double peak = 0;
+    for (const auto& m : s.memory) peak = std::max(peak, m.peak_rss);
+    return {.wall_s = s.wall_s, .train_loss = s.train_loss, .train_acc = s.train_acc, .test_acc = s.test_acc,
+            .peak_rss_bytes = static_cast<std::uint64_t>(peak)};
   }
 
   // Every rank's counters and times for the epoch: the loss and accuracy
   // over all ranks' samples, compute and wait per rank; and the samples
   // all ranks trained on.
   std::pair<epoch_stats, double> gather_epoch_stats(const epoch_progress& p) {
-    std::vector<double> all(5 * world_);
-    const double mine[5] = {partial_[0], partial_[1], partial_[2], p.compute, p.wait};
-    comm_.allgather(std::span<const double>(mine, 5), all);
+    constexpr std::size_t n = 9;
+    std::vector<double> all(n * world_);
+    const auto m = memory();
+    const double mine[n] = {partial_[0], partial_[1], partial_[2], p.compute, p.wait,
+                            m.peak_rss, m.params, m.grads, m.optimizer};
+    comm_.allgather(std::span<const double>(mine, n), all);
     epoch_stats s;
     s.epoch = epoch_ + 1;
     s.epochs = c_.epochs;
     double loss = 0, correct = 0, seen = 0;
     for (std::uint32_t r = 0; r < world_; ++r) {
-      loss += all[5 * r];
-      correct += all[5 * r + 1];
-      seen += all[5 * r + 2];
-      s.compute_s.push_back(all[5 * r + 3]);
-      s.comm_s.push_back(all[5 * r + 4]);
+      const double* row = all.data() + n * r;
+      loss += row[0];
+      correct += row[1];
+      seen += row[2];
+      s.compute_s.push_back(row[3]);
+      s.comm_s.push_back(row[4]);
+      s.memory.push_back({row[5], row[6], row[7], row[8]});
     }
     s.train_loss = loss / seen;
     s.train_acc = correct / seen;
     return {s, seen};
+  }
+
+  // This rank's memory: its peak resident set so far (getrusage), and the
+  // bytes of the parameters, the gradients (with the exchange's flat
+  // buffer) and the optimizer state it holds.
+  rank_memory memory() const {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    rank_memory m;
+    m.peak_rss = static_cast<double>(u.ru_maxrss) * 1024;  // KiB on Linux
+    for (const auto& p : params_) {
+      m.params += static_cast<double>(p.nbytes());
+      if (p.grad().defined()) m.grads += static_cast<double>(p.grad().nbytes());
+    }
+    m.grads += static_cast<double>(sync_->size() * sizeof(float));
+    m.optimizer = static_cast<double>(optim_->state_bytes());
+    return m;
   }
 
   // A checkpoint at the end of the epoch when --checkpoint-every says so,
@@ -482,13 +492,13 @@ class job {
                  global_step_);
   }
 
-  // The state a checkpoint holds, over the live tensors: the model, Adam's
-  // state, per-rank rows (residuals, the partial epoch's counters) and, on
+  // The state a checkpoint holds, over the live tensors: the model, the
+  // optimizer's state, per-rank rows (residuals, the partial epoch's counters) and, on
   // rank 0, its generator.
   save_state save_state_now() {
     save_state s;
     s.replicated = ferry::libtorch::state_dict(*model_);
-    ferry::libtorch::optimizer_state(*adam_, *model_, s.replicated, s.metadata).value();
+    ferry::libtorch::optimizer_state(optim_->libtorch(), *model_, s.replicated, s.metadata).value();
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
       // to a host of the same architecture (the job draws nothing from it
@@ -517,6 +527,7 @@ class job {
     meta["trainer.epoch"] = std::to_string(epoch_);
     meta["trainer.step"] = std::to_string(step_);
     meta["trainer.global_step"] = std::to_string(global_step_);
+    meta["trainer.updates"] = std::to_string(updates_);
     meta["trainer.world_size"] = std::to_string(world_);
     meta["trainer.config"] = to_json(c_);
     meta["trainer.producer"] = "ferry-train";
@@ -528,15 +539,17 @@ class job {
   const data_split& train_;
   const data_split& test_;
   std::shared_ptr<mlp_impl> model_;
-  std::vector<at::Tensor> params_, float_buffers_, int_buffers_, moments_;
-  std::unique_ptr<torch::optim::Adam> adam_;
-  std::vector<torch::optim::AdamParamState*> states_;
+  std::vector<at::Tensor> params_, float_buffers_, int_buffers_;
+  std::unique_ptr<optimizer> optim_;
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;
   std::unique_ptr<saver> saver_;
+  batch_profiler profiler_{c_.profile};
   std::int64_t steps_ = 0;  // per epoch, the same on every rank
-  std::int64_t epoch_ = 0, step_ = 0, global_step_ = 0, adam_step_ = 0;
+  std::int64_t epoch_ = 0, step_ = 0, global_step_ = 0;
+  std::int64_t updates_ = 0;      // optimizer steps taken
+  std::int64_t group_first_ = -1;  // the first step of the update group under way (-1: none)
   std::array<double, 3> partial_{};  // loss sum, correct, seen in this epoch
   std::vector<float> resumed_residuals_;
   std::vector<double> resumed_partial_;
@@ -547,7 +560,12 @@ class job {
 
 std::string to_json(const train_config& c) {
   const std::string comp(comm::name(c.compress));
-  return nlohmann::json{{"data", c.data.string()}, {"hidden", c.hidden}, {"lr", c.lr}, {"batch", c.batch},
+  const auto& o = c.optimizer;
+  return nlohmann::json{{"data", c.data.string()}, {"hidden", c.hidden}, {"activation", name(c.act)},
+                        {"batchnorm", c.batchnorm}, {"optimizer", name(o.kind)}, {"lr", o.lr},
+                        {"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", o.nesterov},
+                        {"weight_decay", o.weight_decay}, {"alpha", o.alpha}, {"centered", o.centered},
+                        {"eps", o.eps}, {"accumulate", c.accumulate}, {"batch", c.batch},
                         {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
                         {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},

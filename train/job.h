@@ -6,8 +6,10 @@
 //               and buffers (or rank 0's checkpoint, with --resume);
 //   step        forward and backward on this rank's batch, gradients
 //               averaged over ranks in buckets (fused after backward, or
-//               overlapped with it), then ferry's Adam step (trainer/adam.h),
-//               which gives the same bits on every architecture;
+//               overlapped with it), then ferry's optimizer step
+//               (trainer/optimizers.h), which gives the same bits on every
+//               architecture; with --accumulate K, K batches' gradients
+//               are summed first and exchanged once;
 //   epoch end   BatchNorm running statistics averaged over ranks, the whole
 //               test set evaluated once (each rank a shard, counts summed),
 //               a CRC32C of every parameter and buffer compared across
@@ -30,7 +32,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "ferry/comm/communicator.h"
-#include "ferry/trainer/adam.h"
+#include "ferry/trainer/optimizers.h"
+#include "model.h"
 
 namespace ferry::trainer {
 
@@ -38,13 +41,26 @@ class collectives;
 
 struct train_config {
   std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
-  std::vector<std::int64_t> hidden{32};  ///< hidden layer widths, each Linear + BatchNorm1d + ReLU
+  std::vector<std::int64_t> hidden{32};  ///< hidden layer widths, each Linear + BatchNorm1d + activation
+  activation act = activation::relu;
+  bool batchnorm = true;  ///< a BatchNorm1d after each hidden Linear
   /// Hidden layers (1-based) whose Linear and BatchNorm parameters are not
-  /// trained: no gradient, no Adam step (their running statistics still
-  /// move).
+  /// trained: no gradient, no optimizer step (their running statistics
+  /// still move).
   std::vector<std::int64_t> freeze;
-  double lr = 1e-3;
-  std::int64_t batch = 32;  ///< per rank
+  optimizer_options optimizer = defaults(optimizer_kind::adam);
+  std::int64_t batch = 32;  ///< per rank, per micro-batch
+  /// Micro-batches whose gradients are summed before one exchange and one
+  /// optimizer step (the loss of each weighted by its share of the
+  /// group's samples, so K batches of b give the gradient of one of K*b).
+  std::int64_t accumulate = 1;
+  /// Forward and backward in this precision (kFloat, kBFloat16, kHalf)
+  /// under LibTorch's CPU autocast; the parameters (master weights), the
+  /// exchanged gradients and the optimizer stay f32.
+  at::ScalarType precision = at::kFloat;
+  /// --profile: LibTorch's profiler over the first N batches (0: off),
+  /// its table per kind of module printed and recorded by rank 0.
+  std::int64_t profile = 0;
   std::int64_t epochs = 10;
   std::uint64_t seed = 0;   ///< model init and the sampler (seed + epoch)
   bool drop_last = false;   ///< the sampler's, as PyTorch's DistributedSampler
@@ -95,6 +111,7 @@ struct train_result {
   double wall_s = 0;
   double train_loss = 0, train_acc = 0, test_acc = 0;
   std::int64_t epochs = 0;
+  std::uint64_t peak_rss_bytes = 0;  ///< the largest rank's peak resident memory
 };
 
 /// A classification set in memory: images as float [n, pixels] (pixels /

@@ -72,12 +72,54 @@ int main(int argc, char** argv) {
                "ferry-train"};
   ferry::tools::share_option_defaults(app);
   app.add_option("--data", c.data, "folder of IDX files: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
-  app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, ReLU)");
+  app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (each Linear, BatchNorm1d, activation)");
+  std::string activation = "relu";
+  std::vector<std::string> activations;
+  for (const auto a : ferry::trainer::all_activations) activations.emplace_back(ferry::trainer::name(a));
+  app.add_option("--activation", activation, "the hidden layers' activation")->check(CLI::IsMember(activations));
+  std::string precision = "f32";
+  app.add_option("--precision", precision,
+                 "forward and backward in this precision (LibTorch's CPU autocast); parameters, gradients on the "
+                 "wire and the optimizer stay f32")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  bool profile = false;
+  std::int64_t profile_batches = 100;
+  auto* profiling = app.add_flag("--profile", profile,
+                                 "profile the first batches with LibTorch's profiler: time and memory per kind of "
+                                 "module, forward and backward (rank 0, printed at the end and written to --metrics)");
+  app.add_option("--profile-batches", profile_batches, "batches --profile covers (the course's 100)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(profiling);
+  bool no_batchnorm = false;
+  app.add_flag("--no-batchnorm", no_batchnorm, "no BatchNorm1d after the hidden Linear layers");
   std::string freeze;
   app.add_option("--freeze", freeze, "hidden layers not trained, comma-separated from 1 (their Linear and BatchNorm "
-                                     "parameters get no gradient and no Adam step)");
-  app.add_option("--lr", c.lr, "Adam learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch, "batch size per rank")->check(CLI::Range(1, 1 << 20));
+                                     "parameters get no gradient and no optimizer step)");
+  // The optimizer: LibTorch's names and defaults (trainer/optimizers.h).
+  std::string optimizer = "adam";
+  std::vector<std::string> optimizers;
+  for (const auto k : ferry::trainer::all_optimizers) optimizers.emplace_back(ferry::trainer::name(k));
+  app.add_option("--optimizer", optimizer, "ferry's step of LibTorch's optimizer of that name")
+      ->check(CLI::IsMember(optimizers));
+  auto& o = c.optimizer;
+  auto* lr = app.add_option("--lr", o.lr, "learning rate (default: 1e-3 for adam and adamw, 1e-2 for sgd and rmsprop)")
+                 ->check(CLI::PositiveNumber);
+  auto* weight_decay = app.add_option("--weight-decay", o.weight_decay,
+                                      "L2 penalty added to the gradient; decoupled for adamw (default: 1e-2 for "
+                                      "adamw, 0 for the others)")
+                           ->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", o.momentum, "sgd, rmsprop: momentum (default 0)")->check(CLI::NonNegativeNumber);
+  app.add_option("--dampening", o.dampening, "sgd: dampening of the momentum (default 0)");
+  app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum, no --dampening)");
+  app.add_option("--alpha", o.alpha, "rmsprop: smoothing constant (default 0.99)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--centered", o.centered, "rmsprop: normalise by the gradient's estimated variance");
+  app.add_option("--eps", o.eps, "adam, adamw, rmsprop: term added to the denominator (default 1e-8)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", c.batch, "batch size per rank (of each micro-batch with --accumulate)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches whose gradients are summed before one exchange and one optimizer step")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--epochs", c.epochs, "epochs")->check(CLI::Range(1, 1 << 20));
   app.add_option("--seed", c.seed, "seed of the model's initial values and of the sampler (seed + epoch)");
   app.add_flag("--drop-last", c.drop_last, "drop the tail that does not divide evenly between ranks");
@@ -127,6 +169,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.compress = ferry::comm::compression_from_name(compress).value();  // checked by --compress's IsMember
+  c.act = ferry::trainer::activation_from_name(activation).value();   // IsMember too
+  c.batchnorm = !no_batchnorm;
+  c.profile = profile ? profile_batches : 0;
+  c.precision = precision == "bf16" ? at::kBFloat16 : precision == "f16" ? at::kHalf : at::kFloat;
+  o.kind = ferry::trainer::optimizer_from_name(optimizer).value();    // IsMember too
+  const auto kind_defaults = ferry::trainer::defaults(o.kind);
+  if (lr->count() == 0) o.lr = kind_defaults.lr;
+  if (weight_decay->count() == 0) o.weight_decay = kind_defaults.weight_decay;
+  if (const auto why = ferry::trainer::invalid(o)) {
+    std::fprintf(stderr, "ferry-train: --optimizer %s: %s\n", optimizer.c_str(), why->c_str());
+    return 2;
+  }
+  if (c.checkpoint_steps % c.accumulate != 0) {
+    std::fprintf(stderr, "ferry-train: --checkpoint-steps %lld is not a multiple of --accumulate %lld (a checkpoint "
+                         "is taken between updates)\n",
+                 static_cast<long long>(c.checkpoint_steps), static_cast<long long>(c.accumulate));
+    return 2;
+  }
   c.bucket_bytes = bucket_kb * 1024;
   c.progress = progress == "auto" ? -1 : progress == "redraw" ? 1 : 0;
   c.hidden.clear();
@@ -163,6 +223,11 @@ int main(int argc, char** argv) {
 
   const std::string rank = env_or("RANK", env_or("SLURM_PROCID", "0"));
   const std::string who = "ferry-train: rank " + rank + ": ";
+  if (const auto why = ferry::trainer::precision_unsupported(c.precision, c.act, c.batchnorm)) {
+    std::fprintf(stderr, "%s--precision %s: LibTorch cannot compute the model in it on this CPU (%s)\n", who.c_str(),
+                 precision.c_str(), why->c_str());
+    return 1;
+  }
   // One line; for a failure while training (a peer lost), the way back
   // when there is a checkpoint to go back to.
   const auto failed = [&](std::string text, bool while_training) {
@@ -206,11 +271,13 @@ int main(int argc, char** argv) {
     }
     const auto r = ferry::trainer::train(c, *comm, *data, started);
     if (comm->rank() == 0) {
-      std::printf("\n| layout | backend | wall time | train accuracy | test accuracy |\n|---|---|---|---|---|\n"
-                  "| %s | %s%s | %.1f s | %.1f %% | %.1f %% |\n\ncheckpoint: %s\n",
+      std::printf("\n| layout | backend | wall time | train accuracy | test accuracy | peak memory per rank |\n"
+                  "|---|---|---|---|---|---|\n"
+                  "| %s | %s%s | %.1f s | %.1f %% | %.1f %% | %.1f MB |\n\ncheckpoint: %s\n",
                   layout(comm->world_size()).c_str(), comm->name().c_str(),
                   c.compress == ferry::comm::compression::none ? "" : (", " + compress).c_str(), r.wall_s,
-                  100 * r.train_acc, 100 * r.test_acc, c.checkpoint.c_str());
+                  100 * r.train_acc, 100 * r.test_acc, static_cast<double>(r.peak_rss_bytes) / 1e6,
+                  c.checkpoint.c_str());
       if (!c.metrics.empty()) std::printf("metrics: %s (draw them with: ferry plot %s -o curves.svg)\n", c.metrics.c_str(), c.metrics.c_str());
       if (!c.summary.empty()) {
         std::ofstream out(c.summary);
@@ -219,7 +286,9 @@ int main(int argc, char** argv) {
                               {"nodes", comm->world_size() / ranks_per_node(comm->world_size())},
                               {"layout", layout(comm->world_size())},
                               {"wall_s", r.wall_s}, {"train_loss", r.train_loss}, {"train_acc", r.train_acc},
-                              {"test_acc", r.test_acc}, {"epochs", r.epochs}}
+                              {"test_acc", r.test_acc}, {"epochs", r.epochs}, {"optimizer", optimizer},
+                              {"activation", activation}, {"accumulate", c.accumulate}, {"batch", c.batch},
+                              {"peak_rss_bytes", r.peak_rss_bytes}}
                    .dump()
             << '\n';
         if (!out) {

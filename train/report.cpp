@@ -11,6 +11,16 @@
 #include "ferry/base/error.h"
 
 namespace ferry::trainer {
+namespace {
+
+// One field of every rank's memory, as whole bytes.
+std::vector<std::uint64_t> column(const std::vector<rank_memory>& m, double rank_memory::*field) {
+  std::vector<std::uint64_t> out;
+  for (const auto& r : m) out.push_back(static_cast<std::uint64_t>(r.*field));
+  return out;
+}
+
+}  // namespace
 
 std::string clock_text(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -88,10 +98,11 @@ void reporter::epoch_end(const epoch_stats& s) {
   std::vector<double> sorted = s.compute_s;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  std::string ranks = "  rank  compute s  comm s";
+  std::string ranks = "  rank  compute s  comm s  peak memory  optimizer state";
   std::string stragglers;
   for (std::size_t r = 0; r < s.compute_s.size(); ++r) {
-    std::snprintf(text, sizeof text, "\n  %4zu  %9.2f  %6.2f", r, s.compute_s[r], s.comm_s[r]);
+    std::snprintf(text, sizeof text, "\n  %4zu  %9.2f  %6.2f  %8.1f MB  %12.1f MB", r, s.compute_s[r], s.comm_s[r],
+                  s.memory[r].peak_rss / 1e6, s.memory[r].optimizer / 1e6);
     ranks += text;
     if (s.compute_s.size() > 1 && s.compute_s[r] > 1.1 * median) {
       std::snprintf(text, sizeof text, "%s%zu (+%.0f %%)", stragglers.empty() ? "" : ", ", r,
@@ -112,8 +123,21 @@ void reporter::epoch_end(const epoch_stats& s) {
                         {"wall_s", s.wall_s},
                         {"compute_s", s.compute_s},
                         {"comm_s", s.comm_s},
+                        {"peak_rss_bytes", column(s.memory, &rank_memory::peak_rss)},
+                        {"param_bytes", column(s.memory, &rank_memory::params)},
+                        {"grad_bytes", column(s.memory, &rank_memory::grads)},
+                        {"optimizer_bytes", column(s.memory, &rank_memory::optimizer)},
                         {"crc32c", s.crc}}
              .dump());
+}
+
+void reporter::profile(const std::vector<profile_row>& rows, std::int64_t batches) {
+  line(profile_text(rows, batches));
+  auto table = nlohmann::json::array();
+  for (const auto& r : rows) {
+    table.push_back({{"module", r.module}, {"pass", r.pass}, {"calls", r.calls}, {"ms", r.ms}, {"bytes", r.bytes}});
+  }
+  record(nlohmann::json{{"kind", "profile"}, {"batches", batches}, {"rows", table}}.dump());
 }
 
 void reporter::checkpoint(const save_stats& s) {

@@ -10,7 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "profile.h"
+
 namespace ferry::trainer {
+
+/// One rank's memory, in bytes.
+struct rank_memory {
+  double peak_rss = 0;   ///< peak resident set since the process started
+  double params = 0;     ///< parameters
+  double grads = 0;      ///< gradients and the exchange's flat buffer
+  double optimizer = 0;  ///< optimizer state
+};
 
 struct epoch_stats {
   std::int64_t epoch = 0, epochs = 0;  // epoch counts from 1 here
@@ -18,6 +28,7 @@ struct epoch_stats {
   double seconds = 0, images_per_s = 0;
   double wall_s = 0;  // since the job started, at the end of this epoch (before its checkpoint)
   std::vector<double> compute_s, comm_s;  // per rank
+  std::vector<rank_memory> memory;        // per rank
   std::uint32_t crc = 0;
 };
 
@@ -47,6 +58,8 @@ class reporter {
                 double images_per_s, double eta_s);
   void step_record(std::int64_t epoch, std::int64_t step, std::int64_t steps, std::int64_t global_step, double loss);
   void epoch_end(const epoch_stats& s);
+  /// The --profile table: printed, and a "profile" record in the metrics.
+  void profile(const std::vector<profile_row>& rows, std::int64_t batches);
   /// A "checkpoint" record in the metrics (no line on the terminal).
   void checkpoint(const save_stats& s);
   /// A line of text, ending any progress line being redrawn.

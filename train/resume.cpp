@@ -79,22 +79,22 @@ saved_tensors sort_tensors(const ferry::libtorch::tensor_map& tensors) {
   return s;
 }
 
-// The Adam step every parameter's state holds (one number: the job steps
-// them together). load_optimizer_state replaced the state objects; each
-// parameter must have one.
-std::int64_t adam_step_of(torch::optim::Adam& adam, mlp_impl& model, const std::string& where) {
-  std::optional<std::int64_t> adam_step;
-  for (const auto& item : model.named_parameters()) {
-    const auto it = adam.state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
-    if (it == adam.state().end()) fail(trainer_errc::bad_checkpoint, where + "no Adam state for " + item.key());
-    auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
-    if (adam_step && *adam_step != st.step()) {
-      fail(trainer_errc::bad_checkpoint, where + "the parameters' Adam steps differ (" + item.key() + ")");
+// The optimizer steps taken: trainer.updates (checked against the steps
+// the states record, where the kind records them), else the states' own.
+std::int64_t updates_of(const ferry::libtorch::metadata_map& meta, const optimizer& optim, mlp_impl& model,
+                        const std::string& where) {
+  const auto recorded = optim.recorded_step(model);
+  if (meta.contains("trainer.updates")) {
+    const auto updates = metadata_number(meta, where, "trainer.updates", 0, std::numeric_limits<std::int64_t>::max());
+    if (recorded && *recorded != updates) {
+      fail(trainer_errc::bad_checkpoint, where + "trainer.updates is " + std::to_string(updates) + ", the " +
+                                             std::string(name(optim.options().kind)) + " state's step " +
+                                             std::to_string(*recorded));
     }
-    adam_step = st.step();
+    return updates;
   }
-  if (adam_step.value_or(0) < 0) fail(trainer_errc::bad_checkpoint, where + "a negative Adam step");
-  return adam_step.value_or(0);
+  if (!recorded) fail(trainer_errc::bad_checkpoint, where + "no trainer.updates");
+  return *recorded;
 }
 
 // LibTorch's generator state is its C struct's bytes: restored only on a
@@ -134,7 +134,9 @@ void note_changed_settings(const ferry::libtorch::metadata_map& meta, const trai
   const auto before = nlohmann::json::parse(saved->second, nullptr, false);
   const auto now = nlohmann::json::parse(to_json(c));
   std::string changed;
-  for (const char* key : {"hidden", "freeze", "lr", "batch", "seed", "drop_last", "limit", "compress"}) {
+  for (const char* key : {"hidden", "activation", "batchnorm", "freeze", "lr", "momentum", "dampening", "nesterov",
+                          "weight_decay", "alpha", "centered", "eps", "accumulate", "batch", "seed", "drop_last",
+                          "limit", "compress"}) {
     if (before.is_object() && before.contains(key) && before[key] != now[key]) {
       changed += std::string(changed.empty() ? "" : ", ") + "--" + key + " " + before[key].dump() + " -> " +
                  now[key].dump();
@@ -151,7 +153,7 @@ void note_changed_settings(const ferry::libtorch::metadata_map& meta, const trai
 }  // namespace
 
 resume_point load_checkpoint(const std::filesystem::path& path, const train_config& c, std::uint32_t world,
-                             std::int64_t steps_per_epoch, mlp_impl& model, torch::optim::Adam& adam,
+                             std::int64_t steps_per_epoch, mlp_impl& model, optimizer& optim,
                              std::size_t residual_size, reporter& report) {
   auto l = ferry::libtorch::load(path).value();
   const auto where = path.string() + ": ";
@@ -161,9 +163,14 @@ resume_point load_checkpoint(const std::filesystem::path& path, const train_conf
     if (!r) throw ferry::exception(r.error().wrap(path.string()));
   };
   in_file(ferry::libtorch::load_state_dict(model, tensors.model));
-  in_file(ferry::libtorch::load_optimizer_state(adam, model, tensors.optim, l.metadata));
+  in_file(ferry::libtorch::load_optimizer_state(optim.libtorch(), model, tensors.optim, l.metadata));
+  try {
+    optim.bind(model);
+  } catch (const ferry::exception& e) {
+    throw ferry::exception(e.error().wrap(path.string()));
+  }
   resume_point out;
-  out.adam_step = adam_step_of(adam, model, where);
+  out.updates = updates_of(l.metadata, optim, model, where);
   restore_generator(tensors.rng, l.metadata);
   out.epoch = position.epoch;
   out.step = position.step;

@@ -8,10 +8,9 @@
 #include <filesystem>
 #include <vector>
 
-#include <torch/optim/adam.h>
-
 #include "job.h"
 #include "model.h"
+#include "optimizer.h"
 #include "report.h"
 
 namespace ferry::trainer {
@@ -19,7 +18,9 @@ namespace ferry::trainer {
 /// Where the resumed run goes on from, and the per-rank state it carries.
 struct resume_point {
   std::int64_t epoch = 0, step = 0, global_step = 0;  ///< as the checkpoint's trainer.* metadata
-  std::int64_t adam_step = 0;  ///< every parameter's Adam step (checked equal)
+  /// Optimizer steps taken: the checkpoint's trainer.updates, else (older
+  /// checkpoints) every parameter's Adam step (checked equal).
+  std::int64_t updates = 0;
   /// Error-feedback residuals for every rank of this run, sync size each
   /// (trainer/residual.h); empty when the checkpoint has none.
   std::vector<float> residuals;
@@ -28,8 +29,8 @@ struct resume_point {
   std::vector<double> partial;
 };
 
-/// Loads the checkpoint at `path` into `model` and `adam` (whose state
-/// objects it replaces), restores LibTorch's generator when the checkpoint
+/// Loads the checkpoint at `path` into `model` and `optim` (whose state
+/// objects it replaces, then binds again), restores LibTorch's generator when the checkpoint
 /// was written on this architecture, and returns the position. `world` and
 /// `steps_per_epoch` are this run's; `residual_size` is the gradient
 /// sync's per-rank residual length. Notes settings that differ from the
@@ -37,7 +38,7 @@ struct resume_point {
 /// Throws ferry::exception naming the file (trainer_errc::bad_checkpoint,
 /// or the reader's error); LibTorch's own errors come as c10::Error.
 resume_point load_checkpoint(const std::filesystem::path& path, const train_config& c, std::uint32_t world,
-                             std::int64_t steps_per_epoch, mlp_impl& model, torch::optim::Adam& adam,
+                             std::int64_t steps_per_epoch, mlp_impl& model, optimizer& optim,
                              std::size_t residual_size, reporter& report);
 
 }  // namespace ferry::trainer
