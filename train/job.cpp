@@ -409,6 +409,7 @@ class job {
   // ranks' counters gathered, the test set evaluated, the replicas
   // compared, the epoch reported (rank 0) and saved when due.
   train_result epoch_end(const epoch_progress& p) {
+    profiler_.finish();  // --profile covers training batches only, within the first epoch
     average_buffers();
     auto [s, seen] = gather_epoch_stats(p);
     s.test_acc = evaluate();

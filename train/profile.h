@@ -1,5 +1,6 @@
 // ferry-train's --profile (INTERNAL to ferry-train): LibTorch's profiler
-// over the first N batches of the run, its events summed per kind of
+// over the first N batches of the run (fewer when the first epoch has
+// fewer; evaluation is never profiled), its events summed per kind of
 // module and pass, as the course's profiler tables: Linear, BatchNorm and
 // the activation, forward and backward, each with its calls, time and the
 // memory its operators allocated.
