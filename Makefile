@@ -53,24 +53,39 @@ demo: deps
 	@build/native/tools/ferry plot $(DEMO_DIR)/metrics.jsonl -o $(DEMO_DIR)/curves.svg >/dev/null
 	@echo "curves: $(DEMO_DIR)/curves.svg (open it in a browser); checkpoint: ferry inspect $(DEMO_DIR)/ferry-train.ferry"
 
+# Each tree's build and tests print the time they started and took, so a
+# slow make test shows where its minutes go.
+STAMP = @echo "make: $@: $(1) at $$(date +%T) ($$(( $$(date +%s) - $$(cat build/.$@.start) )) s since the tree started)"
+
 native: deps
+	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,native)
+	$(call STAMP,built)
 	ctest --preset native
+	$(call STAMP,tested)
 
 asan: deps
+	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,asan)
+	$(call STAMP,built)
 	ctest --preset asan
+	$(call STAMP,tested)
 
 $(CROSS_ARCHES): deps
+	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,$@)
+	$(call STAMP,built)
 	ctest --preset $@
+	$(call STAMP,tested)
 
 # The mixed rings (x86-64 + armhf + s390x ranks for comm/ and checkpoints,
 # s390x + x86-64 + aarch64 ranks for ferry-train) run from the native tree
 # with the programs the cross trees built.
 cross: $(CROSS_ARCHES)
+	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,native)
 	ctest --preset mixed
+	$(call STAMP,tested)
 
 fuzz-build: fuzz-deps
 	$(call build_preset,fuzz)
