@@ -131,6 +131,8 @@ bench: bench-deps
 	scripts/run-s390x-bench message
 	scripts/run-s390x-bench checkpoint
 	bench/train_compare --ferry-train build/bench/train/ferry-train --out bench-results/train_compare.json
+	bench/seed_experiments --ferry-train build/bench/train/ferry-train --keep bench-results/seed_metrics \
+	  --out bench-results/seed_experiments.json
 
 clean:
 	rm -rf build
