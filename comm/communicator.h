@@ -266,6 +266,42 @@ class communicator {
   work start_reduce_scatter_bytes(codec::dtype type, std::span<const std::byte> in, std::vector<std::size_t> counts,
                                   std::span<std::byte> out, const allreduce_options& o = {});
 
+  /// ZeRO's halves of an allreduce. On the ring an allreduce of n elements
+  /// is a reduce-scatter, after which each rank holds one block of the
+  /// result complete (owned_block(n)), and an all-gather of those blocks.
+  /// start_reduce_scatter_owned runs the first half over `data` (options
+  /// as allreduce's, compression and error feedback included): afterwards
+  /// data's owned block holds the bits an allreduce of `data` by the ring
+  /// would leave there on every rank, and the residual what it would
+  /// leave; the rest of `data` is scratch. start_allgather_owned runs the
+  /// second half, uncompressed: every rank's owned block of `data` to
+  /// every rank. Both take the ring whatever algorithm_for() says;
+  /// ring_allreduce_for() tells whether an allreduce of those bytes would
+  /// run the ring too, and so match these halves bit for bit.
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  work start_reduce_scatter_owned(R&& data, const allreduce_options& o = {}) {
+    return start_reduce_scatter_owned_bytes(element_dtype<std::ranges::range_value_t<R>>,
+                                            std::as_writable_bytes(std::span(data)), o);
+  }
+  work start_reduce_scatter_owned_bytes(codec::dtype type, std::span<std::byte> data, const allreduce_options& o = {});
+  template <std::ranges::contiguous_range R>
+    requires element<std::ranges::range_value_t<R>>
+  work start_allgather_owned(R&& data) {
+    return start_allgather_owned_bytes(element_dtype<std::ranges::range_value_t<R>>,
+                                       std::as_writable_bytes(std::span(data)));
+  }
+  work start_allgather_owned_bytes(codec::dtype type, std::span<std::byte> data);
+  /// The elements [first, first + size) of an allreduce of `count`
+  /// elements that this rank completes in the reduce-scatter half: block
+  /// p+1 of the ring's n blocks (sizes differing by at most one, the larger
+  /// first), p this rank's place on the ring. Everything with one rank.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const noexcept;
+  /// Whether an allreduce of `bytes` with compression `comp` runs the flat
+  /// ring (algorithm_for() says ring, and no host groups take it over):
+  /// then its result equals the two halves' bit for bit.
+  [[nodiscard]] bool ring_allreduce_for(std::size_t bytes, compression comp) const;
+
   /// Copies `root`'s buffer to every rank (same size everywhere). `data`
   /// is any contiguous range of elements: a std::span, a std::vector, ...
   template <std::ranges::contiguous_range R>

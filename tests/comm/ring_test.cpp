@@ -453,6 +453,59 @@ TEST_P(Ring, ReduceScatterGivesTheAllreducesBlocks) {
   }
 }
 
+// ZeRO's halves: the reduce-scatter half leaves this rank's owned block
+// (block p+1) with the allreduce's bits, f32 and compressed (with the
+// allreduce's residual), and the all-gather half spreads the owned blocks
+// so that every rank ends with the whole allreduce.
+TEST_P(Ring, HalvesOfTheAllreduceAreTheAllreduce) {
+  const std::uint32_t n = GetParam();
+  constexpr std::size_t count = 1001;
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        const auto all = input(r, count, 11);
+        const auto [first, size] = comm.owned_block(count);
+        const auto owned = [&](const std::vector<float>& v) {
+          return bits(std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(first),
+                                         v.begin() + static_cast<std::ptrdiff_t>(first + size)));
+        };
+        std::vector<std::byte> verdict;
+        const auto check = [&](bool ok) { verdict.push_back(static_cast<std::byte>(ok)); };
+        check(comm.ring_allreduce_for(count * 4, compression::none));
+        check(first == [&] {  // block p+1 of the ring (place = rank here)
+          const std::size_t k = (r + 1) % n, base = count / n, rem = count % n;
+          return base * k + std::min(k, rem);
+        }());
+        // f32, averaged.
+        auto whole = all;
+        comm.allreduce(whole, {.op = reduce_op::avg});
+        auto half = all;
+        comm.start_reduce_scatter_owned(half, {.op = reduce_op::avg}).wait();
+        check(owned(half) == owned(whole));
+        // The second half fills in every other block.
+        for (std::size_t i = 0; i < count; ++i) {
+          if (i < first || i >= first + size) half[i] = std::numeric_limits<float>::quiet_NaN();
+        }
+        comm.start_allgather_owned(half).wait();
+        check(bits(half) == bits(whole));
+        // bf16 with error feedback: the same block, the same residual.
+        error_feedback ef_whole(count), ef_half(count);
+        auto cw = all, ch = all;
+        comm.allreduce(cw, {.op = reduce_op::avg, .comp = compression::bf16, .feedback = &ef_whole});
+        comm.start_reduce_scatter_owned(ch, {.op = reduce_op::avg, .comp = compression::bf16, .feedback = &ef_half})
+            .wait();
+        check(owned(ch) == owned(cw));
+        check(bits(std::vector<float>(ef_half.residual().begin(), ef_half.residual().end())) ==
+              bits(std::vector<float>(ef_whole.residual().begin(), ef_whole.residual().end())));
+        return verdict;
+      },
+      [](std::uint32_t, config& c) { c.chunk_bytes = 64; });
+  expect_all_ok(out);
+  const std::vector<std::byte> all_true(6, std::byte{1});
+  for (std::uint32_t r = 0; r < n; ++r) EXPECT_EQ(out[r].bytes, all_true) << "rank " << r;
+}
+
 TEST_P(Ring, OpsATypeDoesNotTakeAreRefusedAndSoIsABadBool) {
   const std::uint32_t n = GetParam();
   const auto out = run_world(n, [&](std::uint32_t, config& c, std::optional<listener>& l) {
