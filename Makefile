@@ -53,8 +53,8 @@ demo: deps
 	@build/native/tools/ferry plot $(DEMO_DIR)/metrics.jsonl -o $(DEMO_DIR)/curves.svg >/dev/null
 	@echo "curves: $(DEMO_DIR)/curves.svg (open it in a browser); checkpoint: ferry inspect $(DEMO_DIR)/ferry-train.ferry"
 
-# Each tree's build and tests print the time they started and took, so a
-# slow make test shows where its minutes go.
+# Each tree prints the time its build and its tests ended and the seconds
+# since the tree started, so a slow make test shows where its minutes go.
 STAMP = @echo "make: $@: $(1) at $$(date +%T) ($$(( $$(date +%s) - $$(cat build/.$@.start) )) s since the tree started)"
 
 native: deps

@@ -280,8 +280,7 @@ class job {
   }
 
   // Rank 0 only: the checkpoint at `path` into the model, the optimizer's
-  // state and
-  // the position (resume.h). Throws naming the file.
+  // state and the position (resume.h). Throws naming the file.
   void resume(const std::filesystem::path& path) {
     auto point = load_checkpoint(path, c_, world_, steps_, *model_, *optim_, sync_->size(), *report_);
     updates_ = point.updates;
@@ -566,7 +565,9 @@ std::string to_json(const train_config& c) {
                         {"batchnorm", c.batchnorm}, {"optimizer", name(o.kind)}, {"lr", o.lr},
                         {"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", o.nesterov},
                         {"weight_decay", o.weight_decay}, {"alpha", o.alpha}, {"centered", o.centered},
-                        {"eps", o.eps}, {"accumulate", c.accumulate}, {"batch", c.batch},
+                        {"eps", o.eps}, {"accumulate", c.accumulate},
+                        {"precision", c.precision == at::kBFloat16 ? "bf16" : c.precision == at::kHalf ? "f16" : "f32"},
+                        {"batch", c.batch},
                         {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
                         {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},

@@ -108,13 +108,22 @@ int main(int argc, char** argv) {
                                       "L2 penalty added to the gradient; decoupled for adamw (default: 1e-2 for "
                                       "adamw, 0 for the others)")
                            ->check(CLI::NonNegativeNumber);
-  app.add_option("--momentum", o.momentum, "sgd, rmsprop: momentum (default 0)")->check(CLI::NonNegativeNumber);
-  app.add_option("--dampening", o.dampening, "sgd: dampening of the momentum (default 0)");
-  app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum, no --dampening)");
-  app.add_option("--alpha", o.alpha, "rmsprop: smoothing constant (default 0.99)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--centered", o.centered, "rmsprop: normalise by the gradient's estimated variance");
-  app.add_option("--eps", o.eps, "adam, adamw, rmsprop: term added to the denominator (default 1e-8)")
-      ->check(CLI::NonNegativeNumber);
+  using ferry::trainer::optimizer_kind;
+  // Options of some optimizers only: given to another, a usage error.
+  const std::vector<std::pair<CLI::Option*, std::vector<optimizer_kind>>> only_for{
+      {app.add_option("--momentum", o.momentum, "sgd, rmsprop: momentum (default 0)")->check(CLI::NonNegativeNumber),
+       {optimizer_kind::sgd, optimizer_kind::rmsprop}},
+      {app.add_option("--dampening", o.dampening, "sgd: dampening of the momentum (default 0)"), {optimizer_kind::sgd}},
+      {app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum, no --dampening)"),
+       {optimizer_kind::sgd}},
+      {app.add_option("--alpha", o.alpha, "rmsprop: smoothing constant (default 0.99)")->check(CLI::NonNegativeNumber),
+       {optimizer_kind::rmsprop}},
+      {app.add_flag("--centered", o.centered, "rmsprop: normalise by the gradient's estimated variance"),
+       {optimizer_kind::rmsprop}},
+      {app.add_option("--eps", o.eps, "adam, adamw, rmsprop: term added to the denominator (default 1e-8)")
+           ->check(CLI::NonNegativeNumber),
+       {optimizer_kind::adam, optimizer_kind::adamw, optimizer_kind::rmsprop}},
+  };
   app.add_option("--batch", c.batch, "batch size per rank (of each micro-batch with --accumulate)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--accumulate", c.accumulate,
@@ -177,6 +186,13 @@ int main(int argc, char** argv) {
   const auto kind_defaults = ferry::trainer::defaults(o.kind);
   if (lr->count() == 0) o.lr = kind_defaults.lr;
   if (weight_decay->count() == 0) o.weight_decay = kind_defaults.weight_decay;
+  for (const auto& [option, kinds] : only_for) {
+    if (option->count() > 0 && std::find(kinds.begin(), kinds.end(), o.kind) == kinds.end()) {
+      std::fprintf(stderr, "ferry-train: %s is not an option of --optimizer %s\n", option->get_name().c_str(),
+                   optimizer.c_str());
+      return 2;
+    }
+  }
   if (const auto why = ferry::trainer::invalid(o)) {
     std::fprintf(stderr, "ferry-train: --optimizer %s: %s\n", optimizer.c_str(), why->c_str());
     return 2;
@@ -287,7 +303,8 @@ int main(int argc, char** argv) {
                               {"layout", layout(comm->world_size())},
                               {"wall_s", r.wall_s}, {"train_loss", r.train_loss}, {"train_acc", r.train_acc},
                               {"test_acc", r.test_acc}, {"epochs", r.epochs}, {"optimizer", optimizer},
-                              {"activation", activation}, {"accumulate", c.accumulate}, {"batch", c.batch},
+                              {"activation", activation}, {"precision", precision}, {"accumulate", c.accumulate},
+                              {"batch", c.batch}, {"train_samples", data->train.count},
                               {"peak_rss_bytes", r.peak_rss_bytes}}
                    .dump()
             << '\n';

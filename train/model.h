@@ -109,21 +109,23 @@ class autocast_scope {
  public:
   explicit autocast_scope(at::ScalarType precision) : on_(precision != at::kFloat) {
     if (!on_) return;
+    was_enabled_ = at::autocast::is_cpu_enabled();
     was_dtype_ = at::autocast::get_autocast_cpu_dtype();
     at::autocast::set_autocast_cpu_dtype(precision);
     at::autocast::set_cpu_enabled(true);
   }
   ~autocast_scope() {
     if (!on_) return;
-    at::autocast::set_cpu_enabled(false);
+    at::autocast::set_cpu_enabled(was_enabled_);
     at::autocast::set_autocast_cpu_dtype(was_dtype_);
-    at::autocast::clear_cache();
+    if (!was_enabled_) at::autocast::clear_cache();
   }
   autocast_scope(const autocast_scope&) = delete;
   autocast_scope& operator=(const autocast_scope&) = delete;
 
  private:
   bool on_;
+  bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 

@@ -6,6 +6,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <span>
 #include <unordered_map>
 
 #include "ferry/trainer/error.h"
@@ -165,7 +167,8 @@ void optimizer::bind(const torch::nn::Module& model) {
       const std::string f(field);
       auto t = a.get(f);
       if (!t.defined() || t.sizes() != p.sizes() || t.scalar_type() != at::kFloat) {
-        fail("the " + kind + " state of " + who + " has no " + f + " of its shape");
+        fail("the " + kind + " state of " + who + " has no f32 " + f + " of its shape (saved with another --momentum "
+             "or --centered? resume with the checkpoint's)");
       }
       t = t.contiguous();
       a.set(f, t);

@@ -69,11 +69,13 @@ void batch_profiler::stop() {
     }
   }
   std::map<std::pair<std::string_view, bool>, profile_row> sums;  // (module, backward)
-  const auto add = [&](std::string_view module, bool backward, double us, std::int64_t bytes) {
+  // A Linear's backward is two nodes (AddmmBackward0 and TBackward0, the
+  // weight's transpose): both count in time and memory, one as the call.
+  const auto add = [&](std::string_view module, bool backward, double us, std::int64_t bytes, bool call = true) {
     auto& row = sums[{module, backward}];
     row.module = module;
     row.pass = backward ? "backward" : "forward";
-    row.calls += 1;
+    row.calls += call ? 1 : 0;
     row.ms += us / 1000;
     row.bytes += bytes;
   };
@@ -93,10 +95,11 @@ void batch_profiler::stop() {
             const std::string_view name = it->name;
             const double us = it->start->cpuElapsedUs(e);
             if (name.starts_with(engine_prefix)) {
-              if (engine_ranges) add(module_of_node(name.substr(engine_prefix.size())), true, us, it->bytes);
+              const auto node = name.substr(engine_prefix.size());
+              if (engine_ranges) add(module_of_node(node), true, us, it->bytes, node != "TBackward0");
             } else if (name.ends_with("Backward0") || name.ends_with("Backward1") ||
                        name == "torch::autograd::AccumulateGrad") {
-              if (!engine_ranges) add(module_of_node(name), true, us, it->bytes);
+              if (!engine_ranges) add(module_of_node(name), true, us, it->bytes, name != "TBackward0");
             } else {
               for (const auto m : modules) {
                 if (m != "other" && name == m) add(m, false, us, it->bytes);

@@ -135,7 +135,8 @@ void note_changed_settings(const ferry::libtorch::metadata_map& meta, const trai
   const auto now = nlohmann::json::parse(to_json(c));
   std::string changed;
   for (const char* key : {"hidden", "activation", "batchnorm", "freeze", "lr", "momentum", "dampening", "nesterov",
-                          "weight_decay", "alpha", "centered", "eps", "accumulate", "batch", "seed", "drop_last",
+                          "weight_decay", "alpha", "centered", "eps", "accumulate", "precision", "batch", "seed",
+                          "drop_last",
                           "limit", "compress"}) {
     if (before.is_object() && before.contains(key) && before[key] != now[key]) {
       changed += std::string(changed.empty() ? "" : ", ") + "--" + key + " " + before[key].dump() + " -> " +
@@ -164,13 +165,14 @@ resume_point load_checkpoint(const std::filesystem::path& path, const train_conf
   };
   in_file(ferry::libtorch::load_state_dict(model, tensors.model));
   in_file(ferry::libtorch::load_optimizer_state(optim.libtorch(), model, tensors.optim, l.metadata));
+  resume_point out;
   try {
     optim.bind(model);
+    out.updates = updates_of(l.metadata, optim, model, where);
   } catch (const ferry::exception& e) {
+    if (e.error().context().starts_with(where)) throw;  // updates_of's own errors name the file
     throw ferry::exception(e.error().wrap(path.string()));
   }
-  resume_point out;
-  out.updates = updates_of(l.metadata, optim, model, where);
   restore_generator(tensors.rng, l.metadata);
   out.epoch = position.epoch;
   out.step = position.step;

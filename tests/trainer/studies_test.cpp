@@ -5,6 +5,7 @@
 // Small runs (a few thousand Fashion-MNIST samples) keep it quick.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -190,7 +191,9 @@ TEST_F(Studies, OptionsThatCannotRunAreUsageErrors) {
   for (const auto& [options, message] :
        {std::pair{"--optimizer sgd --nesterov", "--optimizer sgd: Nesterov momentum needs a momentum above 0"},
         std::pair{"--accumulate 4 --checkpoint-steps 10", "--checkpoint-steps 10 is not a multiple of --accumulate 4"},
-        std::pair{"--activation swish", "--activation"}}) {
+        std::pair{"--activation swish", "--activation"},
+        std::pair{"--momentum 0.9", "--momentum is not an option of --optimizer adam"},
+        std::pair{"--optimizer sgd --centered", "--centered is not an option of --optimizer sgd"}}) {
     const auto r = shell(job(100, 1) + " " + options);
     EXPECT_EQ(r.status, 2) << options;
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;

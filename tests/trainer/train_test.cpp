@@ -242,7 +242,8 @@ TEST_F(Trainer, FourRanksLearnWithIdenticalReplicas) {
 TEST_F(Trainer, KilledJobResumesToTheSameBits) {
   // 2 ranks x 1500 samples / 32 = 47 steps per epoch; the kill lands in
   // epoch 3, after the end-of-epoch-2 checkpoint.
-  for (const std::string extra : {"", " --compress bf16 --overlap --bucket-kb 16 --checkpoint-steps 10"}) {
+  for (const std::string extra :
+       {"", " --compress bf16 --overlap --bucket-kb 16 --checkpoint-steps 10 --accumulate 2 --optimizer sgd --momentum 0.9"}) {
     SCOPED_TRACE(extra);
     const auto base = run() + " -n 2 " + hooked_job(3000, 4) + extra;
     ASSERT_EQ(shell(base + " --checkpoint straight.ferry").status, 0);
