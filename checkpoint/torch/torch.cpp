@@ -77,6 +77,8 @@ std::string shape_text(at::IntArrayRef s) {
 }
 
 // The optimizer kinds the adapter knows, and their per-parameter tensors.
+// (trainer/optimizers.h names the same four: checkpoint/ sits below the
+// trainer and cannot use its table.)
 enum class optimizer_kind { adam, adamw, sgd, rmsprop };
 
 std::optional<optimizer_kind> kind_of(const torch::optim::Optimizer& o) {

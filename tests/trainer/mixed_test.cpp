@@ -61,6 +61,16 @@ class MixedTraining : public scratch_dir {
     for (int s; in >> s;) status.push_back(s);
     return status;
   }
+  // The train loss of each epoch record in m.jsonl (rank 0's metrics).
+  std::vector<double> epoch_losses() {
+    std::vector<double> losses;
+    std::ifstream in(dir_ / "m.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] == "epoch") losses.push_back(j["train_loss"].get<double>());
+    }
+    return losses;
+  }
   std::string log(int rank) { return read_text(dir_ / ("out" + std::to_string(rank))) + read_text(dir_ / ("err" + std::to_string(rank))); }
 };
 
@@ -70,12 +80,7 @@ TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
   const auto status = ring({s390x, native, aarch64}, job + " --checkpoint be.ferry --metrics m.jsonl");
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
   // Rank 0 (s390x) reports; every epoch's replica check passed.
-  std::vector<double> losses;
-  std::ifstream in(dir_ / "m.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "epoch") losses.push_back(j["train_loss"].get<double>());
-  }
+  const auto losses = epoch_losses();
   ASSERT_EQ(losses.size(), 2u);
   EXPECT_LT(losses[1], losses[0]);
   EXPECT_NE(read_text(dir_ / "out0").find("| 1 node x 3 processes | ferry |"), std::string::npos) << log(0);
@@ -145,12 +150,7 @@ TEST_F(MixedTraining, StudiesOptionsKeepReplicasIdentical) {
                           "--momentum 0.9 --centered --accumulate 2 --activation gelu --precision bf16";
   const auto status = ring({s390x, native, native}, job + " --metrics m.jsonl");
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
-  std::vector<double> losses;
-  std::ifstream in(dir_ / "m.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "epoch") losses.push_back(j["train_loss"].get<double>());
-  }
+  const auto losses = epoch_losses();
   ASSERT_EQ(losses.size(), 2u);
   EXPECT_LT(losses[1], losses[0]);
 }
