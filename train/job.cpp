@@ -4,7 +4,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cassert>
 #include <exception>
 #include <bit>
 #include <chrono>

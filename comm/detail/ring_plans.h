@@ -50,7 +50,7 @@ struct chunking {
   }
 };
 
-encoding encoding_of(compression c) {
+inline encoding encoding_of(compression c) {
   switch (c) {
     case compression::bf16: return encoding::bf16;
     case compression::f16: return encoding::f16;
@@ -59,7 +59,7 @@ encoding encoding_of(compression c) {
   return encoding::raw;
 }
 
-std::size_t mod(std::int64_t k, std::uint32_t n) {
+inline std::size_t mod(std::int64_t k, std::uint32_t n) {
   const auto ranks = static_cast<std::int64_t>(n);
   return static_cast<std::size_t>(((k % ranks) + ranks) % ranks);
 }
