@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "ferry/comm/communicator.h"
 
@@ -37,6 +38,17 @@ class collectives {
   /// outlive the wait.
   [[nodiscard]] virtual std::function<void()> start_allreduce_avg(std::span<float> data, comm::compression comp,
                                                                   comm::error_feedback* feedback) = 0;
+  /// ZeRO's halves of start_allreduce_avg over a bucket of `count`
+  /// elements: the elements [first, first + size) this rank owns (steps,
+  /// then gathers), the same partition on every rank for a given count.
+  [[nodiscard]] virtual std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const = 0;
+  /// Leaves in data's owned block the bits start_allreduce_avg(data, ...)
+  /// would leave there (and in `feedback` its residual); the rest of
+  /// `data` is scratch. Queued like start_allreduce_avg.
+  [[nodiscard]] virtual std::function<void()> start_reduce_scatter_avg(std::span<float> data, comm::compression comp,
+                                                                       comm::error_feedback* feedback) = 0;
+  /// Every rank's owned block of `data` to every rank, in place; queued.
+  [[nodiscard]] virtual std::function<void()> start_allgather_owned(std::span<float> data) = 0;
   /// Every rank's `mine` (same size everywhere) in rank order.
   virtual void allgather(std::span<const double> mine, std::span<double> out) = 0;
   virtual void allgather(std::span<const float> mine, std::span<float> out) = 0;

@@ -5,12 +5,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <utility>
+#include <vector>
 
 #include "collectives.h"
 #include "ferry/comm/config.h"
@@ -113,6 +116,39 @@ class gloo_collectives final : public collectives {
     return [w, data, n] {
       w->wait();
       for (float& x : data) x = x / n;
+    };
+  }
+  // ZeRO over Gloo: LibTorch 1.13's ProcessGroupGloo has no
+  // reduce_scatter, so the first half is the allreduce (which completes
+  // every block); blocks split the bucket by rank, larger first.
+  std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const override {
+    const std::size_t base = count / world_, extra = count % world_;
+    return {rank_ * base + std::min<std::size_t>(rank_, extra), base + (rank_ < extra ? 1 : 0)};
+  }
+  std::function<void()> start_reduce_scatter_avg(std::span<float> data, comm::compression comp,
+                                                 comm::error_feedback* feedback) override {
+    return start_allreduce_avg(data, comp, feedback);
+  }
+  // Gloo gathers equal pieces: each block travels padded to the largest.
+  std::function<void()> start_allgather_owned(std::span<float> data) override {
+    const std::size_t widest = (data.size() + world_ - 1) / world_;
+    auto mine = std::make_shared<std::vector<float>>(widest, 0.0f);
+    auto all = std::make_shared<std::vector<float>>(widest * world_);
+    const auto [first, size] = owned_block(data.size());
+    std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(first), size, mine->begin());
+    std::vector<at::Tensor> inputs{wrap(std::span<float>(*mine))};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (std::uint32_t r = 0; r < world_; ++r) outputs[0].push_back(wrap(std::span<float>(*all).subspan(r * widest, widest)));
+    auto w = group_->allgather(outputs, inputs);
+    const std::size_t base = data.size() / world_, extra = data.size() % world_;
+    return [w, mine, all, data, widest, base, extra, world = world_] {
+      w->wait();
+      std::size_t at = 0;
+      for (std::uint32_t r = 0; r < world; ++r) {
+        const std::size_t n = base + (r < extra ? 1 : 0);
+        std::copy_n(all->begin() + static_cast<std::ptrdiff_t>(r * widest), n, data.begin() + static_cast<std::ptrdiff_t>(at));
+        at += n;
+      }
     };
   }
   void allgather(std::span<const double> mine, std::span<double> out) override { gather(mine, out); }

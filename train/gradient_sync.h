@@ -1,6 +1,6 @@
 // ferry-train's gradient averaging over the collectives, fused or
-// overlapped with backward, with error feedback when compressed (INTERNAL
-// to ferry-train).
+// overlapped with backward, with error feedback when compressed, and
+// ZeRO's sharding (INTERNAL to ferry-train).
 #pragma once
 
 #include <chrono>
@@ -14,97 +14,67 @@
 #include <torch/torch.h>
 
 #include "collectives.h"
-#include "ferry/base/error.h"
 #include "ferry/comm/communicator.h"
+#include "optimizer.h"
 
 namespace ferry::trainer {
 
-// Gradient averaging. Gradients live in one flat buffer, parameters in
-// reverse order (backward produces them roughly last layer first), cut
-// into buckets. Fused: one allreduce of everything after backward.
-// Overlapped: each bucket's allreduce starts from the post hook of the
-// AccumulateGrad node of its last parameter (as DDP's reducer does), while
-// backward continues; buckets start strictly in order, so every rank
-// queues the same collectives in the same order. Accumulating (DDP's
-// no_sync), the hooks of every backward but a group's last do nothing.
+/// Gradient averaging. Gradients live in one flat buffer, parameters in
+/// reverse order (backward produces them roughly last layer first), cut
+/// into buckets. Fused: one allreduce of everything after backward.
+/// Overlapped: each bucket's allreduce starts from the post hook of the
+/// AccumulateGrad node of its last parameter (as DDP's reducer does), while
+/// backward continues; buckets start strictly in order, so every rank
+/// queues the same collectives in the same order. Accumulating (DDP's
+/// no_sync), the hooks of every backward but a group's last do nothing.
+///
+/// ZeRO (stage 1 or 2, with more than one rank): each bucket is cut into
+/// one block per rank (collectives::owned_block). A rank's block of each
+/// bucket is reduce-scattered instead of allreduced, with the bits the
+/// allreduce leaves there; the rank steps only the pieces of parameters
+/// inside its blocks (owned(), owned_grad()), then gather_params() sends
+/// them to every rank. Stage 1 keeps the flat buffer; stage 2 keeps only
+/// this rank's blocks between steps: a bucket is staged from its first
+/// gradient until its exchange is done (launching a bucket waits for the
+/// one two before it, so two exchange while the next fills), and each
+/// parameter's .grad is released once copied (but summed in place over an
+/// --accumulate group, whose last backward alone exchanges).
 class gradient_sync {
  public:
   gradient_sync(const std::vector<at::Tensor>& params, collectives& comm, comm::compression comp, bool overlap,
-                std::size_t bucket_bytes)
-      : comm_(comm), comp_(comp), overlap_(overlap && comm.world_size() > 1), alone_(comm.world_size() == 1) {
-    for (auto it = params.rbegin(); it != params.rend(); ++it) order_.push_back(*it);
-    std::size_t total = 0;
-    bucket_of_.resize(order_.size());
-    offset_.resize(order_.size());
-    for (std::size_t i = 0; i < order_.size(); ++i) {
-      const auto n = static_cast<std::size_t>(order_[i].numel());
-      if (buckets_.empty() || (overlap_ && buckets_.back().count > 0 && (buckets_.back().count + n) * 4 > bucket_bytes)) {
-        buckets_.push_back({total, 0, 0, 0});
-      }
-      bucket_of_[i] = buckets_.size() - 1;
-      offset_[i] = total;
-      buckets_.back().count += n;
-      buckets_.back().params += 1;
-      total += n;
-    }
-    flat_.assign(total, 0.0f);
-    for (auto& b : buckets_) feedback_.emplace_back(comp_ == comm::compression::none ? 0 : b.count);
-    if (overlap_) {
-      for (std::size_t i = 0; i < order_.size(); ++i) {
-        auto acc = torch::autograd::impl::grad_accumulator(order_[i]);
-        acc->add_post_hook(std::make_unique<ready_hook>(this, i));
-        accumulators_.push_back(std::move(acc));
-      }
-    }
-  }
+                std::size_t bucket_bytes, int zero);
   gradient_sync(const gradient_sync&) = delete;
   gradient_sync& operator=(const gradient_sync&) = delete;
 
   [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
-  [[nodiscard]] std::size_t size() const { return flat_.size(); }
+  /// Elements over every bucket.
+  [[nodiscard]] std::size_t size() const { return total_; }
+  /// 0, 1 or 2: the ZeRO stage in effect (0 with one rank).
+  [[nodiscard]] int zero() const { return zero_; }
 
   /// Before each backward; `sync` false for the micro-batches of an update
   /// group but its last (--accumulate): their gradients only add up in
   /// place, and after_backward() is not called.
-  void before_backward(bool sync) {
-    syncing_ = sync;
-    for (auto& b : buckets_) b.ready = 0;
-    for (auto& w : waits_) w = nullptr;
-    waits_.resize(buckets_.size());
-    next_ = 0;
-  }
-  /// Averages every gradient; returns the seconds spent waiting.
-  double after_backward() {
-    if (alone_) return 0;  // one rank's average is its own gradient
-    const auto t = std::chrono::steady_clock::now();
-    if (!overlap_) {
-      for (std::size_t i = 0; i < order_.size(); ++i) copy_in(i);
-      for (std::size_t b = 0; b < buckets_.size(); ++b) launch(b);
-    }
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (!waits_[b]) throw ferry::exception(error(errc::bad_value, "a gradient bucket was never filled (a parameter without gradient)"));
-      waits_[b]();
-    }
-    for (std::size_t i = 0; i < order_.size(); ++i) {
-      auto& g = order_[i].mutable_grad();
-      if (!g.is_contiguous()) g = g.contiguous();
-      std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]), g.numel(), g.data_ptr<float>());
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  }
+  void before_backward(bool sync);
+  /// Averages every gradient (ZeRO: this rank's blocks of it); returns the
+  /// seconds spent waiting. Without ZeRO the averages are in each .grad.
+  double after_backward();
+
+  /// ZeRO: the piece of parameter i (of the constructor's list) this rank
+  /// steps, possibly empty; its averaged gradient after after_backward().
+  [[nodiscard]] piece owned(std::size_t i) const { return owned_[i]; }
+  [[nodiscard]] std::span<const float> owned_grad(std::size_t i) const;
+  /// ZeRO, after the step: every rank's pieces of the parameters to every
+  /// rank. Returns the seconds spent waiting.
+  double gather_params();
+
+  /// Bytes of gradients this object holds between steps: the flat buffer,
+  /// or (stage 2) the owned blocks.
+  [[nodiscard]] std::size_t held_bytes() const;
+
   /// Error-feedback residuals (compressed runs), flat in bucket order.
-  [[nodiscard]] std::vector<float> residuals() const {
-    std::vector<float> out;
-    for (const auto& f : feedback_) out.insert(out.end(), f.residual().begin(), f.residual().end());
-    return out;
-  }
-  void set_residuals(std::span<const float> r) {
-    std::size_t at = 0;
-    for (auto& f : feedback_) {
-      std::copy_n(r.begin() + static_cast<std::ptrdiff_t>(at), f.residual().size(), f.residual().begin());
-      at += f.residual().size();
-    }
-  }
+  [[nodiscard]] std::vector<float> residuals() const;
+  void set_residuals(std::span<const float> r);
 
  private:
   struct ready_hook final : torch::autograd::FunctionPostHook {
@@ -118,37 +88,35 @@ class gradient_sync {
     std::size_t index;
   };
   struct bucket {
-    std::size_t offset, count, params, ready;
+    std::size_t offset = 0, count = 0, params = 0, ready = 0;
+    std::size_t param0 = 0;           // its first parameter in order_
+    std::size_t first = 0, size = 0;  // this rank's block, within the bucket (ZeRO)
+    std::size_t kept = 0;             // stage 2: where the block sits in kept_
+    std::unique_ptr<float[]> staged;  // stage 2: the bucket while exchanged
+    std::function<void()> wait;       // the exchange under way
+    bool launched = false, done = false;
   };
 
-  void copy_in(std::size_t i) {
-    const auto& g = order_[i].grad();
-    if (!g.defined()) throw ferry::exception(error(errc::bad_value, "a parameter has no gradient"));
-    std::copy_n(g.contiguous().data_ptr<float>(), g.numel(), flat_.begin() + static_cast<std::ptrdiff_t>(offset_[i]));
-  }
-  void ready(std::size_t i) {
-    if (!syncing_) return;
-    copy_in(i);
-    auto& b = buckets_[bucket_of_[i]];
-    if (++b.ready < b.params) return;
-    while (next_ < buckets_.size() && buckets_[next_].ready == buckets_[next_].params) launch(next_++);
-  }
-  void launch(std::size_t b) {
-    const auto& bk = buckets_[b];
-    std::span<float> data(flat_.data() + bk.offset, bk.count);
-    waits_[b] = comm_.start_allreduce_avg(data, comp_, comp_ == comm::compression::none ? nullptr : &feedback_[b]);
-  }
+  float* data_of(bucket& b);
+  void copy_in(std::size_t k);
+  void ready(std::size_t k);
+  void launch(std::size_t b);
+  void finish(std::size_t b);
+  void scatter_params(std::size_t b);
 
   collectives& comm_;
   comm::compression comp_;
   bool overlap_;
   bool alone_;
-  std::vector<at::Tensor> order_;
+  int zero_;
+  std::size_t total_ = 0;
+  std::vector<at::Tensor> order_;  // the parameters, last first
   std::vector<std::size_t> bucket_of_, offset_;
   std::vector<bucket> buckets_;
-  std::vector<float> flat_;
+  std::vector<float> flat_;   // every bucket (stage 0 and 1)
+  std::vector<float> kept_;   // this rank's blocks (stage 2)
+  std::vector<piece> owned_;  // per parameter, in the constructor's order
   std::vector<comm::error_feedback> feedback_;
-  std::vector<std::function<void()>> waits_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::size_t next_ = 0;
   bool syncing_ = true;

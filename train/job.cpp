@@ -68,8 +68,8 @@ class job {
   job(const train_config& c, collectives& comm, const train_data& data)
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
     build_model();
-    optim_ = std::make_unique<optimizer>(c.optimizer, params_);
-    sync_ = std::make_unique<gradient_sync>(trained_parameters(), comm_, c.compress, c.overlap, c.bucket_bytes);
+    sync_ = std::make_unique<gradient_sync>(trained_parameters(), comm_, c.compress, c.overlap, c.bucket_bytes, c.zero);
+    optim_ = std::make_unique<optimizer>(c.optimizer, params_, sync_->zero() > 0 ? pieces() : std::vector<piece>{});
     sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
     const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
     steps_ = (per_rank + c.batch - 1) / c.batch;
@@ -77,7 +77,7 @@ class job {
     if (rank_ == 0) report_ = std::make_unique<reporter>(c.progress, c.metrics, !c.resume.empty());
     saver_ = std::make_unique<saver>(
         saver_options{.path = c.checkpoint,
-                      .sharded = c.checkpoint_sharded || c.checkpoint_incremental,
+                      .sharded = c.checkpoint_sharded || c.checkpoint_incremental || sync_->zero() > 0,
                       .async = c.checkpoint_async,
                       .full_every = c.checkpoint_incremental ? c.checkpoint_full_every : 1,
                       .keep_copies = c.keep_saves},
@@ -119,12 +119,39 @@ class job {
   }
 
   // The parameters whose gradients are averaged (those not frozen).
-  std::vector<at::Tensor> trained_parameters() const {
+  std::vector<at::Tensor> trained_parameters() {
     std::vector<at::Tensor> trained;
     for (const auto& p : params_) {
+      trained_index_.push_back(p.requires_grad() ? static_cast<std::ptrdiff_t>(trained.size()) : -1);
       if (p.requires_grad()) trained.push_back(p);
     }
     return trained;
+  }
+
+  // ZeRO: the piece of each parameter whose optimizer state this rank
+  // keeps: its share of the gradient buckets; a frozen parameter's state
+  // (never stepped, but saved) whole on rank 0.
+  std::vector<piece> pieces() const {
+    std::vector<piece> out;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto t = trained_index_[i];
+      out.push_back(t >= 0      ? sync_->owned(static_cast<std::size_t>(t))
+                    : rank_ == 0 ? piece{0, static_cast<std::size_t>(params_[i].numel())}
+                                 : piece{});
+    }
+    return out;
+  }
+
+  // Each parameter's averaged gradient for the step: all of it, or with
+  // ZeRO this rank's piece; nothing for a frozen one.
+  std::vector<std::span<const float>> gradients() const {
+    std::vector<std::span<const float>> out(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto t = trained_index_[i];
+      if (t < 0) continue;
+      out[i] = sync_->zero() > 0 ? sync_->owned_grad(static_cast<std::size_t>(t)) : floats(params_[i].grad());
+    }
+    return out;
   }
 
   // Time and loss within the epoch under way, for the reports.
@@ -209,7 +236,8 @@ class job {
     if (last) {
       waited = sync_->after_backward();
       saver_->before_update();  // a pending asynchronous save has copied what the step changes
-      optim_->step(++updates_);
+      optim_->step(++updates_, gradients());
+      waited += sync_->gather_params();  // ZeRO: every rank's updated pieces
       group_first_ = -1;
     }
     if (rank_ == 0) profiler_.after_batch();
@@ -280,8 +308,12 @@ class job {
 
   // Rank 0 only: the checkpoint at `path` into the model, the optimizer's
   // state and the position (resume.h). Throws naming the file.
+  // With ZeRO, the state goes into a whole optimizer that
+  // share_optimizer_pieces() then hands out.
   void resume(const std::filesystem::path& path) {
-    auto point = load_checkpoint(path, c_, world_, steps_, *model_, *optim_, sync_->size(), *report_);
+    if (optim_->sharded()) whole_optim_ = std::make_unique<optimizer>(c_.optimizer, params_);
+    auto point = load_checkpoint(path, c_, world_, steps_, *model_, whole_optim_ ? *whole_optim_ : *optim_,
+                                 sync_->size(), *report_);
     updates_ = point.updates;
     epoch_ = point.epoch;
     step_ = point.step;
@@ -300,6 +332,25 @@ class job {
     std::vector<std::int64_t> ints = int_state();
     comm_.broadcast(std::span(ints));
     set_int_state(ints);
+    share_optimizer_pieces();
+  }
+
+  // ZeRO, resuming: each rank's pieces of the optimizer state rank 0
+  // loaded, one state tensor at a time (without --resume every state
+  // starts as zeros on every rank).
+  void share_optimizer_pieces() {
+    if (!optim_->sharded() || c_.resume.empty()) return;
+    const auto per = state_names(c_.optimizer).size();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto mine = optim_->piece_of(i);
+      for (std::size_t k = 0; k < per; ++k) {
+        const auto whole = rank_ == 0 ? whole_optim_->state()[i * per + k] : at::empty_like(params_[i]);
+        comm_.broadcast(floats(whole));
+        std::copy_n(floats(whole).begin() + static_cast<std::ptrdiff_t>(mine.begin), mine.count,
+                    floats(optim_->state()[i * per + k]).begin());
+      }
+    }
+    whole_optim_.reset();
   }
 
   // Per-rank state (error-feedback residuals, the partial epoch's
@@ -321,7 +372,7 @@ class job {
   std::vector<at::Tensor> all_float_state() {
     std::vector<at::Tensor> s = params_;
     s.insert(s.end(), float_buffers_.begin(), float_buffers_.end());
-    s.insert(s.end(), optim_->state().begin(), optim_->state().end());
+    if (!optim_->sharded()) s.insert(s.end(), optim_->state().begin(), optim_->state().end());
     return s;
   }
   std::vector<std::int64_t> int_state() {
@@ -465,7 +516,7 @@ class job {
       m.params += static_cast<double>(p.nbytes());
       if (p.grad().defined()) m.grads += static_cast<double>(p.grad().nbytes());
     }
-    m.grads += static_cast<double>(sync_->size() * sizeof(float));
+    m.grads += static_cast<double>(sync_->held_bytes());
     m.optimizer = static_cast<double>(optim_->state_bytes());
     return m;
   }
@@ -497,7 +548,10 @@ class job {
   save_state save_state_now() {
     save_state s;
     s.replicated = ferry::libtorch::state_dict(*model_);
-    ferry::libtorch::optimizer_state(optim_->libtorch(), *model_, s.replicated, s.metadata).value();
+    ferry::libtorch::tensor_map optimizer_tensors;
+    ferry::libtorch::optimizer_state(optim_->libtorch(), *model_, optimizer_tensors, s.metadata).value();
+    if (optim_->sharded()) optimizer_pieces(optimizer_tensors, s.pieces);
+    s.replicated.merge(optimizer_tensors);
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
       // to a host of the same architecture (the job draws nothing from it
@@ -517,8 +571,29 @@ class job {
     // What only the optimizer step changes: everything but the buffers
     // (BatchNorm's statistics change in every forward).
     for (const auto& [name, t] : s.replicated) s.until_update.insert(name);
+    for (const auto& p : s.pieces) s.until_update.insert(p.name);
     for (const auto& item : model_->named_buffers()) s.until_update.erase(item.key());
     return s;
+  }
+
+  // ZeRO: the state tensors of `tensors` (this rank's pieces, as
+  // optimizer_state() named them) move to `pieces`, as parts of the whole
+  // tensors a checkpoint without --zero holds; what is left (the step
+  // counts) is the same on every rank.
+  void optimizer_pieces(ferry::libtorch::tensor_map& tensors, std::vector<shard_item>& pieces) const {
+    std::size_t i = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const auto mine = optim_->piece_of(i++);
+      const auto shape = item.value().sizes();
+      for (const auto field : state_names(c_.optimizer)) {
+        const auto it = tensors.find("optimizer." + item.key() + "." + std::string(field));
+        if (it == tensors.end()) continue;
+        if (mine.count > 0) {
+          pieces.push_back({it->first, it->second, false, {shape.begin(), shape.end()}, mine.begin});
+        }
+        tensors.erase(it);
+      }
+    }
   }
 
   // Where the job is, for a checkpoint's metadata.
@@ -540,6 +615,8 @@ class job {
   std::shared_ptr<mlp_impl> model_;
   std::vector<at::Tensor> params_, float_buffers_, int_buffers_;
   std::unique_ptr<optimizer> optim_;
+  std::unique_ptr<optimizer> whole_optim_;  // ZeRO, rank 0, resuming: the checkpoint's whole state
+  std::vector<std::ptrdiff_t> trained_index_;  // per parameter: its index among the trained ones, or -1
   std::unique_ptr<gradient_sync> sync_;
   std::unique_ptr<distributed_sampler> sampler_;
   std::unique_ptr<reporter> report_;
@@ -569,7 +646,7 @@ std::string to_json(const train_config& c) {
                         {"batch", c.batch},
                         {"epochs", c.epochs}, {"seed", c.seed}, {"drop_last", c.drop_last}, {"limit", c.limit},
                         {"test_limit", c.test_limit}, {"compress", comp}, {"backend", c.backend},
-                        {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes},
+                        {"overlap", c.overlap}, {"bucket_bytes", c.bucket_bytes}, {"zero", c.zero},
                         {"checkpoint_every", c.checkpoint_every}, {"checkpoint_steps", c.checkpoint_steps},
                         {"checkpoint_sharded", c.checkpoint_sharded},
                         {"checkpoint_async", c.checkpoint_async},

@@ -9,7 +9,8 @@
 //               overlapped with it), then ferry's optimizer step
 //               (trainer/optimizers.h), which gives the same bits on every
 //               architecture; with --accumulate K, K batches' gradients
-//               are summed first and exchanged once;
+//               are summed first and exchanged once; with --zero, each
+//               rank steps only its shard and the parameters are gathered;
 //   epoch end   BatchNorm running statistics averaged over ranks, the whole
 //               test set evaluated once (each rank a shard, counts summed),
 //               a CRC32C of every parameter and buffer compared across
@@ -69,6 +70,9 @@ struct train_config {
   comm::compression compress = comm::compression::none;
   std::string backend = "ferry";
   bool overlap = false;                  ///< allreduce buckets from backward's hooks
+  /// ZeRO stage: 1 the optimizer's state, 2 also the gradients, sharded
+  /// over the ranks (gradient_sync.h); 0 none.
+  int zero = 0;
   std::size_t bucket_bytes = 1 << 20;    ///< bucket size when overlapping
   std::filesystem::path checkpoint = "ferry-train.ferry";
   /// Every rank writes a shard of a checkpoint set and rank 0 its index at

@@ -142,6 +142,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ferry", "gloo"}));
   app.add_flag("--overlap,!--no-overlap", c.overlap,
                "start each gradient bucket's allreduce from backward's hooks instead of one allreduce after it");
+  app.add_option("--zero", c.zero,
+                 "ZeRO: 1 shards the optimizer's state over the ranks, 2 the gradients too (the parameters stay "
+                 "bit-identical to a run without; checkpoints become sets, each rank writing its shard)")
+      ->check(CLI::Range(0, 2));
   std::size_t bucket_kb = c.bucket_bytes / 1024;
   app.add_option("--bucket-kb", bucket_kb, "gradient bucket size in KiB, with --overlap")->check(CLI::Range(1, 1 << 20));
   app.add_option("--checkpoint", c.checkpoint, "checkpoint file rank 0 writes (atomically)");

@@ -104,7 +104,8 @@ field_access access(optimizer_kind k, torch::optim::OptimizerParamState& base) {
   return {};
 }
 
-// A fresh state object for one parameter: zeros, step 0.
+// A fresh state object for one parameter (or piece) shaped as `p`: zeros,
+// step 0.
 std::unique_ptr<torch::optim::OptimizerParamState> fresh_state(const optimizer_options& o, const at::Tensor& p) {
   std::unique_ptr<torch::optim::OptimizerParamState> st;
   switch (o.kind) {
@@ -141,10 +142,18 @@ std::span<float> floats(const at::Tensor& t) { return {t.data_ptr<float>(), stat
 
 }  // namespace
 
-optimizer::optimizer(const optimizer_options& o, std::vector<at::Tensor> params)
-    : o_(o), params_(std::move(params)), per_param_(state_names(o).size()), libtorch_(make_libtorch(o, params_)) {
+optimizer::optimizer(const optimizer_options& o, std::vector<at::Tensor> params, std::vector<piece> pieces)
+    : o_(o),
+      params_(std::move(params)),
+      pieces_(std::move(pieces)),
+      per_param_(state_names(o).size()),
+      libtorch_(make_libtorch(o, params_)) {
   if (per_param_ == 0) return;  // SGD without momentum keeps nothing
-  for (const auto& p : params_) libtorch_->state()[key_of(p)] = fresh_state(o_, p);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    libtorch_->state()[key_of(p)] =
+        fresh_state(o_, sharded() ? at::empty({static_cast<std::int64_t>(pieces_[i].count)}, p.options()) : p);
+  }
   for (const auto& p : params_) {
     const auto a = access(o_.kind, *libtorch_->state()[key_of(p)]);
     for (const auto field : state_names(o_)) state_.push_back(a.get(std::string(field)));
@@ -158,7 +167,9 @@ void optimizer::bind(const torch::nn::Module& model) {
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : model.named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   const std::string kind(name(o_.kind));
-  for (const auto& p : params_) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    const auto shape = sharded() ? std::vector<std::int64_t>{static_cast<std::int64_t>(pieces_[i].count)} : p.sizes().vec();
     const auto& who = names[p.unsafeGetTensorImpl()];
     const auto it = libtorch_->state().find(key_of(p));
     if (it == libtorch_->state().end()) fail("no " + kind + " state for " + who);
@@ -166,7 +177,7 @@ void optimizer::bind(const torch::nn::Module& model) {
     for (const auto field : state_names(o_)) {
       const std::string f(field);
       auto t = a.get(f);
-      if (!t.defined() || t.sizes() != p.sizes() || t.scalar_type() != at::kFloat) {
+      if (!t.defined() || t.sizes().vec() != shape || t.scalar_type() != at::kFloat) {
         fail("the " + kind + " state of " + who + " has no f32 " + f + " of its shape (saved with another --momentum "
              "or --centered? resume with the checkpoint's)");
       }
@@ -195,12 +206,14 @@ void optimizer::set_step(std::int64_t step) {
   for (auto& [key, st] : libtorch_->state()) set_step_of(o_.kind, *st, step);
 }
 
-void optimizer::step(std::int64_t step) {
+void optimizer::step(std::int64_t step, std::span<const std::span<const float>> grads) {
   std::vector<std::span<float>> spans(per_param_);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].requires_grad()) continue;  // frozen
+    if (!params_[i].requires_grad() || grads[i].empty()) continue;  // frozen, or another rank's piece
+    auto param = floats(params_[i]);
+    if (sharded()) param = param.subspan(pieces_[i].begin, pieces_[i].count);
     for (std::size_t k = 0; k < per_param_; ++k) spans[k] = floats(state_[i * per_param_ + k]);
-    optimizer_step(floats(params_[i]), floats(params_[i].grad()), spans, step, o_);
+    optimizer_step(param, grads[i], spans, step, o_);
   }
   set_step(step);
 }

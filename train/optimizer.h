@@ -5,9 +5,11 @@
 // architecture.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,11 +21,19 @@
 
 namespace ferry::trainer {
 
+/// Elements [begin, begin + count) of a tensor, flat.
+struct piece {
+  std::size_t begin = 0, count = 0;
+};
+
 class optimizer {
  public:
   /// Every parameter gets its state now, zeros, step 0 (LibTorch creates
   /// it at the first step; the job broadcasts and saves it before).
-  optimizer(const optimizer_options& o, std::vector<at::Tensor> params);
+  /// ZeRO: with `pieces` (one per parameter), parameter i's state covers
+  /// only its elements pieces[i], as 1-d tensors, and step() updates only
+  /// those.
+  optimizer(const optimizer_options& o, std::vector<at::Tensor> params, std::vector<piece> pieces = {});
 
   /// LibTorch's object, for ferry::libtorch's optimizer_state and
   /// load_optimizer_state (which replaces its state objects: call bind()
@@ -43,9 +53,14 @@ class optimizer {
   [[nodiscard]] std::optional<std::int64_t> recorded_step(const torch::nn::Module& model) const;
   /// Sets every state's step count (where the kind has one).
   void set_step(std::int64_t step);
-  /// One update of every trained parameter (requires_grad) from its
-  /// gradient; `step` is the count after it (1 first).
-  void step(std::int64_t step);
+  /// One update of every trained parameter (requires_grad) from
+  /// grads[i], its gradient (its piece's, when sharded); an empty span
+  /// skips it. `step` is the count after it (1 first).
+  void step(std::int64_t step, std::span<const std::span<const float>> grads);
+  /// Whether state covers pieces (ZeRO); parameter i's piece.
+  [[nodiscard]] bool sharded() const { return !pieces_.empty(); }
+  [[nodiscard]] piece piece_of(std::size_t i) const { return pieces_[i]; }
+  [[nodiscard]] const std::vector<at::Tensor>& params() const { return params_; }
   /// Bytes of state this rank holds.
   [[nodiscard]] std::uint64_t state_bytes() const;
   [[nodiscard]] const optimizer_options& options() const { return o_; }
@@ -53,6 +68,7 @@ class optimizer {
  private:
   optimizer_options o_;
   std::vector<at::Tensor> params_;
+  std::vector<piece> pieces_;      // empty: every parameter whole
   std::size_t per_param_ = 0;    // state tensors per parameter
   std::vector<at::Tensor> state_;  // params_.size() * per_param_
   std::unique_ptr<torch::optim::Optimizer> libtorch_;

@@ -69,7 +69,11 @@ void saver::gather_rows(save_state& s) {
 // This rank's part of the checkpoint: a shard's entries, or (one file)
 // everything on rank 0 and nothing elsewhere.
 std::vector<shard_item> saver::entries_of(const save_state& s) {
-  if (o_.sharded) return shard_entries(o_.path, rank_, world_, s.replicated, s.own, s.alone);
+  if (o_.sharded) {
+    auto out = shard_entries(o_.path, rank_, world_, s.replicated, s.own, s.alone);
+    out.insert(out.end(), s.pieces.begin(), s.pieces.end());
+    return out;
+  }
   std::vector<shard_item> out;
   if (rank_ != 0) return out;
   for (const auto* m : {&s.replicated, &s.alone}) {

@@ -50,6 +50,9 @@ struct save_state {
   ferry::libtorch::tensor_map replicated;  ///< the same bits on every rank
   std::vector<rank_row> own;            ///< this rank's rows of per-rank tables
   ferry::libtorch::tensor_map alone;       ///< written by this rank only, whole
+  /// This rank's parts of tensors that ranks hold in pieces (ZeRO's
+  /// optimizer state); a set only.
+  std::vector<shard_item> pieces;
   ferry::libtorch::metadata_map metadata;  ///< rank 0's is the one written
   /// Names of `replicated` that change only at the optimizer step (see
   /// saver::before_update).
