@@ -6,7 +6,8 @@
 #                two ranks (ferry-run + ferry-train) and draw its curves
 #                (build/native/tools/ferry-codec-demo shows the codecs' speeds)
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
-#                qemu-user (each tree replays the fuzz corpora)
+#                qemu-user (each tree replays the fuzz corpora), and TSan
+#                over ferry-train and the torch backend
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
@@ -22,7 +23,7 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps bench-deps fuzz-deps demo test native asan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
+.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
 
 all: test
 
@@ -64,11 +65,11 @@ native: deps
 	ctest --preset native
 	$(call STAMP,tested)
 
-asan: deps
+asan tsan: deps
 	@mkdir -p build && date +%s > build/.$@.start
-	$(call build_preset,asan)
+	$(call build_preset,$@)
 	$(call STAMP,built)
-	ctest --preset asan
+	ctest --preset $@
 	$(call STAMP,tested)
 
 $(CROSS_ARCHES): deps
@@ -96,8 +97,8 @@ fuzz-replay: fuzz-build
 # The corpora are replayed by every tree above (fuzz/*_replay, label fuzz;
 # under ASan+UBSan in the asan tree), so make test leaves the clang tree to
 # make fuzz.
-test: native asan cross
-	@echo "make test: native, asan and $(CROSS_ARCHES), fuzz corpora included, all passed"
+test: native asan tsan cross
+	@echo "make test: native, asan, tsan and $(CROSS_ARCHES), fuzz corpora included, all passed"
 
 # New inputs go to build/fuzz/new-corpus/<name>; copy the interesting ones
 # into fuzz/corpus/<name> to keep them.

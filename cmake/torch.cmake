@@ -9,11 +9,13 @@
 # Natively where libtorch-dev is installed; in a cross build where
 # scripts/cross-sysroot unpacked it into build/sysroot/<debian-arch> (arm64
 # and s390x; Debian has no armhf LibTorch), found there through the
-# toolchain's CMAKE_FIND_ROOT_PATH. Never under sanitizers: LibTorch itself
-# is not instrumented.
+# toolchain's CMAKE_FIND_ROOT_PATH. Not under sanitizers (LibTorch itself is
+# not instrumented) unless FERRY_SANITIZE_TORCH says so: the tsan tree
+# checks ferry's threads around LibTorch, with tests/tsan-libtorch.supp
+# setting LibTorch's own frames aside.
 set(FERRY_WITH_TORCH OFF)
 set(FERRY_WITH_GLOO OFF)
-if(FERRY_SANITIZE)
+if(FERRY_SANITIZE AND NOT FERRY_SANITIZE_TORCH)
   return()
 endif()
 find_package(Torch QUIET)
