@@ -19,6 +19,9 @@ target_compile_options(ferry_warnings INTERFACE
 if(NOT FERRY_SANITIZE MATCHES "thread")
   target_compile_options(ferry_warnings INTERFACE -Wnull-dereference)
 endif()
+# What the tsan tree's tests run under: any report fails the program
+# (exit 66); LibTorch's own frames are set aside.
+set(FERRY_TSAN_OPTIONS "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan-libtorch.supp:halt_on_error=1:exitcode=66:second_deadlock_stack=1:report_signal_unsafe=0")
 
 # Tests and fuzz harnesses: strict, minus -Wconversion (they build inputs by
 # converting freely) and -Wnull-dereference (false positives inside

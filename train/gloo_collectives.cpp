@@ -122,8 +122,7 @@ class gloo_collectives final : public collectives {
   // reduce_scatter, so the first half is the allreduce (which completes
   // every block); blocks split the bucket by rank, larger first.
   std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const override {
-    const std::size_t base = count / world_, extra = count % world_;
-    return {rank_ * base + std::min<std::size_t>(rank_, extra), base + (rank_ < extra ? 1 : 0)};
+    return block_of(count, rank_);
   }
   std::function<void()> start_reduce_scatter_avg(std::span<float> data, comm::compression comp,
                                                  comm::error_feedback* feedback) override {
@@ -140,14 +139,11 @@ class gloo_collectives final : public collectives {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (std::uint32_t r = 0; r < world_; ++r) outputs[0].push_back(wrap(std::span<float>(*all).subspan(r * widest, widest)));
     auto w = group_->allgather(outputs, inputs);
-    const std::size_t base = data.size() / world_, extra = data.size() % world_;
-    return [w, mine, all, data, widest, base, extra, world = world_] {
+    return [this, w, mine, all, data, widest] {
       w->wait();
-      std::size_t at = 0;
-      for (std::uint32_t r = 0; r < world; ++r) {
-        const std::size_t n = base + (r < extra ? 1 : 0);
+      for (std::uint32_t r = 0; r < world_; ++r) {
+        const auto [at, n] = block_of(data.size(), r);
         std::copy_n(all->begin() + static_cast<std::ptrdiff_t>(r * widest), n, data.begin() + static_cast<std::ptrdiff_t>(at));
-        at += n;
       }
     };
   }
@@ -168,6 +164,13 @@ class gloo_collectives final : public collectives {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (std::uint32_t r = 0; r < world_; ++r) outputs[0].push_back(wrap(out.subspan(r * mine.size(), mine.size())));
     group_->allgather(outputs, inputs)->wait();
+  }
+
+  // Rank r's block of a bucket of `count`: the bucket split by rank, sizes
+  // differing by at most one, the larger first.
+  std::pair<std::size_t, std::size_t> block_of(std::size_t count, std::uint32_t r) const {
+    const std::size_t base = count / world_, extra = count % world_;
+    return {r * base + std::min<std::size_t>(r, extra), base + (r < extra ? 1 : 0)};
   }
 
   std::uint32_t rank_ = 0;

@@ -55,7 +55,7 @@ gradient_sync::gradient_sync(const std::vector<at::Tensor>& params, collectives&
     const auto& b = buckets_[bucket_of_[k]];
     const std::size_t start = offset_[k] - b.offset, end = start + static_cast<std::size_t>(order_[k].numel());
     const std::size_t lo = std::max(start, b.first), hi = std::min(end, b.first + b.size);
-    if (lo < hi) owned_[order_.size() - 1 - k] = {lo - start, hi - lo};
+    if (lo < hi) owned_of(k) = {lo - start, hi - lo};
   }
   if (overlap_) {
     for (std::size_t k = 0; k < order_.size(); ++k) {
@@ -123,7 +123,7 @@ double gradient_sync::gather_params() {
     auto& bk = buckets_[b];
     float* data = data_of(bk);
     for (std::size_t k = bk.param0; k < bk.param0 + bk.params; ++k) {
-      const auto p = owned_[order_.size() - 1 - k];
+      const auto p = owned_of(k);
       std::copy_n(order_[k].data_ptr<float>() + p.begin, p.count, data + (offset_[k] - bk.offset) + p.begin);
     }
     bk.wait = comm_.start_allgather_owned(std::span(data, bk.count));
@@ -132,7 +132,11 @@ double gradient_sync::gather_params() {
   return since(t);
 }
 
-std::size_t gradient_sync::held_bytes() const { return (flat_.size() + kept_.size()) * sizeof(float); }
+std::size_t gradient_sync::held_bytes() const {
+  std::size_t n = flat_.size() + kept_.size();
+  for (const auto& f : feedback_) n += f.residual().size();
+  return n * sizeof(float);
+}
 
 std::vector<float> gradient_sync::residuals() const {
   std::vector<float> out;

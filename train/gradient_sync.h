@@ -68,8 +68,9 @@ class gradient_sync {
   /// rank. Returns the seconds spent waiting.
   double gather_params();
 
-  /// Bytes of gradients this object holds between steps: the flat buffer,
-  /// or (stage 2) the owned blocks.
+  /// Bytes of gradients this object holds between steps: the flat buffer
+  /// or (stage 2) the owned blocks, and the error-feedback residuals
+  /// (compressed: a whole bucket's each, at every stage).
   [[nodiscard]] std::size_t held_bytes() const;
 
   /// Error-feedback residuals (compressed runs), flat in bucket order.
@@ -97,6 +98,8 @@ class gradient_sync {
     bool launched = false, done = false;
   };
 
+  // The piece of order_[k] (owned_ is in the constructor's order).
+  piece& owned_of(std::size_t k) { return owned_[order_.size() - 1 - k]; }
   float* data_of(bucket& b);
   void copy_in(std::size_t k);
   void ready(std::size_t k);

@@ -25,6 +25,7 @@
 #include "optimizer.h"
 #include "resume.h"
 #include "saver.h"
+#include "zero.h"
 #include "ferry/wire/bulk.h"
 #include "report.h"
 
@@ -69,7 +70,8 @@ class job {
       : c_(c), comm_(comm), rank_(comm.rank()), world_(comm.world_size()), train_(data.train), test_(data.test) {
     build_model();
     sync_ = std::make_unique<gradient_sync>(trained_parameters(), comm_, c.compress, c.overlap, c.bucket_bytes, c.zero);
-    optim_ = std::make_unique<optimizer>(c.optimizer, params_, sync_->zero() > 0 ? pieces() : std::vector<piece>{});
+    optim_ = std::make_unique<optimizer>(
+        c.optimizer, params_, sync_->zero() > 0 ? owned_pieces(params_, trained_index_, *sync_, rank_) : std::vector<piece>{});
     sampler_ = std::make_unique<distributed_sampler>(train_.count, world_, rank_, c.seed, true, c.drop_last);
     const auto per_rank = static_cast<std::int64_t>(sampler_->num_samples());
     steps_ = (per_rank + c.batch - 1) / c.batch;
@@ -116,30 +118,17 @@ class job {
     for (const auto& item : model_->named_buffers()) {
       (item.value().is_floating_point() ? float_buffers_ : int_buffers_).push_back(item.value());
     }
+    std::ptrdiff_t trained = 0;
+    for (const auto& p : params_) trained_index_.push_back(p.requires_grad() ? trained++ : -1);
   }
 
   // The parameters whose gradients are averaged (those not frozen).
-  std::vector<at::Tensor> trained_parameters() {
+  std::vector<at::Tensor> trained_parameters() const {
     std::vector<at::Tensor> trained;
     for (const auto& p : params_) {
-      trained_index_.push_back(p.requires_grad() ? static_cast<std::ptrdiff_t>(trained.size()) : -1);
       if (p.requires_grad()) trained.push_back(p);
     }
     return trained;
-  }
-
-  // ZeRO: the piece of each parameter whose optimizer state this rank
-  // keeps: its share of the gradient buckets; a frozen parameter's state
-  // (never stepped, but saved) whole on rank 0.
-  std::vector<piece> pieces() const {
-    std::vector<piece> out;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const auto t = trained_index_[i];
-      out.push_back(t >= 0      ? sync_->owned(static_cast<std::size_t>(t))
-                    : rank_ == 0 ? piece{0, static_cast<std::size_t>(params_[i].numel())}
-                                 : piece{});
-    }
-    return out;
   }
 
   // Each parameter's averaged gradient for the step: all of it, or with
@@ -308,8 +297,8 @@ class job {
 
   // Rank 0 only: the checkpoint at `path` into the model, the optimizer's
   // state and the position (resume.h). Throws naming the file.
-  // With ZeRO, the state goes into a whole optimizer that
-  // share_optimizer_pieces() then hands out.
+  // With ZeRO, the state goes into a whole optimizer whose pieces
+  // share_replicated_state() then hands out.
   void resume(const std::filesystem::path& path) {
     if (optim_->sharded()) whole_optim_ = std::make_unique<optimizer>(c_.optimizer, params_);
     auto point = load_checkpoint(path, c_, world_, steps_, *model_, whole_optim_ ? *whole_optim_ : *optim_,
@@ -332,24 +321,9 @@ class job {
     std::vector<std::int64_t> ints = int_state();
     comm_.broadcast(std::span(ints));
     set_int_state(ints);
-    share_optimizer_pieces();
-  }
-
-  // ZeRO, resuming: each rank's pieces of the optimizer state rank 0
-  // loaded, one state tensor at a time (without --resume every state
-  // starts as zeros on every rank).
-  void share_optimizer_pieces() {
-    if (!optim_->sharded() || c_.resume.empty()) return;
-    const auto per = state_names(c_.optimizer).size();
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const auto mine = optim_->piece_of(i);
-      for (std::size_t k = 0; k < per; ++k) {
-        const auto whole = rank_ == 0 ? whole_optim_->state()[i * per + k] : at::empty_like(params_[i]);
-        comm_.broadcast(floats(whole));
-        std::copy_n(floats(whole).begin() + static_cast<std::ptrdiff_t>(mine.begin), mine.count,
-                    floats(optim_->state()[i * per + k]).begin());
-      }
-    }
+    // ZeRO, resuming: each rank's pieces of the state rank 0 loaded
+    // (without --resume every state starts as zeros on every rank).
+    if (optim_->sharded() && !c_.resume.empty()) share_pieces(comm_, whole_optim_.get(), *optim_, params_);
     whole_optim_.reset();
   }
 
@@ -550,7 +524,7 @@ class job {
     s.replicated = ferry::libtorch::state_dict(*model_);
     ferry::libtorch::tensor_map optimizer_tensors;
     ferry::libtorch::optimizer_state(optim_->libtorch(), *model_, optimizer_tensors, s.metadata).value();
-    if (optim_->sharded()) optimizer_pieces(optimizer_tensors, s.pieces);
+    if (optim_->sharded()) move_to_parts(optimizer_tensors, *optim_, *model_, s.pieces);
     s.replicated.merge(optimizer_tensors);
     if (rank_ == 0) {
       // LibTorch's generator state is its C struct's bytes: meaningful only
@@ -574,26 +548,6 @@ class job {
     for (const auto& p : s.pieces) s.until_update.insert(p.name);
     for (const auto& item : model_->named_buffers()) s.until_update.erase(item.key());
     return s;
-  }
-
-  // ZeRO: the state tensors of `tensors` (this rank's pieces, as
-  // optimizer_state() named them) move to `pieces`, as parts of the whole
-  // tensors a checkpoint without --zero holds; what is left (the step
-  // counts) is the same on every rank.
-  void optimizer_pieces(ferry::libtorch::tensor_map& tensors, std::vector<shard_item>& pieces) const {
-    std::size_t i = 0;
-    for (const auto& item : model_->named_parameters()) {
-      const auto mine = optim_->piece_of(i++);
-      const auto shape = item.value().sizes();
-      for (const auto field : state_names(c_.optimizer)) {
-        const auto it = tensors.find("optimizer." + item.key() + "." + std::string(field));
-        if (it == tensors.end()) continue;
-        if (mine.count > 0) {
-          pieces.push_back({it->first, it->second, false, {shape.begin(), shape.end()}, mine.begin});
-        }
-        tensors.erase(it);
-      }
-    }
   }
 
   // Where the job is, for a checkpoint's metadata.

@@ -60,7 +60,6 @@ class optimizer {
   /// Whether state covers pieces (ZeRO); parameter i's piece.
   [[nodiscard]] bool sharded() const { return !pieces_.empty(); }
   [[nodiscard]] piece piece_of(std::size_t i) const { return pieces_[i]; }
-  [[nodiscard]] const std::vector<at::Tensor>& params() const { return params_; }
   /// Bytes of state this rank holds.
   [[nodiscard]] std::uint64_t state_bytes() const;
   [[nodiscard]] const optimizer_options& options() const { return o_; }
