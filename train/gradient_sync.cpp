@@ -5,13 +5,12 @@
 #include <utility>
 
 #include "ferry/base/error.h"
+#include "common.h"
 
 namespace ferry::trainer {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
 [[noreturn]] void missing(const char* what) { throw ferry::exception(error(errc::bad_value, what)); }
 

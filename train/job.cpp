@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "collectives.h"
+#include "common.h"
 #include "ferry/checkpoint/torch/torch.h"
 #include "ferry/codec/crc32c.h"
 #include "ferry/base/arch.h"
@@ -33,13 +34,8 @@ namespace ferry::trainer {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
 [[noreturn]] void fail(error_code code, std::string text) { throw ferry::exception(error(code, std::move(text))); }
-
-std::span<float> floats(const at::Tensor& t) {
-  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
-}
 
 // Packs tensors (float32, contiguous) into one vector and back: the unit
 // broadcast and allreduce move.

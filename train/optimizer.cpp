@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "ferry/trainer/error.h"
+#include "common.h"
 
 namespace ferry::trainer {
 namespace {
@@ -137,8 +138,6 @@ void set_step_of(optimizer_kind k, torch::optim::OptimizerParamState& st, std::i
     case optimizer_kind::sgd: break;
   }
 }
-
-std::span<float> floats(const at::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
 
 }  // namespace
 

@@ -1,15 +1,12 @@
 #include "saver.h"
 
 #include "collectives.h"
+#include "common.h"
 #include "ferry/trainer/error.h"
 #include "report.h"
 
 namespace ferry::trainer {
 namespace {
-
-double since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // What each rank says of its part of the pending save.
 enum : std::int64_t { running = 0, written = 1, failed = 2 };

@@ -4,14 +4,9 @@
 #include <string>
 
 #include "collectives.h"
+#include "common.h"
 
 namespace ferry::trainer {
-namespace {
-
-std::span<float> floats(const at::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
-
-}  // namespace
-
 std::vector<piece> owned_pieces(const std::vector<at::Tensor>& params, std::span<const std::ptrdiff_t> trained_index,
                                 const gradient_sync& sync, std::uint32_t rank) {
   std::vector<piece> out;

@@ -42,6 +42,13 @@ class Zero : public testing::job_dir {
     const auto r = shell(line);
     ASSERT_EQ(r.status, 0) << line << "\n" << r.out << r.err;
   }
+  // Runs `line` without and with `zero` (options), saving <name>.ferry and
+  // <name>_zero.ferry; whether their tensors are bit-identical.
+  bool alike(const std::string& line, const std::string& zero, const std::string& name) {
+    train(line + " --checkpoint " + name + ".ferry");
+    train(line + " " + zero + " --checkpoint " + name + "_zero.ferry");
+    return same_tensors(name + ".ferry", name + "_zero.ferry");
+  }
 };
 
 TEST_F(Zero, StepsGiveTheBitsOfARunWithout) {
@@ -98,24 +105,16 @@ TEST_F(Zero, CheckpointsResumeWithOtherRanksWithOrWithout) {
   train(job(3, 2) + " --checkpoint straight.ferry");
   EXPECT_TRUE(same_tensors("straight.ferry", "resumed.ferry"));
   // ... and two ranks resume it, with or without --zero, alike.
-  train(job(2, 2) + " --resume half.ferry --checkpoint two.ferry");
-  train(job(2, 2) + " --zero 1 --resume half.ferry --checkpoint two_zero.ferry");
-  EXPECT_TRUE(same_tensors("two.ferry", "two_zero.ferry"));
+  EXPECT_TRUE(alike(job(2, 2) + " --resume half.ferry", "--zero 1", "two"));
   // A checkpoint without --zero resumes with it.
-  train(job(2, 3) + " --resume two.ferry --checkpoint three.ferry");
-  train(job(2, 3) + " --zero 2 --resume two.ferry --checkpoint three_zero.ferry");
-  EXPECT_TRUE(same_tensors("three.ferry", "three_zero.ferry"));
+  EXPECT_TRUE(alike(job(2, 3) + " --resume two.ferry", "--zero 2", "three"));
 }
 
 // LibTorch 1.13's Gloo has no reduce_scatter: the first half is Gloo's
 // allreduce, the second its allgather.
 TEST_F(Zero, OverGloo) {
-  train(job(3, 1) + " --backend gloo --checkpoint g.ferry");
-  train(job(3, 1) + " --backend gloo --zero 1 --checkpoint g1.ferry");
-  EXPECT_TRUE(same_tensors("g.ferry", "g1.ferry"));
-  train(job(3, 1) + " --backend gloo --overlap --bucket-kb 8 --checkpoint go.ferry");
-  train(job(3, 1) + " --backend gloo --overlap --bucket-kb 8 --zero 2 --checkpoint go2.ferry");
-  EXPECT_TRUE(same_tensors("go.ferry", "go2.ferry"));
+  EXPECT_TRUE(alike(job(3, 1) + " --backend gloo", "--zero 1", "gloo"));
+  EXPECT_TRUE(alike(job(3, 1) + " --backend gloo --overlap --bucket-kb 8", "--zero 2", "gloo_overlap"));
 }
 
 }  // namespace
