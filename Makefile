@@ -16,6 +16,10 @@
 #                (bench/comm_cluster, bench/train_compare; need root)
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 #                (clang; make fuzz-replay only builds them and replays)
+#   make soak    the 2^32 sweeps (every f32 pattern through the byte-order
+#                and f16/bf16 paths) in full; make test sweeps 1/16 of the
+#                patterns, every sign and exponent among them. make bench
+#                ends with it.
 
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
@@ -23,7 +27,7 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz bench clean
+.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean
 
 all: test
 
@@ -111,6 +115,12 @@ fuzz: fuzz-build
 	    build/fuzz/new-corpus/$$f fuzz/corpus/$$f; \
 	done
 
+SWEEPS := wire_exhaustive_test codec_exhaustive_test
+soak: deps
+	cmake --preset native >/dev/null
+	cmake --build --preset native --target $(SWEEPS)
+	@set -e; for t in $(SWEEPS); do FERRY_SWEEP=full build/native/tests/$$t; done
+
 bench: bench-deps
 	$(call build_preset,bench)
 	@mkdir -p bench-results
@@ -134,6 +144,7 @@ bench: bench-deps
 	bench/train_compare --ferry-train build/bench/train/ferry-train --out bench-results/train_compare.json
 	bench/seed_experiments --ferry-train build/bench/train/ferry-train --keep bench-results/seed_metrics \
 	  --out bench-results/seed_experiments.json
+	$(MAKE) soak
 
 clean:
 	rm -rf build

@@ -1,4 +1,5 @@
-// Slow: float -> f16 and float -> bf16 for all 2^32 inputs against the
+// Slow: float -> f16 and float -> bf16 for all 2^32 inputs (make soak; a
+// sample of them in make test, exhaustive_parallel.h) against the
 // independent arithmetic reference, and the bulk kernels against the scalar
 // functions. Label `slow`.
 #include <gtest/gtest.h>

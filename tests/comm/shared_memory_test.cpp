@@ -117,7 +117,11 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
   constexpr std::uint32_t n = 6;
   const char* ids[n] = {"a", "a", "b", "b", "b", "c"};
   const auto cases = test::reducible_cases();
-  constexpr std::size_t count = 150'000;  // two rounds of f64, one of most others
+  // f64: two rounds (1 MiB per rank each); f32: one, most of it; the other
+  // dtypes: a few chunks each (the leaders' TCP algorithms run at 4 KiB).
+  const auto count_of = [](codec::dtype t) -> std::size_t {
+    return t == codec::dtype::f64 || t == codec::dtype::f32 ? 150'000 : 5'000;
+  };
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {
@@ -125,7 +129,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
         std::vector<std::byte> all;
         for (const std::uint32_t m : comm.host_ranks()) all.push_back(static_cast<std::byte>(m));
         for (const auto& [t, op] : cases) {
-          auto v = typed_input(r, t, count);
+          auto v = typed_input(r, t, count_of(t));
           comm.allreduce_bytes(t, v, {.op = op});
           all.insert(all.end(), v.begin(), v.end());
         }
@@ -136,7 +140,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
         const auto tail = to_bytes(ranks);
         all.insert(all.end(), tail.begin(), tail.end());
         all.push_back(static_cast<std::byte>(root));
-        all.push_back(static_cast<std::byte>(comm.algorithm_for(4 * count)));
+        all.push_back(static_cast<std::byte>(comm.algorithm_for(4 * count_of(codec::dtype::f32))));
         return all;
       },
       [&](std::uint32_t r, config& c) {
@@ -158,7 +162,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
   }
   for (const auto& [t, op] : cases) {
     std::vector<std::vector<std::byte>> xs(n);
-    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count);
+    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count_of(t));
     auto want = combine2(combine2(fold(xs, {0, 1}, t, op), fold(xs, {2, 3, 4}, t, op), t, op), xs[5], t, op);
     finish(want, t, op, n);
     for (std::uint32_t r = 0; r < n; ++r) {
@@ -173,7 +177,7 @@ TEST_P(Hosts, GroupsReduceThenLeadersCombineThenBroadcast) {
         out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r]), out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at[r] + 4 * n)));
     EXPECT_EQ(ranks, (std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5}));
     EXPECT_EQ(out[r].bytes[at[r] + 4 * n], std::byte{5});
-    const algorithm leaders = GetParam() == algorithm::automatic ? choose_tree(3, 4 * count, link_cost{})
+    const algorithm leaders = GetParam() == algorithm::automatic ? choose_tree(3, 4 * count_of(codec::dtype::f32), link_cost{})
                               : GetParam() == algorithm::ring    ? algorithm::rabenseifner
                                                                  : GetParam();
     EXPECT_EQ(out[r].bytes[at[r] + 4 * n + 1], static_cast<std::byte>(leaders)) << "rank " << r;

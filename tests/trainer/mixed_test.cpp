@@ -75,8 +75,8 @@ class MixedTraining : public scratch_dir {
 };
 
 TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
-  // 3 ranks x 3200 samples / 32 = 100 steps per epoch, 200 steps in all.
-  const std::string job = "--limit 9600 --test-limit 1000 --epochs 2 --threads 1 --log-every 10";
+  // 3 ranks x 1600 samples / 32 = 50 steps per epoch, 100 steps in all.
+  const std::string job = "--limit 4800 --test-limit 1000 --epochs 2 --threads 1 --log-every 10";
   const auto status = ring({s390x, native, aarch64}, job + " --checkpoint be.ferry --metrics m.jsonl");
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << log(0) << log(1) << log(2);
   // Rank 0 (s390x) reports; every epoch's replica check passed.
@@ -88,7 +88,7 @@ TEST_F(MixedTraining, BigEndianAndLittleEndianRanksTrainOneModel) {
   // The big-endian rank's checkpoint, resumed on x86-64 for an epoch...
   std::system(("'" + cli + "' inspect '" + (dir_ / "be.ferry").string() + "' >'" + (dir_ / "inspect").string() + "'").c_str());
   EXPECT_NE(read_text(dir_ / "inspect").find("big"), std::string::npos) << read_text(dir_ / "inspect");
-  const std::string more = "--limit 9600 --test-limit 1000 --threads 1";
+  const std::string more = "--limit 4800 --test-limit 1000 --threads 1";
   ASSERT_EQ(ring({native}, more + " --epochs 3 --resume be.ferry --checkpoint le.ferry"), std::vector<int>{0}) << log(0);
   EXPECT_NE(read_text(dir_ / "out0").find("resumed from be.ferry at epoch 3"), std::string::npos) << log(0);
   // ... and x86-64's, resumed on s390x.

@@ -1,4 +1,5 @@
-// Slow: every one of the 2^32 f32 bit patterns through the scalar and bulk
+// Slow: every one of the 2^32 f32 bit patterns (make soak; a sample of them
+// in make test, exhaustive_parallel.h) through the scalar and bulk
 // byte-order paths, in every order pair, against a plain reference and
 // Boost.Endian. Label `slow`.
 #include <boost/endian/conversion.hpp>
