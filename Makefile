@@ -17,7 +17,7 @@
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 #                (clang; make fuzz-replay only builds them and replays)
 #   make soak    the 2^32 sweeps (every f32 pattern through the byte-order
-#                and f16/bf16 paths) in full; make test sweeps 1/16 of the
+#                and f16/bf16 paths) in full; make test sweeps 1/10 of the
 #                patterns, every sign and exponent among them. make bench
 #                ends with it.
 

@@ -29,10 +29,12 @@ set(FERRY_TSAN_OPTIONS "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/ts
 add_library(ferry_test_warnings INTERFACE)
 target_compile_options(ferry_test_warnings INTERFACE -Wall -Wextra -Wpedantic -Wshadow
   $<$<BOOL:${FERRY_DEVELOPER_MODE}>:-Werror>)
-# The tests' own code at -O1 in release trees: GoogleTest's assertions are
-# most of their compile time, and -O2 spends a third more on them for
-# nothing (make test compiles them in four trees). The library and the
-# programs the tests run keep the release flags.
+# Tests, their helper programs (the ring and checkpoint nodes) and the fuzz
+# replays at -O1 in release trees: GoogleTest's assertions are most of
+# their compile time, and -O2 spends a third more on them (make test
+# compiles them in four trees). The library and the shipped programs keep
+# the release flags; header code the tests instantiate is at -O1 there,
+# but for the sweeps, which keep -O2 (tests/CMakeLists.txt).
 target_compile_options(ferry_test_warnings INTERFACE $<$<CONFIG:Release>:-O1>)
 
 # Header-only, architecture-independent dependencies (nlohmann-json, CLI11)

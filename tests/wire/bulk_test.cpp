@@ -74,9 +74,9 @@ TEST(Bulk, EveryLengthAndMisalignmentMatchesScalar) {
       for (std::size_t count = 0; count <= 1024; ++count) {
         const std::size_t n = count * width;
         const auto expected = reference_reverse(std::span(source).first(n), width);
-        // Every misalignment for up to 192 elements (at least three 64-byte
-        // vectors: head, body and tail in every arrangement), then two per
-        // length, which cycle through all 64.
+        // Every misalignment for up to 192 elements (past the unrolled
+        // block of four 64-byte registers, 256 bytes, at every width), then
+        // two per length, which cycle through all 64.
         for (std::size_t misalign = 0; misalign < 64; ++misalign) {
           if (count > 192 && misalign != count % 64 && misalign != (count * 7 + 3) % 64) continue;
           const std::size_t out_off = (misalign * 13 + 5) % 64;

@@ -84,6 +84,7 @@ std::optional<std::uint32_t> check_chunk(std::uint32_t first, std::uint32_t coun
   return std::nullopt;
 }
 
+// Every pattern under make soak; make test's sample of them otherwise.
 TEST(Exhaustive, EveryF32PatternThroughEveryPath) {
   // The fastest kernel, then the portable one.
   for (cpu_feature_set features : {all_cpu_features, cpu_feature_set{0}}) {
