@@ -18,9 +18,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -50,20 +53,42 @@ std::string random_secret() {
   return hex;
 }
 
-// A port the kernel considers free now (the ranks bind it a moment later).
-int free_port() {
+// Whether `port` (0: any) can be bound on every IPv4 address now; the port
+// bound, or 0.
+int try_bind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t len = sizeof a;
-  int port = 29500;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+  int bound = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+    bound = ntohs(a.sin_port);
   }
-  if (fd >= 0) close(fd);
-  return port;
+  close(fd);
+  return bound;
+}
+
+// A port free now, which rank 0 binds a moment later: a random one below
+// the kernel's ephemeral range (ip_local_port_range), so that no
+// connection made meanwhile (this job's or another's) can take it as its
+// local end and fail rank 0's bind with EADDRINUSE. Else any free port.
+int free_port() {
+  constexpr int lowest = 10000;
+  int ephemeral = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral;
+  if (ephemeral - lowest >= 1000) {
+    std::random_device rd;
+    std::uniform_int_distribution<int> pick(lowest, ephemeral - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      if (const int port = try_bind(pick(rd)); port != 0) return port;
+    }
+  }
+  const int any = try_bind(0);
+  return any != 0 ? any : 29500;
 }
 
 }  // namespace
