@@ -388,11 +388,10 @@ void host_rounds::wait(bool patient) const {
 void host_rounds::combine(std::uint64_t r, reduce_op op, codec::dtype type, std::size_t bytes,
                           std::uint32_t divisor) const {
   const std::size_t width = codec::size_of(type);
-  const std::size_t count = bytes / width, members = seg.members(), m = seg.me();
-  const std::size_t from = count * m / members, to = count * (m + 1) / members;
+  const auto [from, to] = share_of(bytes / width);
   if (from == to) return;
   std::byte* acc = seg.slot(r, 0) + from * width;
-  for (std::uint32_t j = 1; j < members; ++j) {
+  for (std::uint32_t j = 1; j < seg.members(); ++j) {
     reduce(op, type, acc, acc, seg.slot(r, j) + from * width, wire::host_order, to - from);
   }
   if (divisor > 1) divide(type, acc, to - from, divisor);
@@ -458,6 +457,48 @@ void host_rounds::broadcast_from_leader(std::span<std::byte> data) const {
         if (s == 1 && seg.me() != 0) copy_round(data.data() + off, seg.slot(r, 0), len, data.size() >= stream_from);
       },
       true);
+}
+
+void host_rounds::reduce_scatter(reduce_op op, codec::dtype type, std::span<const std::byte> data,
+                                 std::span<std::byte> share) const {
+  const std::size_t width = codec::size_of(type);
+  std::size_t at = 0;
+  pipeline(3, type, op, data.size(), 3, [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+    if (s == 0) copy_round(seg.slot(r, seg.me()), data.data() + off, len, false);
+    if (s == 1) combine(r, op, type, len, 1);
+    if (s == 2) {  // sent on: keep it cached
+      const auto [from, to] = share_of(len / width);
+      copy_round(share.data() + at, seg.slot(r, 0) + from * width, (to - from) * width, false);
+      at += (to - from) * width;
+    }
+  });
+}
+
+void host_rounds::allgather(codec::dtype type, std::span<const std::byte> share, std::span<std::byte> data) const {
+  const std::size_t width = codec::size_of(type);
+  std::size_t at = 0;
+  pipeline(
+      4, type, reduce_op::sum, data.size(), 2,
+      [&](int s, std::uint64_t r, std::size_t off, std::size_t len) {
+        if (s == 0) {
+          const auto [from, to] = share_of(len / width);
+          copy_round(seg.slot(r, 0) + from * width, share.data() + at, (to - from) * width, false);
+          at += (to - from) * width;
+        }
+        if (s == 1) copy_round(data.data() + off, seg.slot(r, 0), len, false);
+      },
+      true);
+}
+
+std::size_t host_rounds::share_bytes(codec::dtype type, std::size_t bytes) const {
+  const std::size_t width = codec::size_of(type);
+  const std::size_t step = seg.slot_bytes() / width * width;
+  std::size_t total = 0;
+  for (std::size_t off = 0; off < bytes; off += step) {
+    const auto [from, to] = share_of(std::min(step, bytes - off) / width);
+    total += (to - from) * width;
+  }
+  return total;
 }
 
 // After the first round's first barrier, every announcement is in.

@@ -44,7 +44,8 @@
 //                 banks (by the parity of the collective's number) of each
 //                 member's announcement of the collective it runs: u64
 //                 bytes, u32 kind (0 allreduce, 1 reduce to the leader, 2
-//                 broadcast from it), u16 dtype code, u16 op; checked
+//                 broadcast from it, 3 reduce-scatter, 4 allgather), u16
+//                 dtype code, u16 op; checked
 //                 against member 0's after the first barrier
 //   D       3 x members x slot_bytes: three banks of one slot per member, D
 //           the first multiple of 4096 after the announcements
@@ -64,6 +65,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/codec/dtype.h"
@@ -194,6 +196,20 @@ struct host_rounds {
   /// The leader's `data` to every member.
   void broadcast_from_leader(std::span<std::byte> data) const;
 
+  /// The halves of allreduce, for the striped allreduce over several hosts
+  /// (communicator.cpp). reduce_scatter: member m ends with op over the
+  /// members' `data` on its share of every round (the elements it combines:
+  /// count*m/L up to count*(m+1)/L of the round's count), the shares one
+  /// after another in `share`, which holds share_bytes(type, data.size()).
+  void reduce_scatter(reduce_op op, codec::dtype type, std::span<const std::byte> data,
+                      std::span<std::byte> share) const;
+  /// The inverse: every member's `share` (as reduce_scatter left it) into
+  /// its place in every member's `data`. Members wait for the first round
+  /// as long as the others live (each comes from its own network step).
+  void allgather(codec::dtype type, std::span<const std::byte> share, std::span<std::byte> data) const;
+  /// Bytes of this member's share of a collective of `bytes`.
+  [[nodiscard]] std::size_t share_bytes(codec::dtype type, std::size_t bytes) const;
+
  private:
   void wait(bool patient = false) const;
   void agree() const;
@@ -201,6 +217,10 @@ struct host_rounds {
   void pipeline(std::uint32_t kind, codec::dtype type, reduce_op op, std::size_t bytes, int stages, F&& stage,
                 bool patient_start = false) const;
   void combine(std::uint64_t r, reduce_op op, codec::dtype type, std::size_t bytes, std::uint32_t divisor) const;
+  // This member's elements of a round of `count`: [first, second).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> share_of(std::size_t count) const noexcept {
+    return {count * seg.me() / seg.members(), count * (seg.me() + 1) / seg.members()};
+  }
 };
 
 }  // namespace ferry::comm::detail

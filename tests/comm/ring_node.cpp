@@ -106,6 +106,13 @@ int main(int argc, char** argv) {
     auto avg = input(c.rank, count, 2);
     comm.allreduce(avg, {.op = comm::reduce_op::avg});
     append_le(out, avg);
+    // Long enough to be striped where hosts of equal size share segments
+    // (three chunks at two ranks per host).
+    if (c.shared_memory) {
+      auto big = input(c.rank, 300'007, 5);
+      comm.allreduce(big, {.op = comm::reduce_op::avg});
+      append_le(out, big);
+    }
     comm::error_feedback ef(count);
     for (int k = 0; k < 3; ++k) {
       auto q = input(c.rank, count, 3);

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -188,6 +189,93 @@ INSTANTIATE_TEST_SUITE_P(Leaders, Hosts,
                          ::testing::Values(algorithm::rabenseifner, algorithm::recursive_doubling, algorithm::ring,
                                            algorithm::automatic),
                          [](const auto& p) { return std::string(name(p.param)); });
+
+// Hosts of equal size stripe a long allreduce (NCCL's shape): each host
+// reduce-scatters in its segment, member m of every host combines its
+// share with the others' member m over TCP, and each host allgathers. The
+// order is each host's fold in member order, then the hosts' tree: with
+// two or three hosts, (A op B) op C. Buffers of several chunks (the
+// network step on a helper thread, one chunk behind the segment) and of
+// one; interleaved hosts (a b a b) and blocks (a a b b c c).
+class Striped : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
+  const std::vector<std::string>& ids = GetParam();
+  const auto n = static_cast<std::uint32_t>(ids.size());
+  const std::vector<std::pair<codec::dtype, reduce_op>> cases{{codec::dtype::f32, reduce_op::sum},
+                                                              {codec::dtype::f64, reduce_op::avg},
+                                                              {codec::dtype::i32, reduce_op::max},
+                                                              {codec::dtype::bf16, reduce_op::sum}};
+  // Chunks of 1 MiB at two members: f64 3.2 MB (four), f32 2.4 MB (three),
+  // bf16 1.2 MB (two), i32 600 KB (one, no helper thread).
+  const auto count_of = [](codec::dtype t) -> std::size_t {
+    return t == codec::dtype::f64 ? 400'000 : t == codec::dtype::i32 ? 150'000 : 600'000;
+  };
+  const auto out = run_world(
+      n,
+      [&](std::uint32_t r, config& c, std::optional<listener>& l) {
+        communicator comm(c, std::move(l));
+        std::vector<std::byte> all;
+        for (const auto& [t, op] : cases) {
+          auto v = typed_input(r, t, count_of(t));
+          comm.allreduce_bytes(t, v, {.op = op});
+          all.insert(all.end(), v.begin(), v.end());
+        }
+        std::uint32_t me = r;
+        std::vector<std::uint32_t> ranks(n);
+        comm.allgather(std::span<const std::uint32_t>(&me, 1), ranks);  // a ring collective after them
+        const auto tail = to_bytes(ranks);
+        all.insert(all.end(), tail.begin(), tail.end());
+        all.push_back(static_cast<std::byte>(comm.host_ranks().size()));
+        return all;
+      },
+      [&](std::uint32_t r, config& c) {
+        c.shared_memory = true;
+        c.host_id = ids[r];
+      });
+  expect_all_ok(out);
+  // Each host's ranks, in rank order; the hosts in the order of their lowest rank.
+  std::vector<std::vector<std::uint32_t>> hosts;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const auto h = std::ranges::find_if(hosts, [&](const auto& g) { return ids[g.front()] == ids[r]; });
+    if (h == hosts.end()) {
+      hosts.push_back({r});
+    } else {
+      h->push_back(r);
+    }
+  }
+  std::size_t at = 0;
+  for (const auto& [t, op] : cases) {
+    std::vector<std::vector<std::byte>> xs(n);
+    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count_of(t));
+    std::vector<std::byte> want;
+    for (const auto& h : hosts) {
+      auto host = xs[h[0]];
+      for (std::size_t j = 1; j < h.size(); ++j) host = combine2(std::move(host), xs[h[j]], t, op);
+      want = want.empty() ? std::move(host) : combine2(std::move(want), host, t, op);
+    }
+    finish(want, t, op, n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                       out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+      EXPECT_EQ(got, want) << codec::name(t) << " " << name(op) << ", rank " << r;
+    }
+    at += want.size();
+  }
+  std::vector<std::uint32_t> every(n);
+  std::iota(every.begin(), every.end(), 0U);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    EXPECT_EQ(from_bytes<std::uint32_t>(std::vector<std::byte>(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                                               out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + 4 * n))),
+              every);
+    EXPECT_EQ(out[r].bytes[at + 4 * n], std::byte{2}) << "rank " << r << ": two ranks per host";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Striped,
+                         ::testing::Values(std::vector<std::string>{"a", "b", "a", "b"},
+                                           std::vector<std::string>{"a", "a", "b", "b", "c", "c"}),
+                         [](const auto& p) { return p.param.size() == 4 ? std::string("Interleaved2x2") : std::string("Blocks3x2"); });
 
 // A rank with FERRY_SHARED_MEMORY=off stays out: the others form a group
 // without it, and the sum is still every rank's. Compressed allreduces take
