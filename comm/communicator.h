@@ -189,8 +189,11 @@ class communicator {
   /// The algorithm an uncompressed allreduce of `bytes` runs over the
   /// network: the configured one, or with auto the cost model's choice
   /// (comm/cost_model.h) for rank 0's link costs. Where host groups formed
-  /// (host_ranks()) and span several hosts, the one their leaders run (a
-  /// tree: the ring becomes Rabenseifner, auto the faster tree); on one
+  /// (host_ranks()) and span several hosts, the one that runs between them
+  /// (a tree: the ring becomes Rabenseifner, auto the faster tree): among
+  /// the leaders, or, for long buffers where every host has the same
+  /// number of ranks, among each rank's peers over its share of a chunk
+  /// (the striped allreduce, docs/comm-protocol.md section 8); on one
   /// host, which needs no network, the ring. Compressed allreduces and the
   /// other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;

@@ -135,10 +135,12 @@ int main(int argc, char** argv) {
     }
     std::fputs(ferry::comm::explain(static_cast<std::uint32_t>(nnodes * nproc), *link).c_str(), stdout);
     if (nnodes > 1 && nproc > 1) {
-      std::printf("with shared memory (FERRY_SHARED_MEMORY=on, the default) each node's %d ranks combine in memory "
-                  "and only the %d nodes' leaders use the network, running the faster of recursive_doubling and "
-                  "rabenseifner for %d ranks (the columns of ferry-run -n %d --explain)\n",
-                  nproc, nnodes, nnodes, nnodes);
+      std::printf("with shared memory (FERRY_SHARED_MEMORY=on, the default) each node's %d ranks combine in memory; "
+                  "below %d KiB only the %d nodes' leaders use the network, from there the buffer is striped (each of "
+                  "a node's ranks carries 1/%d of it, 512 KiB at a time); either way the network runs the "
+                  "faster of recursive_doubling and rabenseifner for %d ranks (the columns of ferry-run -n %d "
+                  "--explain)\n",
+                  nproc, 256 * nproc, nnodes, nproc, nnodes, nnodes);
     }
     return 0;
   }
