@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
                   "a node's ranks carries 1/%d of it, 512 KiB at a time); either way the network runs the "
                   "faster of recursive_doubling and rabenseifner for %d ranks (the columns of ferry-run -n %d "
                   "--explain)\n",
-                  nproc, 256 * nproc, nnodes, nproc, nnodes, nnodes);
+                  nproc, 1024 * nproc, nnodes, nproc, nnodes, nnodes);
     }
     return 0;
   }

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     // Long enough to be striped where hosts of equal size share segments
     // (three chunks at two ranks per host).
     if (c.shared_memory) {
-      auto big = input(c.rank, 300'007, 5);
+      auto big = input(c.rank, 600'007, 5);
       comm.allreduce(big, {.op = comm::reduce_op::avg});
       append_le(out, big);
     }

@@ -195,8 +195,8 @@ INSTANTIATE_TEST_SUITE_P(Leaders, Hosts,
 // share with the others' member m over TCP, and each host allgathers. The
 // order is each host's fold in member order, then the hosts' tree: with
 // two or three hosts, (A op B) op C. Buffers of several chunks (the
-// network step on a helper thread, one chunk behind the segment) and of
-// one; interleaved hosts (a b a b) and blocks (a a b b c c).
+// network step on a helper thread, behind the segment's) and below the
+// threshold; interleaved hosts (a b a b) and blocks (a a b b c c).
 class Striped : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
@@ -206,8 +206,9 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
                                                               {codec::dtype::f64, reduce_op::avg},
                                                               {codec::dtype::i32, reduce_op::max},
                                                               {codec::dtype::bf16, reduce_op::sum}};
-  // Chunks of 1 MiB at two members: f64 3.2 MB (four), f32 2.4 MB (three),
-  // bf16 1.2 MB (two), i32 600 KB (one, no helper thread).
+  // Chunks of 1 MiB at two members, striped from two chunks: f64 3.2 MB
+  // (four chunks), f32 2.4 MB (three); bf16 1.2 MB and i32 600 KB take the
+  // leaders' path, in the same order.
   const auto count_of = [](codec::dtype t) -> std::size_t {
     return t == codec::dtype::f64 ? 400'000 : t == codec::dtype::i32 ? 150'000 : 600'000;
   };
