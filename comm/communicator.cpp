@@ -104,6 +104,7 @@ struct communicator::impl {
   void host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op);
   void striped_allreduce(const detail::host_rounds& rounds, codec::dtype type, std::span<std::byte> data,
                          reduce_op sum_op, std::uint32_t divisor);
+  void give_up_segment() noexcept;
   void join_hosts();
   void reduce_scatter(codec::dtype type, std::span<const std::byte> in, std::span<const std::size_t> counts,
                       std::span<std::byte> out, const allreduce_options& o);
@@ -222,17 +223,25 @@ void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> 
         link.skip_collective();
       }
       if (rounds) rounds->broadcast_from_leader(data);
-    } catch (const comm_error& e) {  // the group's other ranks stop waiting, and say why
-      if (segment) {
-        segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me(), e.code().value(),
-                         e.peer().value_or(~std::uint32_t{0}));
-      }
-      throw;
     } catch (...) {
-      if (segment) segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me());
+      give_up_segment();
       throw;
     }
   });
+}
+
+// In a catch block: the group's other ranks stop waiting, and say why (the
+// first reason given is kept).
+void communicator::impl::give_up_segment() noexcept {
+  if (!segment) return;
+  try {
+    throw;
+  } catch (const comm_error& e) {
+    segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me(), e.code().value(),
+                     e.peer().value_or(~std::uint32_t{0}));
+  } catch (...) {
+    segment->give_up(detail::shared_segment::wait_status::gave_up, segment->me());
+  }
 }
 
 namespace {
@@ -241,37 +250,38 @@ namespace {
 // 2x2 ran at 0.97 of its link bound with these against 0.91 with 1 MiB;
 // 4x4 took 283-301 ms against 288-379 ms with 1 MiB and about 800 ms with
 // 256 KiB, whose network steps stalled for 70-160 ms at a time.
-std::size_t stripe_chunk_bytes(const detail::shared_segment& seg, codec::dtype type) {
-  const std::size_t width = codec::size_of(type);
-  return stripe_share / width * width * seg.members();
-}
+std::size_t stripe_chunk_bytes(const detail::shared_segment& seg) { return stripe_share * seg.members(); }
 }  // namespace
 
 algorithm communicator::impl::hosts_algorithm_for(std::size_t bytes, codec::dtype type) const {
   if (!striped(bytes)) return leaders_algorithm_for(bytes);
   const detail::host_rounds rounds{*segment, link.config().timeout, link.rank(), group};
-  return leaders_algorithm_for(rounds.share_bytes(type, std::min(bytes, stripe_chunk_bytes(*segment, type))));
+  return leaders_algorithm_for(rounds.share_bytes(type, std::min(bytes, stripe_chunk_bytes(*segment))));
 }
 
 // NCCL's shape, for long messages where every host has the same number L
 // of ranks: no leader carries its host alone. The buffer goes in chunks of
-// one round per member; each chunk is reduce-scattered in the segment
+// stripe_share per member; each chunk is reduce-scattered in the segment
 // (member m keeps the part of every round it combines), each member runs
 // the tree algorithm over its share with its peers (the member at its
 // index on every other host), and the chunk is allgathered in the segment.
-// The network steps run on a helper thread one chunk behind, so that the
-// segment's copies and sums of chunk c+1 overlap the network's work on
-// chunk c; two share buffers alternate. Each element is combined in member
-// order on its host, then in the peers' tree: the same bits on every rank.
-// Every rank runs one network collective per chunk, so the sequence
-// numbers stay the world's.
+// The network steps run on a helper thread; the segment's reduce-scatters
+// run up to stripe_ahead chunks ahead of its allgathers, so that its
+// copies and sums overlap the network's work, and stripe_ahead + 1 share
+// buffers rotate. Each element is combined in member order on its host,
+// then in the peers' tree: the same bits on every rank. Every rank runs
+// one network collective per chunk, so the sequence numbers stay the
+// world's.
 void communicator::impl::striped_allreduce(const detail::host_rounds& rounds, codec::dtype type,
                                            std::span<std::byte> data, reduce_op sum_op, std::uint32_t divisor) {
-  const std::size_t chunk = stripe_chunk_bytes(*segment, type);
+  const std::size_t chunk = stripe_chunk_bytes(*segment);
   const std::size_t chunks = (data.size() + chunk - 1) / chunk;
   const auto part = [&](std::size_t c) { return data.subspan(c * chunk, std::min(chunk, data.size() - c * chunk)); };
+  // A share is not monotone in the chunk's length (elements c·m/L up to
+  // c·(m+1)/L of each round): the short last chunk's can be the longer.
+  const std::size_t most = std::max(rounds.share_bytes(type, chunk), rounds.share_bytes(type, part(chunks - 1).size()));
   std::array<std::vector<std::byte>, stripe_ahead + 1> shares;
-  for (auto& s : shares) s.resize(rounds.share_bytes(type, std::min(chunk, data.size())));
+  for (auto& s : shares) s.resize(most);
   const auto share = [&](std::size_t c) {
     return std::span(shares[c % shares.size()]).first(rounds.share_bytes(type, part(c).size()));
   };
@@ -323,7 +333,8 @@ void communicator::impl::striped_allreduce(const detail::host_rounds& rounds, co
         rounds.allgather(type, share(g), part(g));
       }
     }
-  } catch (...) {  // the helper finishes its chunk (the network has its own timeouts) and stops
+  } catch (...) {  // the host stops waiting; the helper finishes its chunk (the network has its own timeouts)
+    give_up_segment();
     {
       const std::lock_guard lock(m);
       stop = true;

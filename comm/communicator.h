@@ -192,8 +192,9 @@ class communicator {
   /// (host_ranks()) and span several hosts, the one that runs between them
   /// (a tree: the ring becomes Rabenseifner, auto the faster tree): among
   /// the leaders, or, for long buffers where every host has the same
-  /// number of ranks, among each rank's peers over its share of a chunk
-  /// (the striped allreduce, docs/comm-protocol.md section 8); on one
+  /// number of ranks, among each rank's peers over its share of the first
+  /// chunk (the striped allreduce, docs/comm-protocol.md section 8; with
+  /// auto, a short last chunk may take the other tree); on one
   /// host, which needs no network, the ring. Compressed allreduces and the
   /// other collectives take the ring.
   [[nodiscard]] comm::algorithm algorithm_for(std::size_t bytes) const;

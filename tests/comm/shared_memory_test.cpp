@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/detail/reduce.h"
@@ -194,31 +195,26 @@ INSTANTIATE_TEST_SUITE_P(Leaders, Hosts,
 // reduce-scatters in its segment, member m of every host combines its
 // share with the others' member m over TCP, and each host allgathers. The
 // order is each host's fold in member order, then the hosts' tree: with
-// two or three hosts, (A op B) op C. Buffers of several chunks (the
-// network step on a helper thread, behind the segment's) and below the
-// threshold; interleaved hosts (a b a b) and blocks (a a b b c c).
-class Striped : public ::testing::TestWithParam<std::vector<std::string>> {};
+// two or three hosts, (A op B) op C.
+struct striped_case {
+  std::string name;
+  std::vector<std::string> ids;  // each rank's FERRY_HOST_ID
+  std::vector<std::tuple<codec::dtype, reduce_op, std::size_t>> allreduces;
+};
+class Striped : public ::testing::TestWithParam<striped_case> {};
 
 TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
-  const std::vector<std::string>& ids = GetParam();
+  const striped_case& param = GetParam();
+  const std::vector<std::string>& ids = param.ids;
+  const auto& allreduces = param.allreduces;
   const auto n = static_cast<std::uint32_t>(ids.size());
-  const std::vector<std::pair<codec::dtype, reduce_op>> cases{{codec::dtype::f32, reduce_op::sum},
-                                                              {codec::dtype::f64, reduce_op::avg},
-                                                              {codec::dtype::i32, reduce_op::max},
-                                                              {codec::dtype::bf16, reduce_op::sum}};
-  // Chunks of 1 MiB at two members, striped from two chunks: f64 3.2 MB
-  // (four chunks), f32 2.4 MB (three); bf16 1.2 MB and i32 600 KB take the
-  // leaders' path, in the same order.
-  const auto count_of = [](codec::dtype t) -> std::size_t {
-    return t == codec::dtype::f64 ? 400'000 : t == codec::dtype::i32 ? 150'000 : 600'000;
-  };
   const auto out = run_world(
       n,
       [&](std::uint32_t r, config& c, std::optional<listener>& l) {
         communicator comm(c, std::move(l));
         std::vector<std::byte> all;
-        for (const auto& [t, op] : cases) {
-          auto v = typed_input(r, t, count_of(t));
+        for (const auto& [t, op, count] : allreduces) {
+          auto v = typed_input(r, t, count);
           comm.allreduce_bytes(t, v, {.op = op});
           all.insert(all.end(), v.begin(), v.end());
         }
@@ -227,7 +223,6 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
         comm.allgather(std::span<const std::uint32_t>(&me, 1), ranks);  // a ring collective after them
         const auto tail = to_bytes(ranks);
         all.insert(all.end(), tail.begin(), tail.end());
-        all.push_back(static_cast<std::byte>(comm.host_ranks().size()));
         return all;
       },
       [&](std::uint32_t r, config& c) {
@@ -246,9 +241,9 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
     }
   }
   std::size_t at = 0;
-  for (const auto& [t, op] : cases) {
+  for (const auto& [t, op, count] : allreduces) {
     std::vector<std::vector<std::byte>> xs(n);
-    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count_of(t));
+    for (std::uint32_t r = 0; r < n; ++r) xs[r] = typed_input(r, t, count);
     std::vector<std::byte> want;
     for (const auto& h : hosts) {
       auto host = xs[h[0]];
@@ -259,7 +254,7 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
     for (std::uint32_t r = 0; r < n; ++r) {
       const std::vector<std::byte> got(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
                                        out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
-      EXPECT_EQ(got, want) << codec::name(t) << " " << name(op) << ", rank " << r;
+      EXPECT_EQ(got, want) << codec::name(t) << " " << name(op) << " of " << count << ", rank " << r;
     }
     at += want.size();
   }
@@ -267,16 +262,32 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
   std::iota(every.begin(), every.end(), 0U);
   for (std::uint32_t r = 0; r < n; ++r) {
     EXPECT_EQ(from_bytes<std::uint32_t>(std::vector<std::byte>(out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                                                               out[r].bytes.begin() + static_cast<std::ptrdiff_t>(at + 4 * n))),
+                                                               out[r].bytes.end())),
               every);
-    EXPECT_EQ(out[r].bytes[at + 4 * n], std::byte{2}) << "rank " << r << ": two ranks per host";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Striped,
-                         ::testing::Values(std::vector<std::string>{"a", "b", "a", "b"},
-                                           std::vector<std::string>{"a", "a", "b", "b", "c", "c"}),
-                         [](const auto& p) { return p.param.size() == 4 ? std::string("Interleaved2x2") : std::string("Blocks3x2"); });
+// Two ranks per host: chunks of 1 MiB, striped from two chunks: f64 3.2 MB
+// (four chunks, a short last one), f32 2.4 MB (three); bf16 1.2 MB and i32
+// 600 KB take the leaders' path, in the same order. Six per host: chunks of
+// 3 MiB, and a last chunk one f32 short of full, whose share for member 3
+// is one element longer than a full chunk's (shares are not monotone).
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Striped,
+    ::testing::Values(
+        striped_case{"Interleaved2x2",
+                     {"a", "b", "a", "b"},
+                     {{codec::dtype::f32, reduce_op::sum, 600'000},
+                      {codec::dtype::f64, reduce_op::avg, 400'000},
+                      {codec::dtype::i32, reduce_op::max, 150'000},
+                      {codec::dtype::bf16, reduce_op::sum, 600'000}}},
+        striped_case{"Blocks3x2",
+                     {"a", "a", "b", "b", "c", "c"},
+                     {{codec::dtype::f32, reduce_op::sum, 600'000}, {codec::dtype::f64, reduce_op::avg, 400'000}}},
+        striped_case{"Blocks2x6",
+                     {"a", "a", "a", "a", "a", "a", "b", "b", "b", "b", "b", "b"},
+                     {{codec::dtype::f32, reduce_op::sum, 2 * 786'432 - 1}}}),
+    [](const auto& p) { return p.param.name; });
 
 // A rank with FERRY_SHARED_MEMORY=off stays out: the others form a group
 // without it, and the sum is still every rank's. Compressed allreduces take
@@ -333,17 +344,24 @@ TEST(SharedMemory, ADifferentSizeFailsTheGroup) {
 // ended (peer_lost naming it) within seconds, not at the timeout; with
 // hosts, the other host's ranks hear it from the dead rank's closed
 // connections or their leader (which gives up its segment with the error
-// it got over TCP, so its members name the same rank).
-void kill_one(std::uint32_t n, std::uint32_t victim, const std::vector<std::string>& ids) {
-  test::expect_killed_rank_named_fast(n, victim, [&](std::uint32_t r, config& c) {
-    c.shared_memory = true;
-    c.host_id = ids.empty() ? "" : ids[r];
-  });
+// it got over TCP, so its members name the same rank). 1 MiB takes the
+// leaders' path; 4 MiB is striped.
+void kill_one(std::uint32_t n, std::uint32_t victim, const std::vector<std::string>& ids,
+              std::size_t floats = std::size_t{1} << 18) {
+  test::expect_killed_rank_named_fast(
+      n, victim,
+      [&](std::uint32_t r, config& c) {
+        c.shared_memory = true;
+        c.host_id = ids.empty() ? "" : ids[r];
+      },
+      floats);
 }
 
 TEST(SharedMemory, AKilledRankFailsItsHostFast) { kill_one(3, 1, {}); }
 TEST(SharedMemory, AKilledRankFailsEveryHostFast) { kill_one(4, 3, {"a", "a", "b", "b"}); }
 TEST(SharedMemory, AKilledLeaderFailsEveryHostFast) { kill_one(4, 2, {"a", "a", "b", "b"}); }
+// 4 MiB: striped; the victim's peer (rank 1) learns it on its helper thread.
+TEST(SharedMemory, AKilledRankFailsEveryHostFastWhileStriped) { kill_one(4, 3, {"a", "a", "b", "b"}, 1 << 20); }
 
 }  // namespace
 }  // namespace ferry::comm

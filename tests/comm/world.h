@@ -170,18 +170,20 @@ inline std::vector<outcome> run_world(std::uint32_t n, const body_fn& body,
   return result;
 }
 
-/// Runs n ranks that allreduce 4 MB of f32 in a loop (`tweak` sets each
-/// rank's config), kills `victim` with SIGKILL after 1.5 s, and checks that
-/// every other rank fails within 5 s with peer_lost naming it.
+/// Runs n ranks that allreduce `floats` f32 (4 MiB by default) in a loop
+/// (`tweak` sets each rank's config), kills `victim` with SIGKILL after
+/// 1.5 s, and checks that every other rank fails within 5 s with peer_lost
+/// naming it.
 inline void expect_killed_rank_named_fast(std::uint32_t n, std::uint32_t victim,
-                                          const std::function<void(std::uint32_t, config&)>& tweak) {
+                                          const std::function<void(std::uint32_t, config&)>& tweak,
+                                          std::size_t floats = std::size_t{1} << 20) {
   using namespace std::chrono_literals;
   std::chrono::steady_clock::time_point killed;
   const auto out = run_world(
       n,
-      [](std::uint32_t, config& c, std::optional<listener>& l) {
+      [floats](std::uint32_t, config& c, std::optional<listener>& l) {
         communicator comm(c, std::move(l));
-        std::vector<float> v(1 << 20, 1.0f);
+        std::vector<float> v(floats, 1.0f);
         for (int i = 0; i < 100000; ++i) comm.allreduce(v);
         return std::vector<std::byte>{};
       },
