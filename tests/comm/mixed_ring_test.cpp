@@ -135,35 +135,33 @@ TEST(MixedRing, RecursiveDoublingAndRabenseifnerOverTheMeshMatchAllX86BitForBit)
   }
 }
 
+// Ranks on `nodes` with FERRY_HOST_ID `hosts` (shared memory on) end with
+// the same bits as all-x86 ranks with the same hosts.
+void expect_hosts_match_all_x86(const std::vector<node>& nodes, const std::vector<std::string>& hosts,
+                                const std::string& tag) {
+  const auto mixed = run_ring(nodes, tag + "-mixed", "", "", hosts);
+  const auto x86 = run_ring(std::vector<node>(nodes.size(), native()), tag + "-x86", "", "", hosts);
+  const auto reference = slurp(x86[0]);
+  ASSERT_GT(reference.size(), 1000u);
+  for (std::size_t r = 0; r < nodes.size(); ++r) {
+    EXPECT_EQ(slurp(x86[r]), reference) << tag << ", x86 ranks, rank " << r;
+    EXPECT_EQ(slurp(mixed[r]), reference) << tag << ", mixed ranks, rank " << r;
+  }
+}
+
 TEST(MixedRing, SharedMemoryHostsMatchAllX86BitForBit) {
   // Hosts a (two x86-64 ranks), b (two armhf ranks under qemu, sharing a
   // segment there) and c (s390x): each host reduces in its segment, the
   // leaders 0, 2 and 4 combine over TCP across byte orders, and the result
   // is the same bits as all-x86 ranks with the same hosts.
-  const std::vector<std::string> hosts{"a", "a", "b", "b", "c"};
-  const auto mixed = run_ring({native(), native(), armhf(), armhf(), s390x()}, "shm-mixed", "", "", hosts);
-  const auto x86 = run_ring(std::vector<node>(5, native()), "shm-x86", "", "", hosts);
-  const auto reference = slurp(x86[0]);
-  ASSERT_GT(reference.size(), 1000u);
-  for (std::size_t r = 0; r < 5; ++r) {
-    EXPECT_EQ(slurp(x86[r]), reference) << "x86 ranks, rank " << r;
-    EXPECT_EQ(slurp(mixed[r]), reference) << "mixed ranks, rank " << r;
-  }
+  expect_hosts_match_all_x86({native(), native(), armhf(), armhf(), s390x()}, {"a", "a", "b", "b", "c"}, "shm");
 }
 
 TEST(MixedRing, StripedHostsMatchAllX86BitForBit) {
   // Hosts a (x86-64 ranks 0 and 2) and b (s390x ranks 1 and 3, sharing a
   // segment under qemu): a long allreduce is striped, each rank combining
   // its share with the other host's rank at its index, across byte orders.
-  const std::vector<std::string> hosts{"a", "b", "a", "b"};
-  const auto mixed = run_ring({native(), s390x(), native(), s390x()}, "striped-mixed", "", "", hosts);
-  const auto x86 = run_ring(std::vector<node>(4, native()), "striped-x86", "", "", hosts);
-  const auto reference = slurp(x86[0]);
-  ASSERT_GT(reference.size(), 1000u);
-  for (std::size_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(slurp(x86[r]), reference) << "x86 ranks, rank " << r;
-    EXPECT_EQ(slurp(mixed[r]), reference) << "mixed ranks, rank " << r;
-  }
+  expect_hosts_match_all_x86({native(), s390x(), native(), s390x()}, {"a", "b", "a", "b"}, "striped");
 }
 
 }  // namespace
