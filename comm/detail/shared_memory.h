@@ -197,7 +197,7 @@ struct host_rounds {
   void broadcast_from_leader(std::span<std::byte> data) const;
 
   /// The halves of allreduce, for the striped allreduce over several hosts
-  /// (communicator.cpp). reduce_scatter: member m ends with op over the
+  /// (hosts.cpp). reduce_scatter: member m ends with op over the
   /// members' `data` on its share of every round (the elements it combines:
   /// count*m/L up to count*(m+1)/L of the round's count), the shares one
   /// after another in `share`, which holds share_bytes(type, data.size()).
