@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <exception>
 #include <utility>
 
 #include "ferry/comm/detail/all_to_all.h"

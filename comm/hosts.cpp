@@ -23,7 +23,9 @@ namespace ferry::comm {
 // leaders_algorithm_for), and
 // each leader returns the result to its group. Avg sums and divides once,
 // by the world size, where the last combining happens. Every element's
-// order of combination is fixed by ranks and groups alone.
+// order of combination is fixed by ranks, groups and the buffer's size
+// alone (the size picks the path, the chunks and the tree algorithm), so
+// every rank gets the same bits.
 void communicator::impl::host_allreduce(codec::dtype type, std::span<std::byte> data, reduce_op op) {
   const reduce_op sum_op = op == reduce_op::avg ? reduce_op::sum : op;
   const std::uint32_t divisor = op == reduce_op::avg ? link.size() : 1;
@@ -68,19 +70,10 @@ void communicator::impl::give_up_segment() noexcept {
   }
 }
 
-namespace {
-// A striped allreduce's chunk: 512 KiB per member (the chunks pipeline
-// between the segment and the network). On the simulated cluster at 16 MB,
-// 2x2 ran at 0.97 of its link bound with these against 0.91 with 1 MiB;
-// 4x4 took 283-301 ms against 288-379 ms with 1 MiB and about 800 ms with
-// 256 KiB, whose network steps stalled for 70-160 ms at a time.
-std::size_t stripe_chunk_bytes(const detail::shared_segment& seg) { return stripe_share * seg.members(); }
-}  // namespace
-
 algorithm communicator::impl::hosts_algorithm_for(std::size_t bytes, codec::dtype type) const {
   if (!striped(bytes)) return leaders_algorithm_for(bytes);
   const detail::host_rounds rounds{*segment, link.config().timeout, link.rank(), group};
-  return leaders_algorithm_for(rounds.share_bytes(type, std::min(bytes, stripe_chunk_bytes(*segment))));
+  return leaders_algorithm_for(rounds.share_bytes(type, stripe_share * group.size()));  // a full chunk's
 }
 
 // NCCL's shape, for long messages where every host has the same number L
@@ -98,7 +91,7 @@ algorithm communicator::impl::hosts_algorithm_for(std::size_t bytes, codec::dtyp
 // world's.
 void communicator::impl::striped_allreduce(const detail::host_rounds& rounds, codec::dtype type,
                                            std::span<std::byte> data, reduce_op sum_op, std::uint32_t divisor) {
-  const std::size_t chunk = stripe_chunk_bytes(*segment);
+  const std::size_t chunk = stripe_share * group.size();
   const std::size_t chunks = (data.size() + chunk - 1) / chunk;
   const auto part = [&](std::size_t c) { return data.subspan(c * chunk, std::min(chunk, data.size() - c * chunk)); };
   // A share is not monotone in the chunk's length (elements c·m/L up to
@@ -124,7 +117,7 @@ void communicator::impl::striped_allreduce(const detail::host_rounds& rounds, co
       {
         std::unique_lock lock(m);
         cv.wait(lock, [&] { return posted > c || stop; });
-        if (posted <= c) return;
+        if (stop) return;
       }
       try {
         network(c);

@@ -200,6 +200,7 @@ struct striped_case {
   std::string name;
   std::vector<std::string> ids;  // each rank's FERRY_HOST_ID
   std::vector<std::tuple<codec::dtype, reduce_op, std::size_t>> allreduces;
+  algorithm algo = algorithm::automatic;  // FERRY_ALGORITHM: the peers' tree over each share
 };
 class Striped : public ::testing::TestWithParam<striped_case> {};
 
@@ -228,6 +229,7 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
       [&](std::uint32_t r, config& c) {
         c.shared_memory = true;
         c.host_id = ids[r];
+        c.algorithm = param.algo;
       });
   expect_all_ok(out);
   // Each host's ranks, in rank order; the hosts in the order of their lowest rank.
@@ -269,9 +271,14 @@ TEST_P(Striped, HostsReduceScatterPeersCombineHostsAllgather) {
 
 // Two ranks per host: chunks of 1 MiB, striped from two chunks: f64 3.2 MB
 // (four chunks, a short last one), f32 2.4 MB (three); bf16 1.2 MB and i32
-// 600 KB take the leaders' path, in the same order. Six per host: chunks of
+// 600 KB take the leaders' path, in the same order; three such hosts
+// with recursive doubling asked for. Six per host: chunks of
 // 3 MiB, and a last chunk one f32 short of full, whose share for member 3
 // is one element longer than a full chunk's (shares are not monotone).
+// Three per host (chunks of 1.5 MiB, not a whole number of slots, so every
+// chunk ends in a short round), with the ring asked for (Rabenseifner
+// between the peers): bf16 min and i32 bxor striped, and f32 whose last
+// chunk holds two elements, so that one member's share is empty.
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Striped,
     ::testing::Values(
@@ -283,7 +290,14 @@ INSTANTIATE_TEST_SUITE_P(
                       {codec::dtype::bf16, reduce_op::sum, 600'000}}},
         striped_case{"Blocks3x2",
                      {"a", "a", "b", "b", "c", "c"},
-                     {{codec::dtype::f32, reduce_op::sum, 600'000}, {codec::dtype::f64, reduce_op::avg, 400'000}}},
+                     {{codec::dtype::f32, reduce_op::sum, 600'000}, {codec::dtype::f64, reduce_op::avg, 400'000}},
+                     algorithm::recursive_doubling},
+        striped_case{"Blocks2x3Ring",
+                     {"a", "a", "a", "b", "b", "b"},
+                     {{codec::dtype::bf16, reduce_op::min, 1'600'001},
+                      {codec::dtype::i32, reduce_op::bxor, 800'001},
+                      {codec::dtype::f32, reduce_op::sum, 2 * 393'216 + 2}},
+                     algorithm::ring},
         striped_case{"Blocks2x6",
                      {"a", "a", "a", "a", "a", "a", "b", "b", "b", "b", "b", "b"},
                      {{codec::dtype::f32, reduce_op::sum, 2 * 786'432 - 1}}}),
