@@ -73,7 +73,7 @@ void communicator::impl::give_up_segment() noexcept {
 algorithm communicator::impl::hosts_algorithm_for(std::size_t bytes, codec::dtype type) const {
   if (!striped(bytes)) return leaders_algorithm_for(bytes);
   const detail::host_rounds rounds{*segment, link.config().timeout, link.rank(), group};
-  return leaders_algorithm_for(rounds.share_bytes(type, stripe_share * group.size()));  // a full chunk's
+  return leaders_algorithm_for(rounds.share_bytes(type, stripe_chunk()));  // a full chunk's
 }
 
 // NCCL's shape, for long messages where every host has the same number L
@@ -91,7 +91,7 @@ algorithm communicator::impl::hosts_algorithm_for(std::size_t bytes, codec::dtyp
 // world's.
 void communicator::impl::striped_allreduce(const detail::host_rounds& rounds, codec::dtype type,
                                            std::span<std::byte> data, reduce_op sum_op, std::uint32_t divisor) {
-  const std::size_t chunk = stripe_share * group.size();
+  const std::size_t chunk = stripe_chunk();
   const std::size_t chunks = (data.size() + chunk - 1) / chunk;
   const auto part = [&](std::size_t c) { return data.subspan(c * chunk, std::min(chunk, data.size() - c * chunk)); };
   // A share is not monotone in the chunk's length (elements c·m/L up to
