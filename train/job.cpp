@@ -35,8 +35,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-[[noreturn]] void fail(error_code code, std::string text) { throw ferry::exception(error(code, std::move(text))); }
-
 // Packs tensors (float32, contiguous) into one vector and back: the unit
 // broadcast and allreduce move.
 std::vector<float> pack(const std::vector<at::Tensor>& ts) {

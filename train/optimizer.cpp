@@ -16,7 +16,7 @@
 namespace ferry::trainer {
 namespace {
 
-[[noreturn]] void fail(std::string text) { throw ferry::exception(error(trainer_errc::bad_checkpoint, std::move(text))); }
+[[noreturn]] void bad_state(std::string text) { fail(trainer_errc::bad_checkpoint, std::move(text)); }
 
 std::string key_of(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
@@ -171,13 +171,13 @@ void optimizer::bind(const torch::nn::Module& model) {
     const auto shape = sharded() ? std::vector<std::int64_t>{static_cast<std::int64_t>(pieces_[i].count)} : p.sizes().vec();
     const auto& who = names[p.unsafeGetTensorImpl()];
     const auto it = libtorch_->state().find(key_of(p));
-    if (it == libtorch_->state().end()) fail("no " + kind + " state for " + who);
+    if (it == libtorch_->state().end()) bad_state("no " + kind + " state for " + who);
     const auto a = access(o_.kind, *it->second);
     for (const auto field : state_names(o_)) {
       const std::string f(field);
       auto t = a.get(f);
       if (!t.defined() || t.sizes().vec() != shape || t.scalar_type() != at::kFloat) {
-        fail("the " + kind + " state of " + who + " has no f32 " + f + " of its shape (saved with another --momentum "
+        bad_state("the " + kind + " state of " + who + " has no f32 " + f + " of its shape (saved with another --momentum "
              "or --centered? resume with the checkpoint's)");
       }
       t = t.contiguous();
@@ -194,8 +194,8 @@ std::optional<std::int64_t> optimizer::recorded_step(const torch::nn::Module& mo
     const auto it = libtorch_->state().find(key_of(item.value()));
     if (it == libtorch_->state().end()) continue;  // bind() has checked the trained ones
     const auto s = step_of(o_.kind, *it->second);
-    if (s < 0) fail("a negative " + std::string(name(o_.kind)) + " step (" + item.key() + ")");
-    if (step && *step != s) fail("the parameters' " + std::string(name(o_.kind)) + " steps differ (" + item.key() + ")");
+    if (s < 0) bad_state("a negative " + std::string(name(o_.kind)) + " step (" + item.key() + ")");
+    if (step && *step != s) bad_state("the parameters' " + std::string(name(o_.kind)) + " steps differ (" + item.key() + ")");
     step = s;
   }
   return step.value_or(0);

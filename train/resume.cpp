@@ -12,11 +12,10 @@
 #include "ferry/base/arch.h"
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/residual.h"
+#include "common.h"
 
 namespace ferry::trainer {
 namespace {
-
-[[noreturn]] void fail(error_code code, std::string text) { throw ferry::exception(error(code, std::move(text))); }
 
 // The checkpoint's position, checked against this run.
 struct saved_position {

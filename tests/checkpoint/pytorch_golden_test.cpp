@@ -9,10 +9,10 @@
 namespace ferry::checkpoint::testing {
 namespace {
 
-const fs::path golden_dir = fs::path(FERRY_TEST_DATA_DIR) / "pytorch";
+const fs::path pytorch_dir = fs::path(FERRY_TEST_DATA_DIR) / "pytorch";
 
 reader open_golden(const char* name, const read_options& opt = {}) {
-  auto r = reader::open(golden_dir / name, opt);
+  auto r = reader::open(pytorch_dir / name, opt);
   EXPECT_TRUE(r) << r.error();
   return std::move(r).value();
 }
@@ -40,7 +40,7 @@ TEST(PytorchGolden, LittleWithoutByteOrderRecord) {
   EXPECT_EQ(r.format(), file_format::pytorch);
   EXPECT_EQ(r.order(), wire::byte_order::little);
   EXPECT_EQ(r.metadata().at("pytorch.byteorder"), "absent");
-  expect_as_torch_read(r, read_expected(golden_dir / "golden_little.pt.expected"));
+  expect_as_torch_read(r, read_expected(pytorch_dir / "golden_little.pt.expected"));
   EXPECT_TRUE(r.verify()) << r.verify().error();
   if (wire::host_order == wire::byte_order::little) {
     EXPECT_TRUE(zero_copy(r));
@@ -51,7 +51,7 @@ TEST(PytorchGolden, BigWithSwappedStorages) {
   const reader r = open_golden("golden_big.pt");
   EXPECT_EQ(r.order(), wire::byte_order::big);
   EXPECT_EQ(r.metadata().at("pytorch.byteorder"), "big");
-  expect_as_torch_read(r, read_expected(golden_dir / "golden_big.pt.expected"));
+  expect_as_torch_read(r, read_expected(pytorch_dir / "golden_big.pt.expected"));
   EXPECT_TRUE(r.verify()) << r.verify().error();
   if (wire::host_order == wire::byte_order::big) {
     EXPECT_TRUE(zero_copy(r));
@@ -60,13 +60,13 @@ TEST(PytorchGolden, BigWithSwappedStorages) {
 
 TEST(PytorchGolden, RezippedWithoutPadding) {
   const reader r = open_golden("golden_rezipped.pt");
-  expect_as_torch_read(r, read_expected(golden_dir / "golden_rezipped.pt.expected"));
+  expect_as_torch_read(r, read_expected(pytorch_dir / "golden_rezipped.pt.expected"));
   EXPECT_TRUE(r.verify()) << r.verify().error();
 }
 
 TEST(PytorchGolden, PickleProtocol4) {
   const reader r = open_golden("golden_protocol4.pt");
-  expect_as_torch_read(r, read_expected(golden_dir / "golden_protocol4.pt.expected"));
+  expect_as_torch_read(r, read_expected(pytorch_dir / "golden_protocol4.pt.expected"));
 }
 
 // A file without a byteorder record, read as a big-endian writer's: the

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../restore_cpu_features.h"
 #include "ferry/base/cpu.h"
 
 namespace ferry::codec {
@@ -27,10 +28,6 @@ std::uint32_t crc32c_bitwise(std::span<const std::byte> data) {
   return ~crc;
 }
 
-struct restore_features {
-  ~restore_features() { base::limit_cpu_features(base::all_cpu_features); }
-};
-
 TEST(Crc32c, CheckValue) {
   EXPECT_EQ(crc32c(as_bytes("123456789")), 0xE3069283u);
   EXPECT_EQ(crc32c({}), 0u);
@@ -47,7 +44,7 @@ TEST(Crc32c, Rfc3720Vectors) {
                                 0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
                                 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
                                 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
-  restore_features restore;
+  ferry::test::restore_cpu_features restore;
   for (cpu_feature_set f : {cpu_feature_set{0}, base::all_cpu_features}) {
     base::limit_cpu_features(f);
     SCOPED_TRACE(std::string(crc32c_kernel_name()));
@@ -62,7 +59,7 @@ TEST(Crc32c, Rfc3720Vectors) {
 }
 
 TEST(Crc32c, AllPathsAgreeOnRandomLengthsAndAlignments) {
-  restore_features restore;
+  ferry::test::restore_cpu_features restore;
   std::mt19937 rng(1234);
   std::vector<std::byte> buf(3 * 8192 * 2 + 4096);
   for (auto& b : buf) b = std::byte{static_cast<std::uint8_t>(rng())};

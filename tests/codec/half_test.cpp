@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "../restore_cpu_features.h"
 #include "ferry/base/cpu.h"
 #include "half_reference.h"
 
@@ -17,10 +18,6 @@ using base::cpu_feature_set;
 
 float f(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
-
-struct restore_features {
-  ~restore_features() { base::limit_cpu_features(base::all_cpu_features); }
-};
 
 TEST(ToF16, KnownVectors) {
   const std::pair<float, std::uint16_t> cases[] = {
@@ -135,7 +132,7 @@ TEST(Narrowing, MatchesReferenceOnRandomAndNearTieInputs) {
 }
 
 TEST(Bulk, EveryPathMatchesScalar) {
-  restore_features restore;
+  ferry::test::restore_cpu_features restore;
   std::mt19937 rng(11);
   std::vector<float> in(4099);
   for (auto& x : in) x = f(rng());

@@ -26,10 +26,6 @@ namespace {
 
 using test::run_world;
 
-void expect_all_ok(const std::vector<test::outcome>& out) {
-  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
-}
-
 // The order of recursive doubling and of Rabenseifner: with p2 the largest
 // power of two <= n and rem = n - p2, ranks 2i and 2i+1 (i < rem) are
 // combined first (lower rank first) as number i, ranks from 2 rem on are

@@ -24,10 +24,6 @@ namespace {
 
 using test::run_world;
 
-void expect_all_ok(const std::vector<test::outcome>& out) {
-  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
-}
-
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }

@@ -70,12 +70,6 @@ std::vector<std::uint32_t> bits(const std::vector<float>& v) {
   return b;
 }
 
-void expect_all_ok(const std::vector<test::outcome>& out) {
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
-  }
-}
-
 class Ring : public ::testing::TestWithParam<std::uint32_t> {};
 
 TEST_P(Ring, SumIsExactAndBitIdenticalOnEveryRank) {

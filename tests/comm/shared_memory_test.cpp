@@ -25,10 +25,6 @@ using test::run_world;
 using test::to_bytes;
 using test::typed_input;
 
-void expect_all_ok(const std::vector<test::outcome>& out) {
-  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
-}
-
 // op over the ranks in `order`, left to right (avg sums).
 std::vector<std::byte> fold(const std::vector<std::vector<std::byte>>& x, std::initializer_list<std::uint32_t> order,
                             codec::dtype t, reduce_op op) {

@@ -208,6 +208,11 @@ inline void expect_killed_rank_named_fast(std::uint32_t n, std::uint32_t victim,
   }
 }
 
+/// Every rank of `out` succeeded (a failed one's text in the message).
+inline void expect_all_ok(const std::vector<outcome>& out) {
+  for (std::size_t r = 0; r < out.size(); ++r) ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].text;
+}
+
 template <class T>
 std::vector<std::byte> to_bytes(const std::vector<T>& v) {
   std::vector<std::byte> b(v.size() * sizeof(T));

@@ -12,28 +12,13 @@
 #include <vector>
 
 #include "ferry/codec/crc32c.h"
+#include "exact_values.h"
 
 namespace ferry::trainer {
 namespace {
 
-// Integer-built values (exact on every host): a mix of magnitudes, signs,
-// zeros and subnormals.
-float value_from(std::uint32_t bits) {
-  const auto mantissa = static_cast<std::int32_t>(bits >> 8) - (1 << 23);
-  const int exponent = static_cast<int>(bits & 0x1f) - 40;  // 2^-40 .. 2^-9 scale
-  if ((bits & 0xe0) == 0) return 0.0f;
-  if ((bits & 0xe0) == 0x20) return std::bit_cast<float>(bits & 0x807fffffu);  // subnormal or zero
-  return std::ldexp(static_cast<float>(mantissa), exponent);
-}
-
-std::uint32_t crc_le(const std::vector<float>& v) {
-  std::vector<std::byte> bytes;
-  for (const float f : v) {
-    const auto u = std::bit_cast<std::uint32_t>(f);
-    for (int s = 0; s < 32; s += 8) bytes.push_back(static_cast<std::byte>(u >> s));
-  }
-  return codec::crc32c(bytes);
-}
+using test::crc_le;
+using test::value_from;
 
 TEST(Adam, PowerIsExactRepeatedSquaring) {
   EXPECT_EQ(power(0.9, 0), 1.0);

@@ -14,28 +14,13 @@
 #include <vector>
 
 #include "ferry/codec/crc32c.h"
+#include "exact_values.h"
 
 namespace ferry::trainer {
 namespace {
 
-// Integer-built values (exact on every host): a mix of magnitudes, signs,
-// zeros and subnormals, as adam_test.cpp's.
-float value_from(std::uint32_t bits) {
-  const auto mantissa = static_cast<std::int32_t>(bits >> 8) - (1 << 23);
-  const int exponent = static_cast<int>(bits & 0x1f) - 40;
-  if ((bits & 0xe0) == 0) return 0.0f;
-  if ((bits & 0xe0) == 0x20) return std::bit_cast<float>(bits & 0x807fffffu);
-  return std::ldexp(static_cast<float>(mantissa), exponent);
-}
-
-std::uint32_t crc_le(const std::vector<float>& v, std::uint32_t crc = 0) {
-  std::vector<std::byte> bytes;
-  for (const float f : v) {
-    const auto u = std::bit_cast<std::uint32_t>(f);
-    for (int s = 0; s < 32; s += 8) bytes.push_back(static_cast<std::byte>(u >> s));
-  }
-  return codec::crc32c_extend(crc, bytes);
-}
+using test::crc_le;
+using test::value_from;
 
 // 300 steps of one configuration over 4099 values; the CRC of the
 // parameters and then of every state tensor.
