@@ -14,6 +14,7 @@
 
 #include "ferry/base/require.h"
 #include "ferry/codec/crc32c.h"
+#include "ferry/comm/detail/fail.h"
 #include "ferry/comm/detail/rendezvous.h"
 #include "ferry/comm/error.h"
 #include "ferry/wire/cursor.h"
@@ -22,6 +23,7 @@ namespace ferry::comm {
 namespace {
 
 using detail::clock;
+using detail::fail;
 using detail::socket;
 
 using wire::byte_order;
@@ -56,8 +58,6 @@ bool valid_arch(std::span<const std::byte> a) {
   if (i == 0) return false;
   return std::all_of(a.begin() + static_cast<std::ptrdiff_t>(i), a.end(), [](std::byte c) { return c == std::byte{0}; });
 }
-
-[[noreturn]] void fail(error_code code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
 
 // Reads one message's magic; a REJECT is turned into the error it carries.
 magic_t read_magic(const socket& s, clock::time_point deadline, const std::string& who) {

@@ -48,7 +48,7 @@ namespace {
 using vf = float __attribute__((vector_size(16)));
 using vu = std::uint32_t __attribute__((vector_size(16)));
 using vh = std::uint16_t __attribute__((vector_size(8)));
-constexpr std::size_t lanes = 4;
+constexpr std::size_t compress_lanes = 4;
 
 template <class To, class From>
 To bits(From v) noexcept {
@@ -58,7 +58,7 @@ To bits(From v) noexcept {
   return t;
 }
 
-// The lanes of elements [i, i + lanes), the steps chosen at compile time
+// The lanes of elements [i, i + compress_lanes), the steps chosen at compile time
 // so that the loop has no branch.
 template <bool Received, bool Swap, bool Divide, bool Feedback, bool Back>
 [[gnu::always_inline]] inline void bf16_lanes(const compress_step& s, std::size_t i) noexcept {
@@ -102,7 +102,7 @@ void bf16_loop(const compress_step& step) noexcept {
   // and the residual come from memory (the user's buffer, not a chunk just
   // received): fetch them a little ahead, a cache line per 16 elements.
   constexpr std::size_t ahead = 512;  // elements: 2 KiB
-  for (; i + lanes <= s.n; i += lanes) {
+  for (; i + compress_lanes <= s.n; i += compress_lanes) {
     if (i % 16 == 0) {
       prefetch(s.a, i + ahead);
       if constexpr (Feedback) prefetch<1>(s.residual, i + ahead);
@@ -112,8 +112,8 @@ void bf16_loop(const compress_step& step) noexcept {
   if (i == s.n) return;
   // The last few elements: the same lanes on a zero-padded copy.
   const std::size_t k = s.n - i;
-  std::array<float, lanes> a{}, residual{}, back{};
-  std::array<std::byte, 2 * lanes> received{}, out{};
+  std::array<float, compress_lanes> a{}, residual{}, back{};
+  std::array<std::byte, 2 * compress_lanes> received{}, out{};
   std::memcpy(a.data(), s.a + i, k * sizeof(float));
   compress_step t = s;
   t.a = a.data();
@@ -192,7 +192,7 @@ void compress_f16(const compress_step& s) noexcept {
 template <bool Swap>
 void widen_bf16(const std::byte* in, float* out, std::size_t n) noexcept {
   std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
+  for (; i + compress_lanes <= n; i += compress_lanes) {
     if (i % 16 == 0) prefetch<1>(out, i + 512);  // the user's buffer, from memory
     vh h;
     std::memcpy(&h, in + 2 * i, sizeof h);

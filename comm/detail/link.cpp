@@ -12,8 +12,6 @@
 
 namespace ferry::comm::detail {
 
-std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
-
 namespace {
 
 // How far ahead of the socket frames are made (plan::produce) and sealed

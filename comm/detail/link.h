@@ -35,11 +35,10 @@
 
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/detail/rendezvous.h"
+#include "ferry/comm/detail/fail.h"
 #include "ferry/comm/frame.h"
 
 namespace ferry::comm::detail {
-
-std::string rank_name(std::uint32_t r);
 
 /// One collective as the link sees it: which frames arrive, where their
 /// payloads go and what happens once each is in. Its callbacks may throw

@@ -8,17 +8,12 @@
 #include <vector>
 
 #include "ferry/base/arch.h"
+#include "ferry/comm/detail/fail.h"
 #include "ferry/comm/error.h"
 #include "ferry/wire/cursor.h"
 
 namespace ferry::comm::detail {
 namespace {
-
-[[noreturn]] void fail(error_code code, std::optional<std::uint32_t> peer, const std::string& what) {
-  throw comm_error(code, peer, what);
-}
-
-std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
 // A failure caused by an unauthenticated peer, which must not stop a rank
 // that is waiting for the real one.
@@ -155,7 +150,7 @@ ring_links join(const config& c, clock::time_point deadline) {
   table_bytes.resize(8 + 20 * std::size_t{n} + 4);
   recv_all(to_master, std::span(table_bytes).subspan(8), deadline, master);
   const auto table = parse_table(table_bytes, n);
-  if (!table) fail(table.error(), 0, "rank 0 sent a malformed table: " + std::string(message(table.error())));
+  if (!table) fail(table.error(), 0, "rank 0 sent a malformed table: " + std::string(ferry::message(table.error())));
 
   const ring_order order = (*table)[0].order;
   if (c.order && *c.order != order) {

@@ -321,12 +321,12 @@ shared_segment::wait_result shared_segment::barrier(std::chrono::milliseconds ti
     __builtin_ia32_pause();
 #endif
   }
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + timeout;
-  auto next_check = clock::now() + std::chrono::milliseconds(20);
+  using steady = std::chrono::steady_clock;
+  const auto deadline = steady::now() + timeout;
+  auto next_check = steady::now() + std::chrono::milliseconds(20);
   while (h.generation.load(std::memory_order_acquire) == gen) {
     if (h.failed.load(std::memory_order_acquire) != 0) break;
-    const auto now = clock::now();
+    const auto now = steady::now();
     if (now >= deadline && !patient) {
       // The first member that has not come this far is the one waited for.
       std::uint32_t late = me_;

@@ -13,12 +13,11 @@
 #include <cstring>
 #include <thread>
 
+#include "ferry/comm/detail/fail.h"
 #include "ferry/comm/error.h"
 
 namespace ferry::comm::detail {
 namespace {
-
-[[noreturn]] void fail(error_code code, const std::string& what) { throw comm_error(code, std::nullopt, what); }
 
 std::string os_error(int err) { return std::strerror(err); }
 
