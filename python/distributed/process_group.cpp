@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <charconv>
 #include <numeric>
+#include <exception>
 #include <optional>
 #include <cstdlib>
 #include <span>
@@ -425,17 +426,28 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
     return handle;
   }
   // The future carries the outcome; the worker's own state goes unused.
-  (void)worker_.submit([future, value = std::move(value), body = std::move(body)] {
-    // Outputs are written in place, as by any backend: not an autograd op,
-    // even on a leaf that requires grad.
-    const at::NoGradGuard no_grad;
-    try {
-      body();
-    } catch (...) {
-      future->setError(std::current_exception());
-      return;
+  (void)worker_.submit([future, value = std::move(value), body = std::move(body)]() mutable {
+    std::exception_ptr failed;
+    {
+      // Outputs are written in place, as by any backend: not an autograd
+      // op, even on a leaf that requires grad.
+      const at::NoGradGuard no_grad;
+      try {
+        body();
+      } catch (...) {
+        failed = std::current_exception();
+      }
     }
-    future->markCompleted(value);
+    // The body's tensors are let go before the future completes: once it
+    // has, the caller may drop the last count and free them, and only what
+    // this thread did before completing is ordered before that (through the
+    // future's mutex; the caller's count is dropped inside LibTorch).
+    body = nullptr;
+    if (failed) {
+      future->setError(failed);
+    } else {
+      future->markCompleted(std::move(value));
+    }
   });
   return handle;
 }
