@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <numeric>
 #include <exception>
+#include <numeric>
 #include <optional>
 #include <cstdlib>
 #include <span>
