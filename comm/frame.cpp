@@ -19,7 +19,7 @@ namespace {
 using wire::byte_order;
 
 constexpr std::byte magic[4] = {std::byte{'F'}, std::byte{'D'}, std::byte{'F'}, std::byte{'1'}};
-constexpr std::uint8_t version = 1;
+constexpr std::uint8_t frame_version = 1;
 constexpr std::uint8_t order_bit = 0x01;
 constexpr std::uint8_t encoding_mask = 0x0E;
 constexpr std::uint8_t tag_bit = 0x10;        // the trailer is a tag
@@ -51,7 +51,7 @@ void encode_header(const frame_header& h, std::span<std::byte, frame_header_size
   const auto flags = static_cast<std::uint8_t>((o == byte_order::big ? order_bit : 0) |
                                                (static_cast<std::uint8_t>(h.enc) << 1) | auth_bits(h.auth) |
                                                (h.p2p ? p2p_bit : 0));
-  p[4] = std::byte{version};
+  p[4] = std::byte{frame_version};
   p[5] = std::byte{flags};
   p[6] = std::byte{codec::code(h.type)};
   p[7] = std::byte{0};
@@ -76,7 +76,7 @@ result<frame_header> parse_header(std::span<const std::byte> bytes, std::size_t 
   FERRY_TRY_ASSIGN(const auto m, in.read_bytes(4));
   if (!std::equal(m.begin(), m.end(), std::begin(magic))) return errc::bad_magic;
   FERRY_TRY_ASSIGN(const auto v, in.read<std::uint8_t>(byte_order::little));
-  if (v != version) return errc::unsupported_version;
+  if (v != frame_version) return errc::unsupported_version;
   FERRY_TRY_ASSIGN(const auto flags, in.read<std::uint8_t>(byte_order::little));
   frame_header h;
   h.order = (flags & order_bit) ? byte_order::big : byte_order::little;
@@ -472,7 +472,7 @@ std::array<std::byte, abort_size> encode_abort(const abort_message& m) noexcept 
   const byte_order o = wire::host_order;
   std::array<std::byte, abort_size> b{};
   std::copy(std::begin(abort_magic), std::end(abort_magic), b.begin());
-  b[4] = std::byte{version};
+  b[4] = std::byte{frame_version};
   b[5] = std::byte{o == byte_order::big ? order_bit : std::uint8_t{0}};
   wire::store<std::uint16_t>(m.code.value(), b.data() + 6, o);
   wire::store<std::uint32_t>(m.reporter, b.data() + 8, o);
@@ -488,7 +488,7 @@ result<abort_message> parse_abort(std::span<const std::byte, abort_size> b) noex
   std::uint8_t ver = 0, flags = 0;
   FERRY_TRY(in.skip(4));
   FERRY_TRY(in.read_le(ver, flags));
-  if (ver != version) return errc::unsupported_version;
+  if (ver != frame_version) return errc::unsupported_version;
   if ((flags & ~order_bit) != 0) return errc::bad_value;
   const byte_order o = (flags & order_bit) ? byte_order::big : byte_order::little;
   std::uint16_t code = 0;
