@@ -438,12 +438,14 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(OpType type, std::vector<a
         failed = std::current_exception();
       }
     }
-    // The body's tensors are let go before the future completes: once it
-    // has, the caller may drop the last count and free them, and only what
-    // this thread did before completing is ordered before that (through the
-    // future's mutex; the caller's count is dropped inside LibTorch).
+    // The body's tensors (and on failure the outputs' value) are let go
+    // before the future completes: once it has, the caller may drop the
+    // last count and free them, and only what this thread did before
+    // completing is ordered before that (through the future's mutex; the
+    // caller's count is dropped inside LibTorch).
     body = nullptr;
     if (failed) {
+      value = c10::IValue();
       future->setError(failed);
     } else {
       future->markCompleted(std::move(value));

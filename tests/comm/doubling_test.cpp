@@ -24,6 +24,7 @@
 namespace ferry::comm {
 namespace {
 
+using test::expect_all_ok;
 using test::run_world;
 
 // The order of recursive doubling and of Rabenseifner: with p2 the largest

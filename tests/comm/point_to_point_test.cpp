@@ -22,6 +22,7 @@
 namespace ferry::comm {
 namespace {
 
+using test::expect_all_ok;
 using test::run_world;
 
 void require(bool ok, const std::string& what) {

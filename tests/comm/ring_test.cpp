@@ -19,6 +19,7 @@ namespace ferry::comm {
 namespace {
 
 using test::from_bytes;
+using test::expect_all_ok;
 using test::run_world;
 using test::to_bytes;
 using test::typed_input;

@@ -21,6 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::from_bytes;
+using test::expect_all_ok;
 using test::run_world;
 using test::to_bytes;
 using test::typed_input;
