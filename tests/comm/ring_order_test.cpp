@@ -13,7 +13,10 @@
 namespace {
 
 using namespace ferry::comm;
-using ferry::comm::detail::table_entry;
+// An alias, not plain detail::, which another file of the unity batch
+// makes ambiguous.
+namespace cd = ferry::comm::detail;
+using cd::table_entry;
 
 table_entry at(const char* ipv4, std::uint16_t port) {
   table_entry e;
@@ -31,45 +34,45 @@ TEST(RingOrder, GroupsRanksOfOneHostWhateverTheirNumbers) {
   // SLURM's cyclic distribution: node A has ranks 0 and 2, node B 1 and 3.
   const std::vector<table_entry> cyclic = {at("10.0.0.1", 0), at("10.0.0.2", 7001), at("10.0.0.1", 7002),
                                            at("10.0.0.2", 7003)};
-  EXPECT_EQ(ferry::comm::detail::ring_positions(cyclic, ring_order::node), (ring{0, 2, 1, 3}));
-  EXPECT_EQ(ferry::comm::detail::ring_positions(cyclic, ring_order::rank), (ring{0, 1, 2, 3}));
+  EXPECT_EQ(cd::ring_positions(cyclic, ring_order::node), (ring{0, 2, 1, 3}));
+  EXPECT_EQ(cd::ring_positions(cyclic, ring_order::rank), (ring{0, 1, 2, 3}));
   // torchrun's node-major numbering is already grouped: unchanged.
   const std::vector<table_entry> major = {at("10.0.0.1", 0), at("10.0.0.1", 7001), at("10.0.0.2", 7002),
                                           at("10.0.0.2", 7003)};
-  EXPECT_EQ(ferry::comm::detail::ring_positions(major, ring_order::node), (ring{0, 1, 2, 3}));
+  EXPECT_EQ(cd::ring_positions(major, ring_order::node), (ring{0, 1, 2, 3}));
   // Hosts in the order of their lowest rank; ports do not matter.
   const std::vector<table_entry> three = {at("10.0.0.9", 0), at("10.0.0.5", 1), at("10.0.0.7", 2),
                                           at("10.0.0.5", 3), at("10.0.0.9", 4), at("10.0.0.7", 5)};
-  EXPECT_EQ(ferry::comm::detail::ring_positions(three, ring_order::node), (ring{0, 4, 1, 3, 2, 5}));
+  EXPECT_EQ(cd::ring_positions(three, ring_order::node), (ring{0, 4, 1, 3, 2, 5}));
   // One host (loopback), and one rank.
   const std::vector<table_entry> local = {at("127.0.0.1", 0), at("127.0.0.1", 1), at("127.0.0.1", 2)};
-  EXPECT_EQ(ferry::comm::detail::ring_positions(local, ring_order::node), (ring{0, 1, 2}));
-  EXPECT_EQ(ferry::comm::detail::ring_positions(std::vector<table_entry>{at("127.0.0.1", 0)}, ring_order::node), (ring{0}));
+  EXPECT_EQ(cd::ring_positions(local, ring_order::node), (ring{0, 1, 2}));
+  EXPECT_EQ(cd::ring_positions(std::vector<table_entry>{at("127.0.0.1", 0)}, ring_order::node), (ring{0}));
   // An entry without an address is a host of its own.
   std::vector<table_entry> none = {table_entry{}, at("10.0.0.2", 1), table_entry{}, at("10.0.0.2", 3)};
-  EXPECT_EQ(ferry::comm::detail::ring_positions(none, ring_order::node), (ring{0, 1, 3, 2}));
+  EXPECT_EQ(cd::ring_positions(none, ring_order::node), (ring{0, 1, 3, 2}));
 }
 
 TEST(RingOrder, TableCarriesRankZerosChoiceAndRefusesOtherValues) {
   std::vector<table_entry> t = {at("10.0.0.1", 0), at("10.0.0.2", 7001)};
   for (const ring_order o : {ring_order::node, ring_order::rank}) {
     t[0].order = o;
-    const auto bytes = ferry::comm::detail::encode_table(t);
-    const auto back = ferry::comm::detail::parse_table(bytes, 2);
+    const auto bytes = cd::encode_table(t);
+    const auto back = cd::parse_table(bytes, 2);
     ASSERT_TRUE(back);
     EXPECT_EQ((*back)[0].order, o);
     EXPECT_EQ((*back)[1].at.port(), 7001);
   }
-  auto bytes = ferry::comm::detail::encode_table(t);
+  auto bytes = cd::encode_table(t);
   bytes[9] = std::byte{2};  // entry 0's order: no such value
   const auto crc = ferry::codec::crc32c(std::span<const std::byte>(bytes).first(bytes.size() - 4));
   ferry::wire::store<std::uint32_t>(crc, bytes.data() + bytes.size() - 4, ferry::wire::byte_order::little);
-  EXPECT_EQ(ferry::comm::detail::parse_table(bytes, 2).error(), ferry::errc::bad_value);
+  EXPECT_EQ(cd::parse_table(bytes, 2).error(), ferry::errc::bad_value);
   bytes[9] = std::byte{0};
   bytes[29] = std::byte{1};  // entry 1's byte stays reserved
   const auto crc2 = ferry::codec::crc32c(std::span<const std::byte>(bytes).first(bytes.size() - 4));
   ferry::wire::store<std::uint32_t>(crc2, bytes.data() + bytes.size() - 4, ferry::wire::byte_order::little);
-  EXPECT_EQ(ferry::comm::detail::parse_table(bytes, 2).error(), ferry::errc::bad_value);
+  EXPECT_EQ(cd::parse_table(bytes, 2).error(), ferry::errc::bad_value);
 }
 
 TEST(RingOrder, FromEnvironment) {
