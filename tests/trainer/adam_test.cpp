@@ -5,13 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "ferry/codec/crc32c.h"
 #include "exact_values.h"
 
 namespace ferry::trainer {
