@@ -7,7 +7,9 @@
 #                (build/native/tools/ferry-codec-demo shows the codecs' speeds)
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
 #                qemu-user (each tree replays the fuzz corpora), and TSan
-#                over ferry-train and the torch backend
+#                over ferry-train and the torch backend; the next tree
+#                builds (at nice 19) while one tree's tests run
+#                (make native, make asan, ... build and test one tree)
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
@@ -23,11 +25,15 @@
 
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
+# make test's pipeline (below)
+BUILD_ORDER := native $(CROSS_ARCHES) asan tsan
+TEST_ORDER := native $(CROSS_ARCHES) mixed asan tsan
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake \
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean
+.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
+  $(addprefix build-,$(BUILD_ORDER)) $(addprefix test-,$(TEST_ORDER))
 
 all: test
 
@@ -98,11 +104,48 @@ fuzz-build: fuzz-deps
 fuzz-replay: fuzz-build
 	ctest --preset fuzz
 
-# The corpora are replayed by every tree above (fuzz/*_replay, label fuzz;
-# under ASan+UBSan in the asan tree), so make test leaves the clang tree to
+# make test runs every tree as a pipeline, two recipes at a time: the trees
+# build one after another at the lowest CPU priority (nice 19), and each
+# tree's tests start once it is built and the tests before them have ended.
+# So while one tree's tests run at full priority, the next tree compiles on
+# the cores they leave idle (ranks waiting on each other, processes
+# starting). The cross trees build first, so that the mixed rings run while
+# the sanitizer trees build. A pipelined build writes build/<tree>.build.log
+# and prints its tail if it fails.
+#
+# The corpora are replayed by every tree (fuzz/*_replay, label fuzz; under
+# ASan+UBSan in the asan tree), so make test leaves the clang tree to
 # make fuzz.
-test: native asan tsan cross
-	@echo "make test: native, asan, tsan and $(CROSS_ARCHES), fuzz corpora included, all passed"
+test:
+	@mkdir -p build && date +%s > build/.test.start
+	@$(MAKE) --no-print-directory -j2 test-$(lastword $(TEST_ORDER))
+	@echo "make test: native, asan, tsan and $(CROSS_ARCHES), fuzz corpora included, all passed in $$(( $$(date +%s) - $$(cat build/.test.start) )) s"
+
+# build-<tree> follows the build before it in BUILD_ORDER; test-<tree>
+# follows its own build and the tests before it in TEST_ORDER (the mixed
+# rings follow the native build and, through the tests before them, every
+# cross tree's). after(LIST) pairs each tree with the one before it,
+# "native:- aarch64:native ...".
+after = $(filter-out :%,$(join $(1),$(addprefix :,- $(1))))
+tree = $(word 1,$(subst :, ,$(1)))
+before = $(filter-out -,$(word 2,$(subst :, ,$(1))))
+
+define pipelined_build
+build-$(1): deps $(addprefix build-,$(2))
+	@mkdir -p build && date +%s > build/.build-$(1).start
+	@echo "make: $(1): building (build/$(1).build.log)"
+	@if ! { cmake --preset $(1) && nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \
+	  tail -n 150 build/$(1).build.log; echo "make: $(1): the build failed (build/$(1).build.log)"; exit 1; fi
+	@echo "make: $(1): built at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.build-$(1).start) )) s"
+endef
+define pipelined_test
+test-$(1): build-$(if $(filter mixed,$(1)),native,$(1)) $(addprefix test-,$(2))
+	@date +%s > build/.test-$(1).start
+	ctest --preset $(1)
+	@echo "make: $(1): tested at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.test-$(1).start) )) s"
+endef
+$(foreach p,$(call after,$(BUILD_ORDER)),$(eval $(call pipelined_build,$(call tree,$(p)),$(call before,$(p)))))
+$(foreach p,$(call after,$(TEST_ORDER)),$(eval $(call pipelined_test,$(call tree,$(p)),$(call before,$(p)))))
 
 # New inputs go to build/fuzz/new-corpus/<name>; copy the interesting ones
 # into fuzz/corpus/<name> to keep them.

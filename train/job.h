@@ -20,21 +20,24 @@
 //               snapshot in the background (--checkpoint-async, saver.h).
 //
 // job.cpp holds the job, one function per step of the above; resume.h
-// reads the checkpoint a run resumes from (--resume).
+// reads the checkpoint a run resumes from (--resume). This header stays
+// clear of LibTorch's module headers (model.h): main.cpp and the test
+// hooks include it, and those headers are most of a file's compile time.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "ferry/comm/communicator.h"
+#include "activation.h"
 #include "ferry/trainer/optimizers.h"
-#include "model.h"
 
 namespace ferry::trainer {
 
@@ -108,6 +111,10 @@ struct train_config {
 
 /// The configuration as JSON (stored in checkpoints as trainer.config).
 std::string to_json(const train_config& c);
+
+/// Why the model's forward and backward cannot run in `precision` on this
+/// machine, as LibTorch says it, or nothing (model.cpp).
+std::optional<std::string> precision_unsupported(at::ScalarType precision, activation act, bool batchnorm);
 
 struct train_result {
   /// From `started` (before the rendezvous) to the end of the final

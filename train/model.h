@@ -2,9 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <ATen/autocast_mode.h>
@@ -15,38 +13,9 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
 
+#include "activation.h"
+
 namespace ferry::trainer {
-
-/// The hidden layers' activation (--activation).
-enum class activation { relu, tanh, sigmoid, gelu };
-inline constexpr activation all_activations[] = {activation::relu, activation::tanh, activation::sigmoid,
-                                                 activation::gelu};
-inline std::string_view name(activation a) {
-  switch (a) {
-    case activation::relu: return "relu";
-    case activation::tanh: return "tanh";
-    case activation::sigmoid: return "sigmoid";
-    case activation::gelu: return "gelu";
-  }
-  return "?";
-}
-inline std::optional<activation> activation_from_name(std::string_view n) {
-  for (const auto a : all_activations) {
-    if (name(a) == n) return a;
-  }
-  return std::nullopt;
-}
-
-/// PyTorch's module class name ("ReLU", "GELU"): --profile's scope.
-inline const char* class_name(activation a) {
-  switch (a) {
-    case activation::relu: return "ReLU";
-    case activation::tanh: return "Tanh";
-    case activation::sigmoid: return "Sigmoid";
-    case activation::gelu: return "GELU";
-  }
-  return "?";
-}
 
 inline at::Tensor activate(activation a, const at::Tensor& x) {
   switch (a) {
@@ -128,31 +97,5 @@ class autocast_scope {
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
-
-/// Why forward and backward of the model cannot run in `precision` here
-/// (LibTorch 1.13 has no float16 matrix product on the CPU; on aarch64,
-/// oneDNN's bfloat16 one needs the CPU's BF16 instructions), as LibTorch
-/// says it, or nothing: one small model's step, tried.
-inline std::optional<std::string> precision_unsupported(at::ScalarType precision, activation act, bool batchnorm) {
-  if (precision == at::kFloat) return std::nullopt;
-  try {
-    // LibTorch 1.13's CPU autocast takes bfloat16 only; the matrix product
-    // says why float16 could not run at all.
-    const auto a = torch::ones({2, 2}, at::TensorOptions().dtype(precision));
-    (void)at::mm(a, a);
-    mlp_impl probe(4, {4}, 2, act, batchnorm);
-    at::Tensor out;
-    {
-      autocast_scope low(precision);
-      out = probe.forward(torch::ones({2, 4}));
-    }
-    out.to(at::kFloat).sum().backward();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {  // oneDNN's, where it has no kernel for the type (aarch64 without BF16)
-    return e.what();
-  }
-  return std::nullopt;
-}
 
 }  // namespace ferry::trainer
