@@ -32,7 +32,7 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
+.PHONY: all deps sysroots bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
   $(addprefix build-,$(BUILD_ORDER)) $(addprefix test-,$(TEST_ORDER))
 
 all: test
@@ -42,7 +42,12 @@ all: test
 # the peers' message formats, Boost.Serialization, cereal and Google
 # Benchmark are only for make bench, clang only for make fuzz.
 deps:
-	@scripts/install-deps build test cross oracle
+	@scripts/install-deps build test cross-tools oracle
+
+# The cross trees' libraries (scripts/cross-sysroot): in make test, unpacked
+# while the native tree builds.
+sysroots: deps
+	@scripts/cross-sysroot
 
 fuzz-deps:
 	@scripts/install-deps build fuzz
@@ -82,7 +87,7 @@ asan tsan: deps
 	ctest --preset $@
 	$(call STAMP,tested)
 
-$(CROSS_ARCHES): deps
+$(CROSS_ARCHES): sysroots
 	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,$@)
 	$(call STAMP,built)
@@ -131,7 +136,7 @@ tree = $(word 1,$(subst :, ,$(1)))
 before = $(filter-out -,$(word 2,$(subst :, ,$(1))))
 
 define pipelined_build
-build-$(1): deps $(addprefix build-,$(2))
+build-$(1): deps $(if $(filter $(CROSS_ARCHES),$(1)),sysroots) $(addprefix build-,$(2))
 	@mkdir -p build && date +%s > build/.build-$(1).start
 	@echo "make: $(1): building (build/$(1).build.log)"
 	@if ! { cmake --preset $(1) && nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \
