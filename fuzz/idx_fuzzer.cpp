@@ -4,6 +4,9 @@
 // of the bytes (re-encoded, the input again), and the in-place path must
 // agree with decode_idx()'s copying one.
 //
+// Every input is also decoded cut to its first 1 + size % 7 entries, which
+// must be the whole array's first rows whenever the whole decodes.
+//
 // Input FF, s, rest...: differential mode. `rest` is gzip'd by zlib, in two
 // members split at s mod (len + 1), and the gzip path must give exactly what
 // the raw path gives for `rest` (the same array, or the same error code).
@@ -94,6 +97,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(file->element_count() == elements);
     FUZZ_CHECK(file->data.size() == elements * ferry::codec::size_of(file->type));
     FUZZ_CHECK(file->data.size() <= lim.max_bytes);
+  }
+  // The first entries alone (ferry-train --limit): a value or a typed
+  // error for any input, and the whole array's first rows when it decodes.
+  const std::size_t first = 1 + size % 7;
+  const auto part = ferry::trainer::decode_idx_file(std::vector<std::byte>(in.begin(), in.end()), lim, first);
+  if (file) {
+    FUZZ_CHECK(part.has_value());
+    const std::size_t kept = std::min<std::size_t>(first, file->dims[0]);
+    FUZZ_CHECK(part->type == file->type && part->dims.size() == file->dims.size() && part->dims[0] == kept);
+    FUZZ_CHECK(std::equal(part->dims.begin() + 1, part->dims.end(), file->dims.begin() + 1));
+    FUZZ_CHECK(part->data.size() == file->data.size() / file->dims[0] * kept);
+    FUZZ_CHECK(std::equal(part->data.begin(), part->data.end(), file->data.begin()));
   }
   if (size >= 1 && data[0] == 0x1F) return 0;  // gzip'd: no raw twin to compare with
   const auto raw = ferry::trainer::decode_idx(in, lim);

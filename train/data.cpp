@@ -22,7 +22,8 @@ at::Tensor load_images(const dataset& d, std::size_t n) {
 
 data_split load_split(const train_config& c, std::string_view split, std::size_t limit) {
   // Any u8 label is a class; the model has max label + 1 outputs.
-  auto d = load_dataset(c.data, split, 256).value();
+  // Only the samples asked for are decoded (and inflated).
+  auto d = load_dataset(c.data, split, 256, {}, limit).value();
   const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
   data_split out;
   out.count = n;

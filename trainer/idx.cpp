@@ -34,9 +34,9 @@ std::string hex(std::uint8_t b) {
   return {'0', 'x', digits[b >> 4], digits[b & 15]};
 }
 
-// Everything the layout in idx.h requires, checked before anything of the
-// announced size is allocated.
-result<idx_header, error> parse_header(std::span<const std::byte> bytes, const idx_limits& lim) {
+// The header's fields, each checked as in idx.h, and the size they announce
+// (data_bytes); nothing about what follows the header.
+result<idx_header, error> parse_fields(std::span<const std::byte> bytes, const idx_limits& lim) {
   // bad_magic as soon as a byte that is there is wrong, so that only
   // prefixes of valid files are `truncated`.
   for (std::size_t i = 0; i < 2 && i < bytes.size(); ++i) {
@@ -74,11 +74,29 @@ result<idx_header, error> parse_header(std::span<const std::byte> bytes, const i
   h.header_bytes = in.position();
   FERRY_REQUIRE(data_bytes <= lim.max_bytes && h.header_bytes <= lim.max_bytes - data_bytes, errc::limit_exceeded,
                 data_bytes, " bytes of data; the limit is ", lim.max_bytes, " bytes with the header");
-  FERRY_REQUIRE(data_bytes <= in.remaining(), errc::truncated, "data: ", data_bytes, " bytes announced, ",
-                in.remaining(), " present");
-  FERRY_REQUIRE(data_bytes >= in.remaining(), errc::trailing_bytes, in.remaining() - data_bytes,
+  h.data_bytes = static_cast<std::size_t>(data_bytes);  // <= max_bytes, which the caller could allocate
+  return h;
+}
+
+// The checked header of an IDX file whose data fills the rest of `bytes`:
+// everything the layout in idx.h requires, checked before anything of the
+// announced size is allocated. With first != 0, of an array cut to its
+// first `first` entries (of the outermost dimension): their data must be
+// there, and what follows them is not looked at.
+result<idx_header, error> parse_header(std::span<const std::byte> bytes, const idx_limits& lim, std::size_t first = 0) {
+  FERRY_TRY_ASSIGN(idx_header h, parse_fields(bytes, lim));
+  const std::size_t present = bytes.size() - h.header_bytes;
+  if (first != 0 && first < h.dims[0]) {
+    h.data_bytes = h.data_bytes / h.dims[0] * first;
+    h.dims[0] = static_cast<std::uint32_t>(first);
+    FERRY_REQUIRE(h.data_bytes <= present, errc::truncated, "data: ", h.data_bytes, " bytes for the first ", first,
+                  " entries, ", present, " present");
+    return h;
+  }
+  FERRY_REQUIRE(h.data_bytes <= present, errc::truncated, "data: ", h.data_bytes, " bytes announced, ", present,
+                " present");
+  FERRY_REQUIRE(h.data_bytes >= present || first != 0, errc::trailing_bytes, present - h.data_bytes,
                 " bytes after the data");
-  h.data_bytes = static_cast<std::size_t>(data_bytes);  // <= remaining(), so it fits
   return h;
 }
 
@@ -108,7 +126,10 @@ bool starts_gzip_member(std::span<const std::byte> rest) noexcept {
 // The bytes a gzip stream inflates to: at most `max_out` of them, or
 // limit_exceeded. The output grows geometrically from a first guess that
 // the compressed size justifies; deflate cannot expand more than 1032:1.
-result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std::uint64_t max_out) {
+// Inflating stops after `stop_at` bytes: the rest of the stream (and its
+// CRC-32) is then neither inflated nor checked.
+result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std::uint64_t max_out,
+                                             std::size_t stop_at = SIZE_MAX) {
   const std::size_t cap = static_cast<std::size_t>(std::min<std::uint64_t>(max_out, SIZE_MAX));
   constexpr std::size_t max_ratio = 1032;
   constexpr std::size_t min_chunk = std::size_t{1} << 16;
@@ -118,7 +139,7 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
   std::size_t isize = 0;
   if (in.size() >= 4) isize = *wire::reader(in).read_le_at<std::uint32_t>(in.size() - 4);
   const std::size_t possible = in.size() > cap / max_ratio ? cap : in.size() * max_ratio;
-  const std::size_t guess = std::min({isize != 0 ? isize : min_chunk, possible, cap});
+  const std::size_t guess = std::min({isize != 0 ? isize : min_chunk, possible, cap, stop_at});
 
   std::vector<std::byte> out(guess);
   std::size_t produced = 0;
@@ -146,6 +167,10 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
       out[produced] = spare;
     }
     produced += made;
+    if (produced >= stop_at) {
+      out.resize(stop_at);
+      return out;
+    }
     switch (ret) {
       case Z_OK:
         break;
@@ -177,9 +202,10 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
 // that every prefix of a gzip'd file is `truncated`.
 bool is_gzip(std::span<const std::byte> bytes) noexcept { return starts_gzip_member(bytes); }
 
-// Decodes a raw IDX file held in `file`, converting its data in place.
-result<idx_array, error> decode_owned(std::vector<std::byte> file, const idx_limits& lim) {
-  FERRY_TRY_ASSIGN(idx_header h, parse_header(file, lim));
+// Decodes a raw IDX file held in `file` (its first `first` entries, if not
+// 0), converting its data in place.
+result<idx_array, error> decode_owned(std::vector<std::byte> file, const idx_limits& lim, std::size_t first) {
+  FERRY_TRY_ASSIGN(idx_header h, parse_header(file, lim, first));
   std::memmove(file.data(), file.data() + h.header_bytes, h.data_bytes);
   file.resize(h.data_bytes);
   wire::convert_in_place(file, codec::size_of(h.type), big, wire::host_order);
@@ -226,14 +252,24 @@ result<idx_array, error> decode_idx(std::span<const std::byte> bytes, const idx_
   return idx_array{h.type, std::move(h.dims), std::move(data)};
 }
 
-result<idx_array, error> decode_idx_file(std::vector<std::byte> file, const idx_limits& limits) {
-  if (!is_gzip(file)) return decode_owned(std::move(file), limits);
-  FERRY_TRY_ASSIGN(auto inflated, gunzip(file, limits.max_bytes));
+result<idx_array, error> decode_idx_file(std::vector<std::byte> file, const idx_limits& limits, std::size_t first) {
+  if (!is_gzip(file)) return decode_owned(std::move(file), limits, first);
+  std::size_t stop_at = SIZE_MAX;
+  if (first != 0) {
+    // Inflate the header (its fourth byte says how long it is), then only
+    // as far as the entries kept.
+    FERRY_TRY_ASSIGN(const auto magic, gunzip(file, limits.max_bytes, 4));
+    const std::size_t header_bytes = magic.size() < 4 ? 4 : 4 + 4 * std::to_integer<std::size_t>(magic[3]);
+    FERRY_TRY_ASSIGN(const auto head, gunzip(file, limits.max_bytes, header_bytes));
+    FERRY_TRY_ASSIGN(const idx_header h, parse_fields(head, limits));
+    if (first < h.dims[0]) stop_at = h.header_bytes + h.data_bytes / h.dims[0] * first;
+  }
+  FERRY_TRY_ASSIGN(auto inflated, gunzip(file, limits.max_bytes, stop_at));
   file = {};  // the compressed bytes are no longer needed
-  return decode_owned(std::move(inflated), limits);
+  return decode_owned(std::move(inflated), limits, first);
 }
 
-result<idx_array, error> read_idx(const std::filesystem::path& path, const idx_limits& limits) {
+result<idx_array, error> read_idx(const std::filesystem::path& path, const idx_limits& limits, std::size_t first) {
   // No IDX file within the limits is longer than max_bytes raw, nor gzip'd
   // (stored deflate blocks add 5 bytes per 64 KiB): a file of more than
   // twice the limit is refused before it is read into memory.
@@ -242,25 +278,25 @@ result<idx_array, error> read_idx(const std::filesystem::path& path, const idx_l
   FERRY_REQUIRE(ec || limits.max_bytes > UINTMAX_MAX / 2 || size <= 2 * limits.max_bytes, errc::limit_exceeded,
                 path.string(), ": ", size, " bytes; the limit is ", limits.max_bytes, " decoded");
   FERRY_TRY_ASSIGN(auto bytes, base::read_file(path));
-  auto r = decode_idx_file(std::move(bytes), limits);
+  auto r = decode_idx_file(std::move(bytes), limits, first);
   if (!r) return r.error().wrap(path.string());
   return r;
 }
 
 result<dataset, error> load_dataset(const std::filesystem::path& dir, std::string_view split, std::uint32_t classes,
-                                    const idx_limits& limits) {
+                                    const idx_limits& limits, std::size_t first) {
   assert(classes >= 1);
   const std::string prefix(split);
   FERRY_TRY_ASSIGN(const auto images_path, find_idx(dir, prefix + "-images-idx3-ubyte"));
   FERRY_TRY_ASSIGN(const auto labels_path, find_idx(dir, prefix + "-labels-idx1-ubyte"));
-  FERRY_TRY_ASSIGN(idx_array images, read_idx(images_path, limits));
+  FERRY_TRY_ASSIGN(idx_array images, read_idx(images_path, limits, first));
   if (images.type != codec::dtype::u8) {
     return file_error(images_path, trainer_errc::bad_idx_type,
                       "images must be U8, not " + std::string(codec::name(images.type)));
   }
   FERRY_REQUIRE(images.dims.size() == 3, trainer_errc::bad_idx_dimensions, images_path.string(),
                 ": images must have 3 dimensions, not ", images.dims.size());
-  FERRY_TRY_ASSIGN(idx_array labels, read_idx(labels_path, limits));
+  FERRY_TRY_ASSIGN(idx_array labels, read_idx(labels_path, limits, first));
   if (labels.type != codec::dtype::u8) {
     return file_error(labels_path, trainer_errc::bad_idx_type,
                       "labels must be U8, not " + std::string(codec::name(labels.type)));
@@ -281,8 +317,8 @@ result<dataset, error> load_dataset(const std::filesystem::path& dir, std::strin
     out.labels[i] = label;
   }
   labels = {};
-  out.images.resize(images.data.size());
-  std::memcpy(out.images.data(), images.data.data(), images.data.size());
+  const auto* pixels = reinterpret_cast<const std::uint8_t*>(images.data.data());
+  out.images.assign(pixels, pixels + images.data.size());
   return out;
 }
 

@@ -334,6 +334,50 @@ TEST(Idx, GzipMembersAndTrailingBytes) {
   EXPECT_EQ(code_of(decode_idx_file(gzip(filled(40, 1)))), errc::bad_magic);
 }
 
+// first != 0: the first entries of the outermost dimension, raw and
+// gzip'd; a gzip'd file is inflated only that far, so damage after them
+// goes unseen, and damage before them does not.
+TEST(Idx, FirstEntriesOnly) {
+  const auto file = idx_file(0x0B, {5, 3}, filled(30, 1));  // five rows of three i16
+  const auto whole = decode_idx(file);
+  ASSERT_TRUE(whole);
+  for (const std::size_t first : {1, 2, 4, 5, 9}) {
+    const std::size_t kept = std::min<std::size_t>(first, 5);
+    for (const bool gz : {false, true}) {
+      auto r = decode_idx_file(gz ? gzip(file) : file, {}, first);
+      ASSERT_TRUE(r) << first << (gz ? " gzip'd: " : ": ") << r.error();
+      EXPECT_EQ(r->dims, (std::vector<std::uint32_t>{static_cast<std::uint32_t>(kept), 3}));
+      EXPECT_EQ(r->data, std::vector<std::byte>(whole->data.begin(), whole->data.begin() + static_cast<std::ptrdiff_t>(kept * 6)));
+    }
+  }
+  // A stored (level 0) member's bytes are the file's: a flip in the last
+  // row fails the CRC-32 of a whole read, not a read of the first two.
+  auto damaged = gzip(file, 0);
+  damaged[damaged.size() - 8 - 2] ^= std::byte{1};
+  EXPECT_EQ(code_of(decode_idx_file(damaged)), trainer_errc::bad_gzip);
+  auto two = decode_idx_file(damaged, {}, 2);
+  ASSERT_TRUE(two) << two.error();
+  EXPECT_EQ(two->data, std::vector<std::byte>(whole->data.begin(), whole->data.begin() + 12));
+  // Trailing bytes after the data are not looked at; rows cut short, or a
+  // bad header, are the errors they always are.
+  EXPECT_EQ(code_of(decode_idx_file(file + filled(3), {}, 2)), errc::ok);
+  const auto cut = std::span(file).first(12 + 6 + 5);  // the header, a row and most of the next
+  EXPECT_EQ(code_of(decode_idx_file({cut.begin(), cut.end()}, {}, 2)), errc::truncated);
+  EXPECT_EQ(code_of(decode_idx_file(gzip(cut), {}, 2)), errc::truncated);
+  EXPECT_EQ(code_of(decode_idx_file({cut.begin(), cut.end()}, {}, 1)), errc::ok);
+  auto bad = file;
+  bad[2] = std::byte{0x07};
+  EXPECT_EQ(code_of(decode_idx_file(gzip(bad), {}, 1)), trainer_errc::bad_idx_type);
+  // Only the kept rows are allocated: one row of a 16 MiB file.
+  const std::size_t n = std::size_t{16} << 20;
+  const auto big = gzip(idx_file(0x08, {static_cast<std::uint32_t>(n / 1024), 1024}, std::vector<std::byte>(n)));
+  largest_allocation = 0;
+  auto row = decode_idx_file(big, {}, 1);
+  ASSERT_TRUE(row) << row.error();
+  EXPECT_EQ(row->data.size(), 1024u);
+  EXPECT_LT(largest_allocation.load(), std::size_t{1} << 16);
+}
+
 TEST(Idx, GzipBombsStopAtTheLimit) {
   // 16 MiB of zeros behind a valid header, 16 KiB compressed.
   const std::size_t n = std::size_t{16} << 20;
@@ -542,6 +586,17 @@ TEST(FashionMnist, LoadsBothSplits) {
   EXPECT_EQ(first_image_sum, 76247u);
   EXPECT_EQ(crc32_of(train->images), 2925911245u);
   EXPECT_EQ(crc32_of(train->labels), 785835114u);
+
+  // The first 1000 samples (ferry-train --limit 1000): the same bytes,
+  // inflated only that far; the largest allocation is the compressed file,
+  // read whole.
+  largest_allocation = 0;
+  auto some = load_dataset(FERRY_FASHION_MNIST_DIR, "train", 10, {}, 1000);
+  ASSERT_TRUE(some) << some.error();
+  EXPECT_EQ(largest_allocation.load(), fs::file_size(fs::path(FERRY_FASHION_MNIST_DIR) / "train-images-idx3-ubyte.gz"));
+  EXPECT_EQ(some->count, 1000u);
+  EXPECT_TRUE(std::equal(some->images.begin(), some->images.end(), train->images.begin()));
+  EXPECT_TRUE(std::equal(some->labels.begin(), some->labels.end(), train->labels.begin()));
 
   auto test = load_dataset(FERRY_FASHION_MNIST_DIR, "t10k");
   ASSERT_TRUE(test) << test.error();
