@@ -24,7 +24,7 @@ data_split load_split(const train_config& c, std::string_view split, std::size_t
   // Any u8 label is a class; the model has max label + 1 outputs.
   // Only the samples asked for are decoded (and inflated).
   auto d = load_dataset(c.data, split, 256, {}, limit).value();
-  const std::size_t n = limit != 0 ? std::min(limit, d.count) : d.count;
+  const std::size_t n = d.count;
   data_split out;
   out.count = n;
   out.images = load_images(d, n);

@@ -21,12 +21,13 @@ namespace {
 
 constexpr auto big = wire::byte_order::big;
 
-// The checked header of an IDX file whose data fills the rest of the input.
+// The checked header of an IDX file: its data fills the rest of the input,
+// or (cut to its first entries) begins it.
 struct idx_header {
   codec::dtype type = codec::dtype::u8;
   std::vector<std::uint32_t> dims;
   std::size_t header_bytes = 0;  // 4 + 4R
-  std::size_t data_bytes = 0;    // exactly what follows the header
+  std::size_t data_bytes = 0;    // what follows the header (or the entries kept)
 };
 
 std::string hex(std::uint8_t b) {
@@ -80,9 +81,9 @@ result<idx_header, error> parse_fields(std::span<const std::byte> bytes, const i
 
 // The checked header of an IDX file whose data fills the rest of `bytes`:
 // everything the layout in idx.h requires, checked before anything of the
-// announced size is allocated. With first != 0, of an array cut to its
-// first `first` entries (of the outermost dimension): their data must be
-// there, and what follows them is not looked at.
+// announced size is allocated. With 0 < first < the outermost extent, of
+// an array cut to its first `first` entries: their data must be there, and
+// what follows them is not looked at.
 result<idx_header, error> parse_header(std::span<const std::byte> bytes, const idx_limits& lim, std::size_t first = 0) {
   FERRY_TRY_ASSIGN(idx_header h, parse_fields(bytes, lim));
   const std::size_t present = bytes.size() - h.header_bytes;
@@ -95,7 +96,7 @@ result<idx_header, error> parse_header(std::span<const std::byte> bytes, const i
   }
   FERRY_REQUIRE(h.data_bytes <= present, errc::truncated, "data: ", h.data_bytes, " bytes announced, ", present,
                 " present");
-  FERRY_REQUIRE(h.data_bytes >= present || first != 0, errc::trailing_bytes, present - h.data_bytes,
+  FERRY_REQUIRE(h.data_bytes >= present, errc::trailing_bytes, present - h.data_bytes,
                 " bytes after the data");
   return h;
 }
@@ -163,7 +164,7 @@ result<std::vector<std::byte>, error> gunzip(std::span<const std::byte> in, std:
     const std::size_t made = out_chunk - zs->avail_out;
     if (full && made != 0) {
       FERRY_REQUIRE(out.size() != cap, errc::limit_exceeded, "gzip: inflates to more than ", cap, " bytes");
-      out.resize(out.size() > cap / 2 ? cap : std::min(cap, std::max(out.size() * 2, min_chunk)));
+      out.resize(std::min(stop_at, out.size() > cap / 2 ? cap : std::min(cap, std::max(out.size() * 2, min_chunk))));
       out[produced] = spare;
     }
     produced += made;
@@ -256,11 +257,11 @@ result<idx_array, error> decode_idx_file(std::vector<std::byte> file, const idx_
   if (!is_gzip(file)) return decode_owned(std::move(file), limits, first);
   std::size_t stop_at = SIZE_MAX;
   if (first != 0) {
-    // Inflate the header (its fourth byte says how long it is), then only
-    // as far as the entries kept.
-    FERRY_TRY_ASSIGN(const auto magic, gunzip(file, limits.max_bytes, 4));
-    const std::size_t header_bytes = magic.size() < 4 ? 4 : 4 + 4 * std::to_integer<std::size_t>(magic[3]);
-    FERRY_TRY_ASSIGN(const auto head, gunzip(file, limits.max_bytes, header_bytes));
+    // Inflate the longest header the limits allow (parse_fields refuses a
+    // longer one before reading its extents), then only as far as the
+    // entries kept.
+    const std::size_t longest_header = 4 + 4 * std::min<std::size_t>(limits.max_dims, 255);
+    FERRY_TRY_ASSIGN(const auto head, gunzip(file, limits.max_bytes, longest_header));
     FERRY_TRY_ASSIGN(const idx_header h, parse_fields(head, limits));
     if (first < h.dims[0]) stop_at = h.header_bytes + h.data_bytes / h.dims[0] * first;
   }
@@ -317,8 +318,8 @@ result<dataset, error> load_dataset(const std::filesystem::path& dir, std::strin
     out.labels[i] = label;
   }
   labels = {};
-  const auto* pixels = reinterpret_cast<const std::uint8_t*>(images.data.data());
-  out.images.assign(pixels, pixels + images.data.size());
+  out.images.resize(images.data.size());
+  std::memcpy(out.images.data(), images.data.data(), images.data.size());
   return out;
 }
 

@@ -49,6 +49,12 @@
 //   sized from the stream's own length field beyond what the compressed
 //   bytes could produce (deflate expands at most 1032:1).
 //
+// FIRST ENTRIES. Asked for the first N < d_0 entries (decode_idx_file's
+// `first`), the decoder checks the header as above and needs only
+// 4 + 4R + N x P / d_0 bytes [truncated]; what follows is not looked at,
+// and a gzip stream is inflated only that far, so its CRC-32, its length
+// and anything after are not checked. N >= d_0 is the whole file.
+//
 // Decoded elements are in the host's byte order, converted as unsigned
 // integers of their width (wire/bulk.h): floats arrive bit for bit, NaN
 // payloads included, and never pass through a float register.
@@ -135,12 +141,12 @@ struct idx_array {
 /// The data is converted in place in `file`'s buffer (or the inflated one)
 /// and moved into the result, so a raw file is never copied.
 ///
-/// With `first` != 0, only the first `first` entries of the outermost
-/// dimension (all of them if there are fewer): dims[0] says how many were
-/// kept. The header is checked whole and those entries must be there; what
-/// follows them is neither decoded nor checked, and a gzip'd file is
-/// inflated only that far (so its CRC-32 is not checked): ten training
-/// images of Fashion-MNIST inflate 8 KB, not 47 MB.
+/// With 0 < `first` < dims[0], only the first `first` entries of the
+/// outermost dimension (dims[0] is then `first`): the header is checked
+/// whole and those entries must be there; what follows them is neither
+/// decoded nor checked, and a gzip'd file is inflated only that far (its
+/// CRC-32 is not checked): ten training images of Fashion-MNIST inflate
+/// 8 KB, not 47 MB. A larger `first` decodes and checks the whole file.
 /// Errors: those of decode_idx(); for a gzip'd file also bad_gzip,
 /// truncated, trailing_bytes and limit_exceeded of the gzip layer (the
 /// context then starts with "gzip").

@@ -336,7 +336,8 @@ TEST(Idx, GzipMembersAndTrailingBytes) {
 
 // first != 0: the first entries of the outermost dimension, raw and
 // gzip'd; a gzip'd file is inflated only that far, so damage after them
-// goes unseen, and damage before them does not.
+// goes unseen (a CRC-32 is not checked); rows cut short and bad headers are
+// errors as ever; asking for all the entries or more is the whole file.
 TEST(Idx, FirstEntriesOnly) {
   const auto file = idx_file(0x0B, {5, 3}, filled(30, 1));  // five rows of three i16
   const auto whole = decode_idx(file);
@@ -358,9 +359,12 @@ TEST(Idx, FirstEntriesOnly) {
   auto two = decode_idx_file(damaged, {}, 2);
   ASSERT_TRUE(two) << two.error();
   EXPECT_EQ(two->data, std::vector<std::byte>(whole->data.begin(), whole->data.begin() + 12));
-  // Trailing bytes after the data are not looked at; rows cut short, or a
-  // bad header, are the errors they always are.
+  EXPECT_EQ(code_of(decode_idx_file(damaged, {}, 5)), trainer_errc::bad_gzip);
+  // Trailing bytes after the data are not looked at, unless every row is
+  // asked for; rows cut short, or a bad header, are the errors they
+  // always are.
   EXPECT_EQ(code_of(decode_idx_file(file + filled(3), {}, 2)), errc::ok);
+  EXPECT_EQ(code_of(decode_idx_file(file + filled(3), {}, 5)), errc::trailing_bytes);
   const auto cut = std::span(file).first(12 + 6 + 5);  // the header, a row and most of the next
   EXPECT_EQ(code_of(decode_idx_file({cut.begin(), cut.end()}, {}, 2)), errc::truncated);
   EXPECT_EQ(code_of(decode_idx_file(gzip(cut), {}, 2)), errc::truncated);
