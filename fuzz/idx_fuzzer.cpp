@@ -76,6 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ferry::trainer::idx_limits lim;
   lim.max_bytes = 1 << 22;  // a bomb stops at 4 MiB
   const auto in = std::as_bytes(std::span(data, size));
+  const std::size_t first = 1 + size % 7;  // the cut every input is also decoded with
 
   if (size >= 2 && data[0] == 0xFF) {
     const auto rest = in.subspan(2);
@@ -85,7 +86,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto second = gzip_member(rest.subspan(split));
     gz.insert(gz.end(), second.begin(), second.end());
     if (rest.empty() || rest[0] != std::byte{0x1F}) {  // else decode_idx_file would take `rest` for gzip
-      const std::size_t first = 1 + size % 7;
       check_same(ferry::trainer::decode_idx_file(gz, lim, first),
                  ferry::trainer::decode_idx_file(std::vector<std::byte>(rest.begin(), rest.end()), lim, first));
     }
@@ -107,7 +107,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   // The first entries alone (ferry-train --limit): a value or a typed
   // error for any input, and the whole array's first rows when it decodes.
-  const std::size_t first = 1 + size % 7;
   const auto part = ferry::trainer::decode_idx_file(std::vector<std::byte>(in.begin(), in.end()), lim, first);
   // A gzip'd whole reports the gzip layer's errors before the IDX ones, a
   // cut one finds an IDX error in what it inflated first: the same code

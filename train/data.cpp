@@ -1,8 +1,6 @@
 // ferry-train's data: an IDX classification set read into tensors.
 #include <ATen/ops/empty.h>
 
-#include <algorithm>
-
 #include "ferry/trainer/error.h"
 #include "ferry/trainer/idx.h"
 #include "job.h"

@@ -79,6 +79,15 @@ result<idx_header, error> parse_fields(std::span<const std::byte> bytes, const i
   return h;
 }
 
+// Cuts `h` to its first `first` entries of the outermost dimension when
+// 0 < first < that extent; says whether it did.
+bool cut_to_first(idx_header& h, std::size_t first) {
+  if (first == 0 || first >= h.dims[0]) return false;
+  h.data_bytes = h.data_bytes / h.dims[0] * first;  // the extent divides it exactly
+  h.dims[0] = static_cast<std::uint32_t>(first);
+  return true;
+}
+
 // The checked header of an IDX file whose data fills the rest of `bytes`:
 // everything the layout in idx.h requires, checked before anything of the
 // announced size is allocated. With 0 < first < the outermost extent, of
@@ -87,9 +96,7 @@ result<idx_header, error> parse_fields(std::span<const std::byte> bytes, const i
 result<idx_header, error> parse_header(std::span<const std::byte> bytes, const idx_limits& lim, std::size_t first = 0) {
   FERRY_TRY_ASSIGN(idx_header h, parse_fields(bytes, lim));
   const std::size_t present = bytes.size() - h.header_bytes;
-  if (first != 0 && first < h.dims[0]) {
-    h.data_bytes = h.data_bytes / h.dims[0] * first;
-    h.dims[0] = static_cast<std::uint32_t>(first);
+  if (cut_to_first(h, first)) {
     FERRY_REQUIRE(h.data_bytes <= present, errc::truncated, "data: ", h.data_bytes, " bytes for the first ", first,
                   " entries, ", present, " present");
     return h;
@@ -262,8 +269,8 @@ result<idx_array, error> decode_idx_file(std::vector<std::byte> file, const idx_
     // entries kept.
     const std::size_t longest_header = 4 + 4 * std::min<std::size_t>(limits.max_dims, 255);
     FERRY_TRY_ASSIGN(const auto head, gunzip(file, limits.max_bytes, longest_header));
-    FERRY_TRY_ASSIGN(const idx_header h, parse_fields(head, limits));
-    if (first < h.dims[0]) stop_at = h.header_bytes + h.data_bytes / h.dims[0] * first;
+    FERRY_TRY_ASSIGN(idx_header h, parse_fields(head, limits));
+    if (cut_to_first(h, first)) stop_at = h.header_bytes + h.data_bytes;
   }
   FERRY_TRY_ASSIGN(auto inflated, gunzip(file, limits.max_bytes, stop_at));
   file = {};  // the compressed bytes are no longer needed
