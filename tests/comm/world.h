@@ -37,6 +37,16 @@ struct outcome {
 
 using body_fn = std::function<std::vector<std::byte>(std::uint32_t rank, config& c, std::optional<listener>& l)>;
 
+/// Whether a parameter sweep runs every shape. Under qemu-user and the
+/// sanitizers (no FERRY_TEST_NATIVE_SPEED), the sweeps keep one case of
+/// each kind of shape: the others differ in logic that no architecture
+/// changes, which the native tree runs.
+#ifdef FERRY_TEST_NATIVE_SPEED
+inline constexpr bool every_shape = true;
+#else
+inline constexpr bool every_shape = false;
+#endif
+
 inline config base_config(std::uint32_t rank, std::uint32_t n, std::uint16_t port) {
   config c;
   c.rank = rank;
