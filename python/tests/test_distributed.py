@@ -101,15 +101,15 @@ def test_ddp_on_ferry_agrees_bit_for_bit_across_ranks_and_with_gloo(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def uncompressed_hook_run(tmp_path_factory):
+def uncompressed(tmp_path_factory):
     # The baseline takes the hooks' own path uncompressed: only the rounding
     # differs. One run for both hooks' tests.
     return ddp(tmp_path_factory.mktemp("f32"), 2, "--steps", "50", "--hook", "f32", name="plain")
 
 
 @pytest.mark.parametrize("hook", ["bf16", "fp16"])
-def test_compression_hooks_agree_across_ranks_and_track_f32(tmp_path, hook, uncompressed_hook_run):
-    plain = uncompressed_hook_run
+def test_compression_hooks_agree_across_ranks_and_track_f32(tmp_path, hook, uncompressed):
+    plain = uncompressed  # the f32 run
     packed = ddp(tmp_path, 2, "--steps", "50", "--hook", hook, "--check", name=hook)
     assert packed["hook"] == hook
     # Error feedback keeps the compressed run close to the f32 one.
