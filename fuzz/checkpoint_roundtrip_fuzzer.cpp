@@ -15,7 +15,7 @@
 #include "ferry/checkpoint/writer.h"
 #include "fuzz_check.h"
 
-namespace {
+namespace checkpoint_roundtrip_harness {
 
 namespace ckpt = ferry::checkpoint;
 
@@ -38,9 +38,10 @@ const std::filesystem::path& folder() {
   return dir;
 }
 
-}  // namespace
+}  // namespace checkpoint_roundtrip_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace checkpoint_roundtrip_harness;
   input in{data, size};
   const auto order = (in.byte() & 1) ? ferry::wire::byte_order::big : ferry::wire::byte_order::little;
   const std::size_t count = in.byte() % 8;

@@ -25,9 +25,9 @@
 #include "ferry/comm/frame.h"
 #include "fuzz_check.h"
 
-using namespace ferry;
+namespace frame_harness {
 
-namespace {
+using namespace ferry;
 
 constexpr std::size_t max_frame = std::size_t{1} << 16;
 
@@ -155,9 +155,10 @@ void run(comm::frame_auth mode, unsigned seed, std::span<const std::byte> in) {
   if (r1 && d1.idle()) FUZZ_CHECK(whole.at == in.size());
 }
 
-}  // namespace
+}  // namespace frame_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace frame_harness;
   if (size == 0) return 0;
   const unsigned seed = data[0];
   const auto in = std::as_bytes(std::span(data + 1, size - 1));

@@ -1,5 +1,9 @@
 // FUZZ_CHECK: an invariant of a fuzz harness. Unlike assert() it stays on in
 // release builds, and abort() is what libFuzzer reports as a crash.
+//
+// Ordinary builds compile every harness into one translation unit
+// (fuzz_replay, see CMakeLists.txt): a harness keeps its helpers and
+// using-directives in namespace <name>_harness, never at file scope.
 #pragma once
 
 #include <cstdio>

@@ -10,7 +10,7 @@
 #include "graph_cleanup.h"
 #include "graph_types.h"
 
-namespace {
+namespace graph_reader_harness {
 
 using namespace ferry;
 using namespace ferry::testing;
@@ -27,9 +27,10 @@ void check(std::span<const std::byte> in, Release release) {
   release(twice);
 }
 
-}  // namespace
+}  // namespace graph_reader_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace graph_reader_harness;
   static const bool registered = (register_shapes(), true);
   (void)registered;
   const auto in = std::as_bytes(std::span(data, size));

@@ -8,10 +8,13 @@
 #include "graph_cleanup.h"
 #include "graph_types.h"
 
+namespace graph_roundtrip_harness {
 using namespace ferry;
 using namespace ferry::testing;
+}  // namespace graph_roundtrip_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace graph_roundtrip_harness;
   if (size < 2) return 0;
   const std::size_t n = 1 + data[0] % 64;
   graph::options opt;

@@ -15,11 +15,11 @@
 #include "ferry/comm/detail/rendezvous.h"
 #include "fuzz_check.h"
 
+namespace handshake_harness {
+
 using namespace ferry;
 using namespace ferry::comm;
 using namespace ferry::comm::detail;  // the exchange over a socket is internal
-
-namespace {
 
 void parsers(std::span<const std::byte> in) {
   if (in.size() >= hello_size) {
@@ -75,9 +75,10 @@ void live(std::span<const std::byte> in, bool accept) {
   }
 }
 
-}  // namespace
+}  // namespace handshake_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace handshake_harness;
   const auto in = std::as_bytes(std::span(data, size));
   parsers(in);
   live(in, true);

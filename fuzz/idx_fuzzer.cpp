@@ -24,7 +24,7 @@
 #include "ferry/wire/bulk.h"
 #include "fuzz_check.h"
 
-namespace {
+namespace idx_harness {
 
 using ferry::trainer::idx_array;
 
@@ -70,9 +70,10 @@ void check_same(const ferry::result<idx_array, ferry::error>& a, const ferry::re
   FUZZ_CHECK(a->type == b->type && a->dims == b->dims && a->data == b->data);
 }
 
-}  // namespace
+}  // namespace idx_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace idx_harness;
   ferry::trainer::idx_limits lim;
   lim.max_bytes = 1 << 22;  // a bomb stops at 4 MiB
   const auto in = std::as_bytes(std::span(data, size));

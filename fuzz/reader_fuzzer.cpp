@@ -7,7 +7,7 @@
 #include "ferry/wire/cursor.h"
 #include "fuzz_check.h"
 
-namespace {
+namespace reader_harness {
 
 using namespace ferry;
 using namespace ferry::wire;
@@ -24,9 +24,10 @@ void expect(const R& r, bool (*allowed)(error_code)) {
 bool truncated_only(error_code e) { return e == errc::truncated; }
 bool count_errors(error_code e) { return is_varint_error(e) || e == errc::limit_exceeded; }
 
-}  // namespace
+}  // namespace reader_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace reader_harness;
   reader r(std::as_bytes(std::span(data, size)));
   // Bounded even though seek() can move backwards.
   for (int step = 0; step < 4096; ++step) {

@@ -9,7 +9,7 @@
 #include "ferry/wire/cursor.h"
 #include "fuzz_check.h"
 
-namespace {
+namespace roundtrip_harness {
 
 using namespace ferry;
 using namespace ferry::wire;
@@ -27,9 +27,10 @@ T take(reader& in) {
   return from_bits<T>(u);
 }
 
-}  // namespace
+}  // namespace roundtrip_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace roundtrip_harness;
   const auto input = std::as_bytes(std::span(data, size));
   reader in(input);
   const auto order = (size > 0 && (data[0] & 1)) ? byte_order::big : byte_order::little;

@@ -6,7 +6,7 @@
 #include "ferry/wire/varint.h"
 #include "fuzz_check.h"
 
-namespace {
+namespace varint_harness {
 
 using namespace ferry;
 using namespace ferry::wire;
@@ -25,9 +25,10 @@ void check(std::span<const std::byte> in) {
   FUZZ_CHECK(n == d->size && std::memcmp(again, in.data(), n) == 0);
 }
 
-}  // namespace
+}  // namespace varint_harness
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace varint_harness;
   const auto in = std::as_bytes(std::span(data, size));
   check<std::uint8_t>(in);
   check<std::uint16_t>(in);
