@@ -118,7 +118,7 @@ fuzz-replay: fuzz-build
 # the sanitizer trees build. A pipelined build writes build/<tree>.build.log
 # and prints its tail if it fails.
 #
-# The corpora are replayed by every tree (fuzz_replay, label fuzz; under
+# The corpora are replayed by every tree but tsan (fuzz_replay, label fuzz; under
 # ASan+UBSan in the asan tree), so make test leaves the clang tree to
 # make fuzz.
 test:

@@ -22,8 +22,9 @@ endif()
 # What the tsan tree's tests run under: any report fails the program
 # (exit 66); LibTorch's own frames are set aside.
 set(FERRY_TSAN_OPTIONS "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan-libtorch.supp:halt_on_error=1:exitcode=66:second_deadlock_stack=1:report_signal_unsafe=0")
-# The tests whose processes load LibTorch (ferry-train's and the Python
-# tests) run with glibc's heap in transparent huge pages, where the
+# The tests whose processes load LibTorch natively (ferry-train's single-
+# architecture tests and the Python tests, the mixed one's x86-64 rank
+# among them) run with glibc's heap in transparent huge pages, where the
 # kernel's THP mode is madvise (Debian's default; nothing changes where it
 # is never). A LibTorch program maps 288 libraries and allocates much as
 # it starts: a small ferry-train job took 1.13 CPU-s and 27 800 page

@@ -3,7 +3,9 @@
 //
 // Ordinary builds compile every harness into one translation unit
 // (fuzz_replay, see CMakeLists.txt): a harness keeps its helpers and
-// using-directives in namespace <name>_harness, never at file scope.
+// using-directives in namespace <name>_harness, never at file scope, and
+// includes what it uses (the others' includes would hide a missing one
+// there; make fuzz builds each alone).
 #pragma once
 
 #include <cstdio>

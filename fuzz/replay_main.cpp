@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   for (const auto& h : harnesses) {
     if (argc > 1 && h.name == argv[1]) run = h.run;
   }
-  if (run == nullptr) {
+  if (run == nullptr || argc < 3) {
+    if (argc > 1 && run == nullptr) std::fprintf(stderr, "fuzz_replay: no harness '%s'\n", argv[1]);
     std::fputs("usage: fuzz_replay HARNESS FILE_OR_FOLDER...; HARNESS is one of:", stderr);
     for (const auto& h : harnesses) std::fprintf(stderr, " %.*s", static_cast<int>(h.name.size()), h.name.data());
     std::fputc('\n', stderr);
