@@ -2,7 +2,8 @@
 // one program. `fuzz_replay NAME PATH...` runs harness NAME's
 // LLVMFuzzerTestOneInput over every file named, or every file in a named
 // folder. `make test` replays the checked-in corpora this way in every
-// tree, so the harnesses always compile and the corpora always pass.
+// tree but tsan, so the harnesses always compile and the corpora always
+// pass.
 //
 // The harnesses are compiled as one translation unit that CMake generates
 // (replay_all.cpp, see fuzz/CMakeLists.txt), each entry point renamed
