@@ -9,7 +9,10 @@ stored little-endian (ferry._distributed.crc32c: the same on every
 architecture), and after each step every rank compares the list of CRCs
 with every other rank's: one difference fails the job. Prints "step K" as
 each step ends (the kill test waits for it), and rank 0 writes --out: the
-losses, the final parameters' CRC32C and the seconds the job took.
+losses, the final parameters' CRC32C and the seconds the job took. With
+--hook given more than once, the job trains once per hook, one after
+another in the same process group (each from the same start), and --out
+holds a list of those summaries.
 
 Exits 1 with one line "rank R: error: ..." on stderr when a collective
 fails, 2 when the ranks' results differ. Before it, for a ferry.Error, a
@@ -32,9 +35,9 @@ from torch.nn.parallel import DistributedDataParallel
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="ferry", choices=["ferry", "gloo"])
-    ap.add_argument("--hook", default="none", choices=["none", "f32", "bf16", "fp16"],
-                    help="none: torch's allreduce_hook; f32: ferry's hook path uncompressed (the baseline of "
-                         "bf16 and fp16)")
+    ap.add_argument("--hook", action="append", choices=["none", "f32", "bf16", "fp16"],
+                    help="none (the default): torch's allreduce_hook; f32: ferry's hook path uncompressed (the "
+                         "baseline of bf16 and fp16); repeated: one training per hook")
     ap.add_argument("--plain", action="store_true",
                     help="no DDP: average the gradients with one dist.all_reduce each")
     ap.add_argument("--steps", type=int, default=50)
@@ -50,68 +53,12 @@ def main():
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    t0 = time.perf_counter()
     try:
         dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
-        world = dist.get_world_size()
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
-        if not args.plain:
-            model = DistributedDataParallel(model)
-        if args.hook == "none":
-            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
-        elif args.hook == "f32":
-            inner = fd._compressed_hook("f32_hook", "none")
-        else:
-            inner = fd.bf16_hook if args.hook == "bf16" else fd.fp16_hook
-        crcs = []
-
-        def checked(state, bucket):
-            def record(fut):
-                result = fut.value()
-                crcs.append(fd._distributed.crc32c(result))
-                return result
-            return inner(state, bucket).then(record)
-
-        if not args.plain:
-            model.register_comm_hook(None, checked if args.check else inner)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        data = torch.Generator().manual_seed(1000 + rank)
-        losses = []
-        for step in range(args.steps):
-            x = torch.randn(args.batch, 784, generator=data)
-            y = torch.randint(0, 10, (args.batch,), generator=data)
-            optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            if args.plain:
-                for p in model.parameters():
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-            optimizer.step()
-            losses.append(loss.item())
-            if args.check:
-                mine = torch.tensor(crcs, dtype=torch.int64)
-                every = [torch.zeros_like(mine) for _ in range(world)]
-                dist.all_gather(every, mine)
-                for r, theirs in enumerate(every):
-                    if not torch.equal(theirs, mine):
-                        print(f"rank {rank}: step {step}: bucket CRC32Cs {mine.tolist()} but rank {r} has "
-                              f"{theirs.tolist()}", file=sys.stderr, flush=True)
-                        sys.exit(2)
-                crcs.clear()
-            print(f"step {step + 1}", flush=True)
-        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        param_crc = fd._distributed.crc32c(params)
-        every = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-        dist.all_gather(every, torch.tensor([param_crc], dtype=torch.int64))
-        if any(int(e) != param_crc for e in every):
-            print(f"rank {rank}: parameters differ across ranks: {[int(e) for e in every]}", file=sys.stderr)
-            sys.exit(2)
+        summaries = [train(args, hook, rank, fd) for hook in args.hook or ["none"]]
         if rank == 0 and args.out:
             with open(args.out, "w") as f:
-                json.dump({"backend": args.backend, "hook": args.hook, "world": world, "losses": losses,
-                           "param_crc32c": param_crc, "params": params.tolist(), "seconds": time.perf_counter() - t0,
-                           "machine": os.uname().machine}, f)
+                json.dump(summaries[0] if len(summaries) == 1 else summaries, f)
         if args.leave:
             dist.all_reduce(torch.ones(1 << 20), async_op=True)
             return
@@ -131,6 +78,67 @@ def main():
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"rank {rank}: error: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def train(args, hook, rank, fd):
+    """Trains from the same start with one hook; rank 0's summary."""
+    t0 = time.perf_counter()
+    world = dist.get_world_size()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    if not args.plain:
+        model = DistributedDataParallel(model)
+    if hook == "none":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
+    elif hook == "f32":
+        inner = fd._compressed_hook("f32_hook", "none")
+    else:
+        inner = fd.bf16_hook if hook == "bf16" else fd.fp16_hook
+    crcs = []
+
+    def checked(state, bucket):
+        def record(fut):
+            result = fut.value()
+            crcs.append(fd._distributed.crc32c(result))
+            return result
+        return inner(state, bucket).then(record)
+
+    if not args.plain:
+        model.register_comm_hook(None, checked if args.check else inner)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = torch.Generator().manual_seed(1000 + rank)
+    losses = []
+    for step in range(args.steps):
+        x = torch.randn(args.batch, 784, generator=data)
+        y = torch.randint(0, 10, (args.batch,), generator=data)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if args.plain:
+            for p in model.parameters():
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        optimizer.step()
+        losses.append(loss.item())
+        if args.check:
+            mine = torch.tensor(crcs, dtype=torch.int64)
+            every = [torch.zeros_like(mine) for _ in range(world)]
+            dist.all_gather(every, mine)
+            for r, theirs in enumerate(every):
+                if not torch.equal(theirs, mine):
+                    print(f"rank {rank}: step {step}: bucket CRC32Cs {mine.tolist()} but rank {r} has "
+                          f"{theirs.tolist()}", file=sys.stderr, flush=True)
+                    sys.exit(2)
+            crcs.clear()
+        print(f"step {step + 1}", flush=True)
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    param_crc = fd._distributed.crc32c(params)
+    every = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(every, torch.tensor([param_crc], dtype=torch.int64))
+    if any(int(e) != param_crc for e in every):
+        print(f"rank {rank}: parameters differ across ranks: {[int(e) for e in every]}", file=sys.stderr)
+        sys.exit(2)
+    return {"backend": args.backend, "hook": hook, "world": world, "losses": losses, "param_crc32c": param_crc,
+            "params": params.tolist(), "seconds": time.perf_counter() - t0, "machine": os.uname().machine}
 
 
 if __name__ == "__main__":
