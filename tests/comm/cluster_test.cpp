@@ -13,9 +13,9 @@
 // right sums, its compressed allreduces and broadcasts too (the ring's
 // places differ from the ranks there); ordered by node (the default) the
 // ring crosses each link once per direction, in rank order twice.
-// `up --delay` either delays every packet (a round trip of at least twice
-// the delay) or, on a kernel without netem, fails with one line and leaves
-// nothing behind.
+// `up --delay`, by netem and by the delay line (tools/netns-delay), either
+// delays every packet (a round trip of at least twice the delay) or, where
+// that way is missing, fails with one line and leaves nothing behind.
 //
 // Needs root, ip and tc; otherwise every test is skipped with the reason.
 // The topology is removed after the suite, also when a test fails, and on
@@ -440,30 +440,53 @@ TEST_F(Cluster, TwoByTwoCyclicRanksInRankOrder) {
   EXPECT_EQ(two_by_two_cyclic(master_, [](config& c) { c.order = ring_order::rank; }), 2);
 }
 
-// Prefix "ferryd": a topology of its own beside the suite's.
-TEST_F(Cluster, DelayDelaysEveryPacketOrSaysTheKernelCannot) {
-  auto delayed = [](const std::vector<std::string>& args) { return cluster(args, "ferryd"); };
-  const bool netem = succeeded(delayed({"has-delay"}));
-  const auto up = delayed({"up", "--nodes", "2", "--delay", "2ms"});  // the tbf under the netem too
-  if (!netem) {
+// Prefix "ferryd": a topology of its own beside the suite's. `way` is
+// netem or queue (tools/netns-delay, the delay line on NFQUEUE): where it
+// works, a TCP round trip between the nodes takes at least twice the delay
+// and bulk TCP traffic still crosses; where it cannot, `up` fails with one
+// line naming what is missing and leaves nothing behind.
+void check_delay(const std::string& way) {
+  std::vector<std::string> by{"--delay-by", way};
+#ifdef FERRY_NETNS_DELAY
+  by.insert(by.end(), {"--delay-line", FERRY_NETNS_DELAY});
+#endif
+  auto delayed = [&](std::vector<std::string> args) {
+    args.insert(args.end(), by.begin(), by.end());
+    return cluster(args, "ferryd");
+  };
+  const auto has = delayed({"has-delay"});
+  const auto up = delayed({"up", "--nodes", "2", "--delay", "2ms"});  // the tbf under the delay too
+  if (!succeeded(has)) {
     EXPECT_FALSE(succeeded(up));
-    EXPECT_NE(up.output.find("netem"), std::string::npos) << up.output;
+    EXPECT_NE(up.output.find(way == "netem" ? "netem" : "netns-delay"), std::string::npos) << up.output;
     EXPECT_EQ(up.output.find('\n'), std::string::npos) << up.output;  // one line (the last newline trimmed)
     EXPECT_EQ(run_command({"sh", "-c", "ip netns list | grep -c '^ferryd-'"}).output, "0");
-    std::printf("[ cluster  ] this kernel has no netem: up --delay says so: %s\n", up.output.c_str());
+    std::printf("[ cluster  ] no delay by %s here: up --delay says so: %s\n", way.c_str(), up.output.c_str());
     return;
   }
+  EXPECT_EQ(has.output, way);
   ASSERT_TRUE(succeeded(up)) << up.output;
   const auto check = delayed({"check"});
-  delayed({"down"});
+  const auto down = delayed({"down"});
   ASSERT_TRUE(succeeded(check)) << check.output;
+  EXPECT_TRUE(succeeded(down)) << down.output;
   const auto at = check.output.find("round trip median ");
   ASSERT_NE(at, std::string::npos) << check.output;
   const double rtt_us = std::stod(check.output.substr(at + 18));
-  std::printf("[ cluster  ] 2 ms of netem delay per packet sent, 1 Gbit/s: round trip %.0f us\n", rtt_us);
+  std::printf("[ cluster  ] 2 ms of delay (%s) per packet sent, 1 Gbit/s: round trip %.0f us\n", way.c_str(), rtt_us);
   EXPECT_GE(rtt_us, 4000) << check.output;
   EXPECT_LT(rtt_us, 40000) << check.output;
+  const auto bulk = check.output.find("Gbit/s");
+  EXPECT_NE(bulk, std::string::npos) << "no bulk TCP transfer crossed the delayed link: " << check.output;
+  if (way == "queue") {  // down prints the delay line's summary
+    EXPECT_NE(down.output.find("packets delayed by 2000.0 us"), std::string::npos) << down.output;
+    std::printf("[ cluster  ] %s\n", down.output.c_str());
+  }
 }
+
+TEST_F(Cluster, NetemDelaysEveryPacketOrSaysTheKernelCannot) { check_delay("netem"); }
+
+TEST_F(Cluster, DelayLineDelaysEveryPacketOrSaysItCannot) { check_delay("queue"); }
 
 }  // namespace
 }  // namespace ferry::comm
