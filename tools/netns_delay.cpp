@@ -4,7 +4,7 @@
 // bench/comm_cluster's latency tables and tests/comm/cluster_test.cpp use it
 // that way. It is not part of the library.
 //
-//   netns-delay --delay 50us [--queue 0] NAMESPACE...
+//   netns-delay --delay 50us [--queue 0] [--threads 1] NAMESPACE...
 //
 // How: netfilter's NFQUEUE. In each namespace an iptables rule (the script
 // adds it once this program says it is ready) hands every packet leaving
@@ -18,13 +18,25 @@
 // cluster's tbf) sees it.
 //
 // Precision: a packet's wait starts when this program reads it, so it
-// waits D plus the time it took to wake (a few microseconds on an idle
-// machine, more when every core is busy); it runs SCHED_FIFO where allowed,
-// to wake ahead of the ranks, with a timer slack of 1 ns. On SIGTERM or
+// waits D plus the time it took to wake; it runs SCHED_FIFO where allowed,
+// to wake ahead of the ranks, with a timer slack of 1 ns. On the 2-core
+// Firecracker VM it was written on, a timer alone wakes 41 us late at the
+// median (kvm-clock; netem's hrtimers would wait as long), and the line
+// released packets 44-60 us late at the median, up to 0.3-0.7 ms at the
+// 99th percentile when eight ranks kept both cores busy. On SIGTERM or
 // SIGINT it prints one line to stderr: how many packets it delayed and how
 // late it released them beyond D (median, 99th percentile, most), then
 // exits 0; packets still held are dropped with the queue, as a link that
 // goes down drops them.
+//
+// Cost: each verdict carries its packets the rest of their way (the
+// device's qdisc, the veth, often the receiving node's TCP), work that
+// netem would do in softirq; under bulk traffic between eight nodes the
+// line took about a quarter of two cores (perf), and the wake-ups cost
+// context switches, which are dear on that VM. --threads spreads the
+// namespaces over several threads; with two, on two cores, the round trip
+// grew from 258 to 425 us and 16 MB allreduces slowed, so one is the
+// default.
 //
 // Exit status: 0 after SIGTERM/SIGINT; 1 with one line on stderr when a
 // namespace or queue cannot be used; 2 for a usage error. Needs root
@@ -40,7 +52,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -63,6 +75,7 @@ extern "C" {
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli11.h"
@@ -156,82 +169,27 @@ queue open_queue(const std::string& name, std::uint16_t number) {
   return q;
 }
 
-struct delay_line {
-  std::int64_t delay_ns;
-  std::uint16_t number;
-  std::vector<queue> queues;
-  std::vector<std::uint64_t> lateness_us = std::vector<std::uint64_t>(lateness_buckets + 1);
-  std::uint64_t delayed = 0;
-  std::array<char, message_bytes> buf{};
+// The lateness of released packets beyond the delay, in microseconds.
+struct lateness {
+  std::vector<std::uint64_t> count = std::vector<std::uint64_t>(lateness_buckets + 1);
+  std::uint64_t packets = 0;
 
-  static int on_packet(const nlmsghdr* nlh, void* data) {
-    auto* q = static_cast<queue*>(data);
-    nlattr* attr[NFQA_MAX + 1] = {};
-    if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == nullptr) return MNL_CB_OK;
-    std::uint32_t id_be = 0;  // nfqnl_msg_packet_hdr opens with the packet id, big-endian
-    std::memcpy(&id_be, mnl_attr_get_payload(attr[NFQA_PACKET_HDR]), sizeof id_be);
-    q->packets.push_back({ntohl(id_be), 0});
-    return MNL_CB_OK;
+  void add(std::int64_t late_ns) {
+    ++count[std::min(static_cast<std::size_t>(late_ns / 1000), lateness_buckets)];
+    ++packets;
   }
-
-  // Reads every packet the queue has for us; each is due delay_ns from now.
-  void receive(queue& q) {
-    for (;;) {
-      const ssize_t got = ::recv(mnl_socket_get_fd(q.socket.get()), buf.data(), buf.size(), MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
-      if (got < 0 && errno == ENOBUFS) continue;  // packets lost to a full socket: the kernel dropped them
-      if (got <= 0) fail(os_error(q.name + ": netlink receive"));
-      const std::size_t before = q.packets.size();
-      mnl_cb_run(buf.data(), static_cast<std::size_t>(got), 0, q.portid, on_packet, &q);
-      const std::int64_t due = now_ns() + delay_ns;
-      for (std::size_t i = before; i < q.packets.size(); ++i) q.packets[i].due_ns = due;
-    }
+  void merge(const lateness& other) {
+    for (std::size_t i = 0; i < count.size(); ++i) count[i] += other.count[i];
+    packets += other.packets;
   }
-
-  // Accepts, with one batch verdict, every packet of q that is due.
-  void release(queue& q, std::int64_t now) {
-    std::optional<std::uint32_t> last;
-    while (!q.packets.empty() && q.packets.front().due_ns <= now) {
-      const auto late_us = static_cast<std::size_t>((now - q.packets.front().due_ns) / 1000);
-      ++lateness_us[std::min(late_us, lateness_buckets)];
-      last = q.packets.front().id;
-      q.packets.pop_front();
-      ++delayed;
-    }
-    if (!last) return;
-    nlmsghdr* nlh = nfq_nlmsg_put(buf.data(), NFQNL_MSG_VERDICT_BATCH, number);
-    nfq_nlmsg_verdict_put(nlh, static_cast<int>(*last), NF_ACCEPT);
-    if (mnl_socket_sendto(q.socket.get(), nlh, nlh->nlmsg_len) < 0) fail(os_error(q.name + ": verdict"));
-  }
-
-  std::optional<std::int64_t> next_due() const {
-    std::optional<std::int64_t> next;
-    for (const auto& q : queues) {
-      if (!q.packets.empty()) next = std::min(next.value_or(q.packets.front().due_ns), q.packets.front().due_ns);
-    }
-    return next;
-  }
-
   std::uint64_t percentile(double p) const {
-    const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(delayed - 1));
+    const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(packets - 1));
     std::uint64_t seen = 0;
-    for (std::size_t us = 0; us < lateness_us.size(); ++us) {
-      seen += lateness_us[us];
+    for (std::size_t us = 0; us < count.size(); ++us) {
+      seen += count[us];
       if (seen > rank) return us;
     }
     return lateness_buckets;
-  }
-
-  void summary() const {
-    if (delayed == 0) {
-      std::fprintf(stderr, "%s: no packets delayed\n", prog);
-      return;
-    }
-    std::fprintf(stderr, "%s: %llu packets delayed by %.1f us, released later than that by median %llu us, "
-                 "99th percentile %llu us, most %llu%s us\n", prog, static_cast<unsigned long long>(delayed),
-                 static_cast<double>(delay_ns) / 1e3, static_cast<unsigned long long>(percentile(0.5)),
-                 static_cast<unsigned long long>(percentile(0.99)), static_cast<unsigned long long>(percentile(1)),
-                 percentile(1) == lateness_buckets ? "+" : "");
   }
 };
 
@@ -242,68 +200,170 @@ void add_to_epoll(int epoll, int fd, std::uint64_t tag) {
   if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev) != 0) fail(os_error("epoll_ctl"));
 }
 
-int run(delay_line& line, const std::vector<std::string>& namespaces) {
+// One thread's share of the queues (--threads; see "Cost" above).
+class lane {
+ public:
+  lane(std::int64_t delay_ns, std::uint16_t number, int stop) : delay_ns_(delay_ns), number_(number), stop_(stop) {}
+
+  void add(queue q) { queues_.push_back(std::move(q)); }
+  const lateness& late() const { return late_; }
+
+  // Until stop_ is readable: read packets, release those that are due.
+  void run() {
+    // Wake ahead of the ranks that keep the cores busy, and exactly on time.
+    ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    sched_param rt{};
+    rt.sched_priority = 10;
+    if (::sched_setscheduler(0, SCHED_FIFO, &rt) != 0) {
+      std::fprintf(stderr, "%s: runs without SCHED_FIFO (%s): releases may be later\n", prog, std::strerror(errno));
+    }
+    const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+    if (timer < 0 || epoll < 0) fail(os_error("timerfd or epoll"));
+    const std::uint64_t stop_tag = queues_.size(), timer_tag = stop_tag + 1;
+    for (std::size_t i = 0; i < queues_.size(); ++i) add_to_epoll(epoll, mnl_socket_get_fd(queues_[i].socket.get()), i);
+    add_to_epoll(epoll, stop_, stop_tag);
+    add_to_epoll(epoll, timer, timer_tag);
+    std::array<epoll_event, 64> events{};
+    std::int64_t armed = 0;  // the timer's expiry, 0 when disarmed
+    for (;;) {
+      const int n = ::epoll_wait(epoll, events.data(), static_cast<int>(events.size()), -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(os_error("epoll_wait"));
+      for (int i = 0; i < n; ++i) {
+        const std::uint64_t tag = events[static_cast<std::size_t>(i)].data.u64;
+        if (tag == stop_tag) {
+          ::close(epoll);
+          ::close(timer);
+          return;
+        }
+        if (tag == timer_tag) {
+          std::uint64_t expirations = 0;
+          [[maybe_unused]] const ssize_t r = ::read(timer, &expirations, sizeof expirations);
+        } else {
+          receive(queues_[tag]);
+        }
+      }
+      const std::int64_t now = now_ns();
+      for (auto& q : queues_) release(q, now);
+      // Re-armed only when the oldest packet changed (a wake for a new
+      // packet behind it leaves the timer as it is): timerfd_settime was 5 %
+      // of the CPU under bulk traffic (perf, 8 nodes at 1 Gbit/s).
+      const std::int64_t next = next_due().value_or(0);  // zero: disarmed while nothing is held
+      if (next != armed) {
+        itimerspec when{};
+        when.it_value.tv_sec = static_cast<time_t>(next / 1'000'000'000);
+        when.it_value.tv_nsec = static_cast<long>(next % 1'000'000'000);
+        if (::timerfd_settime(timer, TFD_TIMER_ABSTIME, &when, nullptr) != 0) fail(os_error("timerfd_settime"));
+        armed = next;
+      }
+    }
+  }
+
+ private:
+  static int on_packet(const nlmsghdr* nlh, void* data) {
+    auto* q = static_cast<queue*>(data);
+    nlattr* attr[NFQA_MAX + 1] = {};
+    if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == nullptr) return MNL_CB_OK;
+    std::uint32_t id_be = 0;  // nfqnl_msg_packet_hdr opens with the packet id, big-endian
+    std::memcpy(&id_be, mnl_attr_get_payload(attr[NFQA_PACKET_HDR]), sizeof id_be);
+    q->packets.push_back({ntohl(id_be), 0});
+    return MNL_CB_OK;
+  }
+
+  // Reads every packet the queue has for us; each is due delay_ns_ from now.
+  void receive(queue& q) {
+    for (;;) {
+      const ssize_t got = ::recv(mnl_socket_get_fd(q.socket.get()), buf_.data(), buf_.size(), MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+      if (got < 0 && errno == ENOBUFS) continue;  // packets lost to a full socket: the kernel dropped them
+      if (got <= 0) fail(os_error(q.name + ": netlink receive"));
+      const std::size_t before = q.packets.size();
+      mnl_cb_run(buf_.data(), static_cast<std::size_t>(got), 0, q.portid, on_packet, &q);
+      const std::int64_t due = now_ns() + delay_ns_;
+      for (std::size_t i = before; i < q.packets.size(); ++i) q.packets[i].due_ns = due;
+    }
+  }
+
+  // Accepts, with one batch verdict, every packet of q that is due.
+  void release(queue& q, std::int64_t now) {
+    std::optional<std::uint32_t> last;
+    while (!q.packets.empty() && q.packets.front().due_ns <= now) {
+      late_.add(now - q.packets.front().due_ns);
+      last = q.packets.front().id;
+      q.packets.pop_front();
+    }
+    if (!last) return;
+    nlmsghdr* nlh = nfq_nlmsg_put(buf_.data(), NFQNL_MSG_VERDICT_BATCH, number_);
+    nfq_nlmsg_verdict_put(nlh, static_cast<int>(*last), NF_ACCEPT);
+    if (mnl_socket_sendto(q.socket.get(), nlh, nlh->nlmsg_len) < 0) fail(os_error(q.name + ": verdict"));
+  }
+
+  std::optional<std::int64_t> next_due() const {
+    std::optional<std::int64_t> next;
+    for (const auto& q : queues_) {
+      if (!q.packets.empty()) next = std::min(next.value_or(q.packets.front().due_ns), q.packets.front().due_ns);
+    }
+    return next;
+  }
+
+  std::int64_t delay_ns_;
+  std::uint16_t number_;
+  int stop_;
+  std::vector<queue> queues_;
+  lateness late_;
+  std::array<char, message_bytes> buf_{};
+};
+
+void summary(const lateness& late, std::int64_t delay_ns) {
+  if (late.packets == 0) {
+    std::fprintf(stderr, "%s: no packets delayed\n", prog);
+    return;
+  }
+  const std::uint64_t most = late.percentile(1);
+  std::fprintf(stderr, "%s: %llu packets delayed by %.1f us, released later than that by median %llu us, "
+               "99th percentile %llu us, most %llu%s us\n", prog, static_cast<unsigned long long>(late.packets),
+               static_cast<double>(delay_ns) / 1e3, static_cast<unsigned long long>(late.percentile(0.5)),
+               static_cast<unsigned long long>(late.percentile(0.99)), static_cast<unsigned long long>(most),
+               most == lateness_buckets ? "+" : "");
+}
+
+int run(std::int64_t delay_ns, std::uint16_t number, unsigned threads, const std::vector<std::string>& namespaces) {
+  // SIGTERM and SIGINT are taken by sigwait below, in every thread.
+  sigset_t stop_signals{};
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const int stop = ::eventfd(0, EFD_CLOEXEC);  // readable: every lane returns
+  if (stop < 0) fail(os_error("eventfd"));
+
+  threads = std::clamp(threads, 1U, static_cast<unsigned>(namespaces.size()));
+  std::vector<std::unique_ptr<lane>> lanes;
+  for (unsigned i = 0; i < threads; ++i) lanes.push_back(std::make_unique<lane>(delay_ns, number, stop));
   const int home = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (home < 0) fail(os_error("/proc/self/ns/net"));
-  for (const auto& name : namespaces) line.queues.push_back(open_queue(name, line.number));
+  for (std::size_t i = 0; i < namespaces.size(); ++i) lanes[i % threads]->add(open_queue(namespaces[i], number));
   if (::setns(home, CLONE_NEWNET) != 0) fail(os_error("cannot return to its own namespace"));
   ::close(home);
 
-  sigset_t stop{};
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
-  const int signals = ::signalfd(-1, &stop, SFD_CLOEXEC);
-  const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
-  if (signals < 0 || timer < 0 || epoll < 0) fail(os_error("signalfd, timerfd or epoll"));
-  const std::uint64_t signal_tag = line.queues.size(), timer_tag = signal_tag + 1;
-  for (std::size_t i = 0; i < line.queues.size(); ++i) {
-    add_to_epoll(epoll, mnl_socket_get_fd(line.queues[i].socket.get()), i);
-  }
-  add_to_epoll(epoll, signals, signal_tag);
-  add_to_epoll(epoll, timer, timer_tag);
-
-  // Wake ahead of the ranks that keep the cores busy, and exactly on time.
-  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  sched_param rt{};
-  rt.sched_priority = 10;
-  if (::sched_setscheduler(0, SCHED_FIFO, &rt) != 0) {
-    std::fprintf(stderr, "%s: runs without SCHED_FIFO (%s): releases may be later\n", prog, std::strerror(errno));
-  }
-
-  std::printf("%s: ready, every packet sent in %zu namespace(s) waits %.1f us\n", prog, namespaces.size(),
-              static_cast<double>(line.delay_ns) / 1e3);
+  std::vector<std::thread> running;
+  for (auto& l : lanes) running.emplace_back([&l] { l->run(); });
+  std::printf("%s: ready, every packet sent in %zu namespace(s) waits %.1f us (%u thread(s))\n", prog,
+              namespaces.size(), static_cast<double>(delay_ns) / 1e3, threads);
   std::fflush(stdout);
 
-  std::array<epoll_event, 64> events{};
-  for (;;) {
-    const int n = ::epoll_wait(epoll, events.data(), static_cast<int>(events.size()), -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(os_error("epoll_wait"));
-    for (int i = 0; i < n; ++i) {
-      const std::uint64_t tag = events[static_cast<std::size_t>(i)].data.u64;
-      if (tag == signal_tag) {
-        line.summary();
-        return 0;
-      }
-      if (tag == timer_tag) {
-        std::uint64_t expirations = 0;
-        [[maybe_unused]] const ssize_t r = ::read(timer, &expirations, sizeof expirations);
-      } else {
-        line.receive(line.queues[tag]);
-      }
-    }
-    const std::int64_t now = now_ns();
-    for (auto& q : line.queues) line.release(q, now);
-    itimerspec when{};  // zero: disarmed while nothing is held
-    if (const auto next = line.next_due()) {
-      when.it_value.tv_sec = static_cast<time_t>(*next / 1'000'000'000);
-      when.it_value.tv_nsec = static_cast<long>(*next % 1'000'000'000);
-    }
-    if (::timerfd_settime(timer, TFD_TIMER_ABSTIME, &when, nullptr) != 0) fail(os_error("timerfd_settime"));
+  int signal = 0;
+  ::sigwait(&stop_signals, &signal);
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(stop, &one, sizeof one);
+  lateness late;
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    running[i].join();
+    late.merge(lanes[i]->late());
   }
+  summary(late, delay_ns);
+  return 0;
 }
 
 }  // namespace
@@ -315,9 +375,12 @@ int main(int argc, char** argv) {
   ferry::tools::share_option_defaults(app);
   std::string delay_text;
   unsigned queue_number = 0;
+  unsigned threads = 1;
   std::vector<std::string> namespaces;
   app.add_option("--delay", delay_text, "the time every packet waits, as tc writes it: 50us, 1.5ms")->required();
   app.add_option("--queue", queue_number, "the NFQUEUE number the rules use")->check(CLI::Range(0, 65535));
+  app.add_option("--threads", threads, "threads, each with its share of the namespaces")
+      ->check(CLI::Range(1, 256));
   app.add_option("namespaces", namespaces, "namespaces, by their names under /run/netns")->required();
   if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
   const auto delay = parse_time(delay_text);
@@ -326,6 +389,5 @@ int main(int argc, char** argv) {
                  delay_text.c_str(), prog);
     return 2;
   }
-  delay_line line{*delay, static_cast<std::uint16_t>(queue_number), {}};
-  return run(line, namespaces);
+  return run(*delay, static_cast<std::uint16_t>(queue_number), threads, namespaces);
 }
