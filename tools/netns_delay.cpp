@@ -4,7 +4,7 @@
 // bench/comm_cluster's latency tables and tests/comm/cluster_test.cpp use it
 // that way. It is not part of the library.
 //
-//   netns-delay --delay 50us [--queue 0] [--threads 1] NAMESPACE...
+//   netns-delay --delay 50us [--queue 0] NAMESPACE...
 //
 // How: netfilter's NFQUEUE. In each namespace an iptables rule (the script
 // adds it once this program says it is ready) hands every packet leaving
@@ -19,28 +19,29 @@
 //
 // Precision: a packet's wait starts when this program reads it, so it
 // waits D plus the time it took to wake; it runs SCHED_FIFO where allowed,
-// to wake ahead of the ranks, with a timer slack of 1 ns. On the 2-core
-// Firecracker VM it was written on, a timer alone wakes 41 us late at the
-// median (kvm-clock; netem's hrtimers would wait as long), and the line
-// released packets 44-60 us late at the median, up to 0.3-0.7 ms at the
-// 99th percentile when eight ranks kept both cores busy. On SIGTERM or
-// SIGINT it prints one line to stderr: how many packets it delayed and how
-// late it released them beyond D (median, 99th percentile, most), then
-// exits 0; packets still held are dropped with the queue, as a link that
-// goes down drops them.
+// to wake ahead of the ranks, with a timer slack of 1 ns. How late that is
+// depends on the machine (docs/benchmarks.md has the figures of a 2-core
+// VM, where a timer alone wakes about 40 us late). On SIGTERM or SIGINT it
+// prints one line to stderr: how many packets it delayed and how late it
+// released them beyond D (median, 99th percentile, most), then exits 0;
+// packets still held are dropped with the queue, as a link that goes down
+// drops them. While it is not running, the rules drop every packet (no
+// --queue-bypass): a cluster without its delay line does not silently run
+// undelayed.
+//
+// What it delays: IPv4 packets (the rule is iptables'; the cluster has no
+// IPv6 addresses). Unlike netem, ARP is not delayed.
 //
 // Cost: each verdict carries its packets the rest of their way (the
-// device's qdisc, the veth, often the receiving node's TCP), work that
-// netem would do in softirq; under bulk traffic between eight nodes the
-// line took about a quarter of two cores (perf), and the wake-ups cost
-// context switches, which are dear on that VM. --threads spreads the
-// namespaces over several threads; with two, on two cores, the round trip
-// grew from 258 to 425 us and 16 MB allreduces slowed, so one is the
-// default.
+// device's qdisc, the veth, often the receiving node's TCP), work netem
+// would do in softirq, and each wake-up is a context switch. One thread
+// serves every namespace: with one per core, on two cores, the real-time
+// threads crowded out the ranks (round trips and 16 MB allreduces slower).
 //
 // Exit status: 0 after SIGTERM/SIGINT; 1 with one line on stderr when a
 // namespace or queue cannot be used; 2 for a usage error. Needs root
 // (CAP_NET_ADMIN in each namespace, CAP_SYS_ADMIN for setns).
+
 // glibc's network headers before the kernel's, which skip what they define.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -52,7 +53,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
-#include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -75,7 +76,6 @@ extern "C" {
 #include <optional>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli11.h"
@@ -178,10 +178,6 @@ struct lateness {
     ++count[std::min(static_cast<std::size_t>(late_ns / 1000), lateness_buckets)];
     ++packets;
   }
-  void merge(const lateness& other) {
-    for (std::size_t i = 0; i < count.size(); ++i) count[i] += other.count[i];
-    packets += other.packets;
-  }
   std::uint64_t percentile(double p) const {
     const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(packets - 1));
     std::uint64_t seen = 0;
@@ -200,16 +196,30 @@ void add_to_epoll(int epoll, int fd, std::uint64_t tag) {
   if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev) != 0) fail(os_error("epoll_ctl"));
 }
 
-// One thread's share of the queues (--threads; see "Cost" above).
-class lane {
+// The queues of every namespace, served by one thread at real-time
+// priority (see "Cost" above for why one).
+class delay_line {
  public:
-  lane(std::int64_t delay_ns, std::uint16_t number, int stop) : delay_ns_(delay_ns), number_(number), stop_(stop) {}
+  delay_line(std::int64_t delay_ns, std::uint16_t number) : delay_ns_(delay_ns), number_(number) {}
 
   void add(queue q) { queues_.push_back(std::move(q)); }
-  const lateness& late() const { return late_; }
 
-  // Until stop_ is readable: read packets, release those that are due.
-  void run() {
+  // Sets up, says it is ready on stdout, then reads packets and releases
+  // those that are due until SIGTERM or SIGINT; prints the summary.
+  int run() {
+    sigset_t stop{};
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+    const int signals = ::signalfd(-1, &stop, SFD_CLOEXEC);
+    const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+    if (signals < 0 || timer < 0 || epoll < 0) fail(os_error("signalfd, timerfd or epoll"));
+    const std::uint64_t signal_tag = queues_.size(), timer_tag = signal_tag + 1;
+    for (std::size_t i = 0; i < queues_.size(); ++i) add_to_epoll(epoll, mnl_socket_get_fd(queues_[i].socket.get()), i);
+    add_to_epoll(epoll, signals, signal_tag);
+    add_to_epoll(epoll, timer, timer_tag);
     // Wake ahead of the ranks that keep the cores busy, and exactly on time.
     ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     sched_param rt{};
@@ -217,13 +227,10 @@ class lane {
     if (::sched_setscheduler(0, SCHED_FIFO, &rt) != 0) {
       std::fprintf(stderr, "%s: runs without SCHED_FIFO (%s): releases may be later\n", prog, std::strerror(errno));
     }
-    const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
-    if (timer < 0 || epoll < 0) fail(os_error("timerfd or epoll"));
-    const std::uint64_t stop_tag = queues_.size(), timer_tag = stop_tag + 1;
-    for (std::size_t i = 0; i < queues_.size(); ++i) add_to_epoll(epoll, mnl_socket_get_fd(queues_[i].socket.get()), i);
-    add_to_epoll(epoll, stop_, stop_tag);
-    add_to_epoll(epoll, timer, timer_tag);
+    std::printf("%s: ready, every packet sent in %zu namespace(s) waits %.1f us\n", prog, queues_.size(),
+                static_cast<double>(delay_ns_) / 1e3);
+    std::fflush(stdout);
+
     std::array<epoll_event, 64> events{};
     std::int64_t armed = 0;  // the timer's expiry, 0 when disarmed
     for (;;) {
@@ -232,10 +239,9 @@ class lane {
       if (n < 0) fail(os_error("epoll_wait"));
       for (int i = 0; i < n; ++i) {
         const std::uint64_t tag = events[static_cast<std::size_t>(i)].data.u64;
-        if (tag == stop_tag) {
-          ::close(epoll);
-          ::close(timer);
-          return;
+        if (tag == signal_tag) {
+          summary();
+          return 0;
         }
         if (tag == timer_tag) {
           std::uint64_t expirations = 0;
@@ -247,8 +253,8 @@ class lane {
       const std::int64_t now = now_ns();
       for (auto& q : queues_) release(q, now);
       // Re-armed only when the oldest packet changed (a wake for a new
-      // packet behind it leaves the timer as it is): timerfd_settime was 5 %
-      // of the CPU under bulk traffic (perf, 8 nodes at 1 Gbit/s).
+      // packet behind it leaves the timer as it is): timerfd_settime took
+      // 5.6 % of the samples under bulk traffic (perf, 8 nodes at 1 Gbit/s).
       const std::int64_t next = next_due().value_or(0);  // zero: disarmed while nothing is held
       if (next != armed) {
         itimerspec when{};
@@ -271,21 +277,28 @@ class lane {
     return MNL_CB_OK;
   }
 
-  // Reads every packet the queue has for us; each is due delay_ns_ from now.
+  // Reads the packets the queue has for us, up to a batch (the others
+  // wait for the next wake, after the due ones are released); each is
+  // due delay_ns_ from now.
   void receive(queue& q) {
-    for (;;) {
+    for (int batch = 0; batch < 64; ++batch) {
       const ssize_t got = ::recv(mnl_socket_get_fd(q.socket.get()), buf_.data(), buf_.size(), MSG_DONTWAIT);
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
       if (got < 0 && errno == ENOBUFS) continue;  // packets lost to a full socket: the kernel dropped them
-      if (got <= 0) fail(os_error(q.name + ": netlink receive"));
+      if (got < 0) fail(os_error(q.name + ": netlink receive"));
+      if (got == 0) fail(q.name + ": the netlink socket closed");
       const std::size_t before = q.packets.size();
+      // An error the kernel returns for a verdict comes here too; it names
+      // packets no longer held, so it is skipped.
       mnl_cb_run(buf_.data(), static_cast<std::size_t>(got), 0, q.portid, on_packet, &q);
       const std::int64_t due = now_ns() + delay_ns_;
       for (std::size_t i = before; i < q.packets.size(); ++i) q.packets[i].due_ns = due;
     }
   }
 
-  // Accepts, with one batch verdict, every packet of q that is due.
+  // Accepts, with one batch verdict, every packet of q that is due: the
+  // kernel accepts every packet of the queue with an id up to the one named,
+  // and its ids grow in the order the packets came, as their due times do.
   void release(queue& q, std::int64_t now) {
     std::optional<std::uint32_t> last;
     while (!q.packets.empty() && q.packets.front().due_ns <= now) {
@@ -307,64 +320,25 @@ class lane {
     return next;
   }
 
+  void summary() const {
+    if (late_.packets == 0) {
+      std::fprintf(stderr, "%s: no packets delayed\n", prog);
+      return;
+    }
+    const std::uint64_t most = late_.percentile(1);
+    std::fprintf(stderr, "%s: %llu packets delayed by %.1f us, released later than that by median %llu us, "
+                 "99th percentile %llu us, most %llu%s us\n", prog, static_cast<unsigned long long>(late_.packets),
+                 static_cast<double>(delay_ns_) / 1e3, static_cast<unsigned long long>(late_.percentile(0.5)),
+                 static_cast<unsigned long long>(late_.percentile(0.99)), static_cast<unsigned long long>(most),
+                 most == lateness_buckets ? "+" : "");
+  }
+
   std::int64_t delay_ns_;
   std::uint16_t number_;
-  int stop_;
   std::vector<queue> queues_;
   lateness late_;
   std::array<char, message_bytes> buf_{};
 };
-
-void summary(const lateness& late, std::int64_t delay_ns) {
-  if (late.packets == 0) {
-    std::fprintf(stderr, "%s: no packets delayed\n", prog);
-    return;
-  }
-  const std::uint64_t most = late.percentile(1);
-  std::fprintf(stderr, "%s: %llu packets delayed by %.1f us, released later than that by median %llu us, "
-               "99th percentile %llu us, most %llu%s us\n", prog, static_cast<unsigned long long>(late.packets),
-               static_cast<double>(delay_ns) / 1e3, static_cast<unsigned long long>(late.percentile(0.5)),
-               static_cast<unsigned long long>(late.percentile(0.99)), static_cast<unsigned long long>(most),
-               most == lateness_buckets ? "+" : "");
-}
-
-int run(std::int64_t delay_ns, std::uint16_t number, unsigned threads, const std::vector<std::string>& namespaces) {
-  // SIGTERM and SIGINT are taken by sigwait below, in every thread.
-  sigset_t stop_signals{};
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  const int stop = ::eventfd(0, EFD_CLOEXEC);  // readable: every lane returns
-  if (stop < 0) fail(os_error("eventfd"));
-
-  threads = std::clamp(threads, 1U, static_cast<unsigned>(namespaces.size()));
-  std::vector<std::unique_ptr<lane>> lanes;
-  for (unsigned i = 0; i < threads; ++i) lanes.push_back(std::make_unique<lane>(delay_ns, number, stop));
-  const int home = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (home < 0) fail(os_error("/proc/self/ns/net"));
-  for (std::size_t i = 0; i < namespaces.size(); ++i) lanes[i % threads]->add(open_queue(namespaces[i], number));
-  if (::setns(home, CLONE_NEWNET) != 0) fail(os_error("cannot return to its own namespace"));
-  ::close(home);
-
-  std::vector<std::thread> running;
-  for (auto& l : lanes) running.emplace_back([&l] { l->run(); });
-  std::printf("%s: ready, every packet sent in %zu namespace(s) waits %.1f us (%u thread(s))\n", prog,
-              namespaces.size(), static_cast<double>(delay_ns) / 1e3, threads);
-  std::fflush(stdout);
-
-  int signal = 0;
-  ::sigwait(&stop_signals, &signal);
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t w = ::write(stop, &one, sizeof one);
-  lateness late;
-  for (std::size_t i = 0; i < lanes.size(); ++i) {
-    running[i].join();
-    late.merge(lanes[i]->late());
-  }
-  summary(late, delay_ns);
-  return 0;
-}
 
 }  // namespace
 
@@ -375,12 +349,9 @@ int main(int argc, char** argv) {
   ferry::tools::share_option_defaults(app);
   std::string delay_text;
   unsigned queue_number = 0;
-  unsigned threads = 1;
   std::vector<std::string> namespaces;
   app.add_option("--delay", delay_text, "the time every packet waits, as tc writes it: 50us, 1.5ms")->required();
   app.add_option("--queue", queue_number, "the NFQUEUE number the rules use")->check(CLI::Range(0, 65535));
-  app.add_option("--threads", threads, "threads, each with its share of the namespaces")
-      ->check(CLI::Range(1, 256));
   app.add_option("namespaces", namespaces, "namespaces, by their names under /run/netns")->required();
   if (const auto status = ferry::tools::parse_command_line(app, argc, argv)) return *status;
   const auto delay = parse_time(delay_text);
@@ -389,5 +360,12 @@ int main(int argc, char** argv) {
                  delay_text.c_str(), prog);
     return 2;
   }
-  return run(*delay, static_cast<std::uint16_t>(queue_number), threads, namespaces);
+  const auto number = static_cast<std::uint16_t>(queue_number);
+  delay_line line(*delay, number);
+  const int home = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (home < 0) fail(os_error("/proc/self/ns/net"));
+  for (const auto& name : namespaces) line.add(open_queue(name, number));
+  if (::setns(home, CLONE_NEWNET) != 0) fail(os_error("cannot return to its own namespace"));
+  ::close(home);
+  return line.run();
 }

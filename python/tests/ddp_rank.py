@@ -9,10 +9,13 @@ stored little-endian (ferry._distributed.crc32c: the same on every
 architecture), and after each step every rank compares the list of CRCs
 with every other rank's: one difference fails the job. Prints "step K" as
 each step ends (the kill test waits for it), and rank 0 writes --out: the
-losses, the final parameters' CRC32C and the seconds the job took. With
---hook given more than once, the job trains once per hook, one after
-another in the same process group (each from the same start), and --out
-holds a list of those summaries.
+losses, the final parameters' CRC32C and the seconds the training took
+(after the rendezvous). With --hook given more than once, the job trains
+once per hook, one after another in the same process group (each from the
+same start; "step K" counts from 1 again), and --out holds a list of those
+summaries. At most one of them may be a ferry hook (f32, bf16, fp16): a
+second model could reuse the first one's parameter addresses, by which
+ferry's hooks keep each bucket's rounding error.
 
 Exits 1 with one line "rank R: error: ..." on stderr when a collective
 fails, 2 when the ranks' results differ. Before it, for a ferry.Error, a
@@ -48,6 +51,8 @@ def main():
     ap.add_argument("--leave", action="store_true",
                     help="exit with an all_reduce in flight and without destroy_process_group")
     args = ap.parse_args()
+    if sum(hook != "none" for hook in args.hook or []) > 1:
+        ap.error("at most one ferry hook (f32, bf16, fp16) per job")
 
     import ferry.distributed as fd  # registers "ferry"; also gives crc32c to the gloo run
 
