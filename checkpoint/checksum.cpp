@@ -43,8 +43,8 @@ result<std::uint32_t, error> file_checksum(const mapped_file& file, std::uint64_
   for (std::uint64_t at = 0; at < nbytes;) {
     const auto n = static_cast<std::size_t>(std::min(window, nbytes - at));
     int map_errno = 0;
-    if (const auto m = file.map(offset + at, n, false, map_errno, false)) {
-      crc = checksum_extend(kind, crc, m.bytes());
+    if (const auto v = file.view(offset + at, n, map_errno, false)) {
+      crc = checksum_extend(kind, crc, v.bytes);
     } else {
       buffer.resize(n);
       int sys_errno = 0;

@@ -53,7 +53,8 @@ namespace ferry {
   X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")  \
   X(unknown_ggml_type, 432, "ggml tensor type number that ggml does not define, or has removed")           \
   X(bad_gguf_value_type, 433, "GGUF metadata value type number that GGUF does not define")                 \
-  X(misaligned_tensor, 434, "tensor data does not start on a multiple of the file's alignment")
+  X(misaligned_tensor, 434, "tensor data does not start on a multiple of the file's alignment")           \
+  X(out_of_memory, 435, "the machine has not the memory to hold the storage")
 FERRY_DEFINE_ERRORS(checkpoint_errc, FERRY_CHECKPOINT_ERRORS);
 
 }  // namespace ferry

@@ -452,20 +452,17 @@ result<std::uint32_t, error> gguf_alignment(const gguf_value* general_alignment)
 }
 
 result<std::uint64_t, error> gguf_tensor_bytes(ggml_type type, std::span<const std::uint64_t> ne, std::string_view who) {
-  std::uint64_t numel = 1;
-  bool overflow = false;
   for (const std::uint64_t e : ne) {
     FERRY_REQUIRE(e <= max_int64, checkpoint_errc::shape_overflow, who, ": extent ", e, " (negative in ggml's int64)");
-    overflow = overflow || __builtin_mul_overflow(numel, e, &numel);
   }
   const ggml_type_info& ti = info(type);
   const std::uint64_t row = ne.empty() ? 1 : ne[0];
   FERRY_REQUIRE(row % ti.block_elements == 0, checkpoint_errc::shape_size_mismatch, who, ": ne[0] ", row,
                 " is not a multiple of ", ti.name, "'s block of ", ti.block_elements);
-  FERRY_REQUIRE(!overflow && numel <= max_int64, checkpoint_errc::shape_overflow, who,
-                ": the extents' product passes 2^63");
-  auto bytes = ggml_byte_size(type, numel);
-  FERRY_REQUIRE(bytes, checkpoint_errc::shape_overflow, who, ": byte count passes 2^64");
+  // The one shape rule (tensor.h), in blocks: the non-zero extents' blocks
+  // fit in 2^63 bytes.
+  const auto bytes = shape_bytes(ne, ti.block_bytes, ti.block_elements);
+  FERRY_REQUIRE(bytes, checkpoint_errc::shape_overflow, who, ": the non-zero extents' bytes pass 2^63");
   return *bytes;
 }
 

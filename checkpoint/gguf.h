@@ -302,9 +302,11 @@ struct gguf_write_options {
   wire::byte_order order = wire::byte_order::little;
   bool sync = true;    ///< fsync on commit (write_options::sync)
   bool direct = true;  ///< around the page cache (write_options::direct)
-  /// save_gguf() only: allow arrays of arrays, which gguf-py reads and
-  /// ggml refuses. Off, such a value is refused [bad_value], so that every
-  /// file save_gguf() writes loads in llama.cpp.
+  /// Allow arrays of arrays, which gguf-py reads and ggml refuses. Off,
+  /// such a value is refused [bad_value], so that every file written loads
+  /// in llama.cpp: by save_gguf() and by convert_gguf_order() alike (a
+  /// gguf-py file's nested arrays are kept only when this allows them;
+  /// ferry convert --nested-arrays, Python's save(nested_arrays=True)).
   bool nested_arrays = false;
   checkpoint::limits limits;
 };
@@ -313,7 +315,8 @@ struct gguf_write_options {
 /// opt.order: `metadata` in order, the tensor infos, then each tensor's
 /// data at its offset, padded with zeros to the alignment
 /// (general.alignment in `metadata`, a u32 power of two up to 2^30, or
-/// 32). Errors: bad_name (an empty or non-UTF-8 key; a tensor name of
+/// 32) where more data follows: the header is padded only when a tensor
+/// has bytes, and the file ends with the last tensor's padding. Errors: bad_name (an empty or non-UTF-8 key; a tensor name of
 /// more than 63 bytes, which ggml cannot read), duplicate_key (a key or a
 /// tensor name twice), bad_alignment, limit_exceeded (more than 4
 /// extents, more than limits.max_tensors tensors), depth_exceeded (arrays
@@ -323,9 +326,10 @@ struct gguf_write_options {
                                             std::span<const gguf_tensor_ref> tensors,
                                             const gguf_write_options& opt = {});
 
-/// The bytes of a header as save_gguf() writes it: magic to the padding
-/// before the data (what both writers share; tests and fuzzers compare it).
-/// `version` is written as given (2 or 3). Errors: save_gguf()'s checks.
+/// The bytes of a header: magic to data_offset, padding included, as
+/// save_gguf() writes it when data follows (what both writers share; tests
+/// and fuzzers compare it). `version` is written as given (2 or 3), nested
+/// arrays as they are. Errors: save_gguf()'s checks.
 [[nodiscard]] result<std::vector<std::byte>, error> encode_gguf_header(const gguf_header& h, wire::byte_order order,
                                                                        const limits& lim = {});
 

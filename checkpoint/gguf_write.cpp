@@ -88,11 +88,12 @@ result<std::uint64_t, error> tensor_bytes(std::string_view tensor_name, ggml_typ
   return detail::gguf_tensor_bytes(type, ne, who);
 }
 
-// The header bytes (magic to the padding before the data), every rule of
-// gguf.h checked on the way: what save_gguf() and convert_gguf_order() write.
+// The header bytes (magic to the last tensor info, without the padding
+// before the data: header_padding()), every rule of gguf.h checked on the
+// way: what save_gguf() and convert_gguf_order() write.
 result<std::vector<std::byte>, error> encode(std::uint32_t version, std::span<const gguf_kv> metadata,
                                              std::span<const gguf_tensor> tensors, wire::byte_order order,
-                                             const limits& lim) {
+                                             bool nested_arrays, const limits& lim) {
   FERRY_REQUIRE(version == 2 || version == 3, errc::unsupported_version, "gguf version ", version);
   FERRY_REQUIRE(tensors.size() <= lim.max_tensors, errc::limit_exceeded, tensors.size(), " tensors (limit ",
                 lim.max_tensors, ")");
@@ -110,6 +111,10 @@ result<std::vector<std::byte>, error> encode(std::uint32_t version, std::span<co
       FERRY_REQUIRE(valid_name(kv.key, lim.max_name_bytes), checkpoint_errc::bad_name, "gguf key ", quote(kv.key),
                     " (1 to ", lim.max_name_bytes, " bytes of UTF-8)");
       FERRY_REQUIRE(keys.insert(kv.key).second, errc::duplicate_key, "gguf key ", quote(kv.key), " twice");
+      const auto* a = std::get_if<gguf_array>(&kv.value);
+      FERRY_REQUIRE(nested_arrays || a == nullptr || a->type() != gguf_value_type::array, errc::bad_value, "gguf key ",
+                    quote(kv.key), ": an array of arrays, which ggml cannot read (written only when asked: "
+                    "gguf_write_options::nested_arrays)");
       vw.string(kv.key);
       w.write<std::uint32_t>(static_cast<std::uint32_t>(type_of(kv.value)), order);
       FERRY_TRY(vw.value(kv.value, kv.key));
@@ -134,12 +139,19 @@ result<std::vector<std::byte>, error> encode(std::uint32_t version, std::span<co
       w.write<std::uint32_t>(static_cast<std::uint32_t>(t.type), order);
       w.write<std::uint64_t>(t.offset, order);
     }
-    // Padding to the data section, as ggml writes it: even with no tensors.
-    const std::uint64_t at = w.position();
-    std::vector<std::byte> zeros(static_cast<std::size_t>(detail::gguf_pad(at, align) - at));
-    w.write_bytes(zeros);
   }
   return out;
+}
+
+// The zeros between the header and the data section: up to the alignment
+// when a tensor has bytes, none when the data section is empty (ggml pads
+// there too; ggml and ferry read the file without it). Padding then costs
+// at most what the input's own data section spans past its header: a
+// 57-byte file of general.alignment 2^30 and no tensors does not become a
+// GiB.
+std::uint64_t header_padding(std::uint64_t header_bytes, std::uint32_t align, std::span<const gguf_tensor> tensors) {
+  const bool data = std::any_of(tensors.begin(), tensors.end(), [](const gguf_tensor& t) { return t.nbytes > 0; });
+  return data ? detail::gguf_pad(header_bytes, align) - header_bytes : 0;
 }
 
 // Writes `n` zero bytes.
@@ -163,7 +175,9 @@ std::size_t piece_for(ggml_type t) noexcept {
 
 result<std::vector<std::byte>, error> encode_gguf_header(const gguf_header& h, wire::byte_order order,
                                                          const limits& lim) {
-  return encode(h.version, h.metadata, h.tensors, order, lim);
+  FERRY_TRY_ASSIGN(auto out, encode(h.version, h.metadata, h.tensors, order, true, lim));
+  out.resize(static_cast<std::size_t>(detail::gguf_pad(out.size(), h.alignment)));  // zeros to data_offset
+  return out;
 }
 
 result<gguf_tensor_ref, error> to_gguf_tensor(const tensor_ref& t) {
@@ -196,13 +210,6 @@ result<void, error> save_gguf(const std::filesystem::path& target, std::span<con
   const auto in_file = [&](const error& e) { return e.wrap(file); };
   auto align = alignment_of(metadata);
   if (!align) return in_file(align.error());
-  for (const auto& kv : metadata) {
-    const auto* a = std::get_if<gguf_array>(&kv.value);
-    if (a != nullptr && a->type() == gguf_value_type::array && !opt.nested_arrays) {
-      return make_error(errc::bad_value, file, ": gguf key ", quote(kv.key),
-                        ": an array of arrays, which ggml cannot read (gguf_write_options::nested_arrays allows it)");
-    }
-  }
   std::vector<gguf_tensor> infos;
   infos.reserve(tensors.size());
   std::uint64_t offset = 0;
@@ -223,10 +230,11 @@ result<void, error> save_gguf(const std::filesystem::path& target, std::span<con
     }
     offset = detail::gguf_pad(offset + *nbytes, *align);
   }
-  auto header = encode(3, metadata, infos, opt.order, opt.limits);
+  auto header = encode(3, metadata, infos, opt.order, opt.nested_arrays, opt.limits);
   if (!header) return in_file(header.error());
   FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
   FERRY_TRY(out.write(*header));
+  FERRY_TRY(write_zeros(out, header_padding(header->size(), *align, infos)));
   std::vector<std::byte> buf;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
@@ -258,10 +266,11 @@ result<void, error> convert_gguf_order(const std::filesystem::path& in, const st
   };
   auto h = detail::read_gguf_header(src.size(), read, ropt);
   if (!h) return h.error().wrap(in.string());
-  auto header = encode(h->version, h->metadata, h->tensors, to, ropt.lim);
+  auto header = encode(h->version, h->metadata, h->tensors, to, wopt.nested_arrays, ropt.lim);
   if (!header) return header.error().wrap(in.string());
   FERRY_TRY_ASSIGN(auto dst, base::atomic_file::create(out, wopt.sync, wopt.sync && wopt.direct));
   FERRY_TRY(dst.write(*header));
+  FERRY_TRY(write_zeros(dst, header_padding(header->size(), h->alignment, h->tensors)));
   std::vector<std::byte> buf;
   std::uint64_t done = 0;
   for (const gguf_tensor& t : h->tensors) {

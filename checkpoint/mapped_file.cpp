@@ -9,7 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
 
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/error.h"
@@ -37,11 +41,56 @@ void fault_in(const std::byte* p, std::size_t n) noexcept {
   (void)sink;
 }
 
+// Ranges of a window smaller than this are not advised (will_need).
+constexpr std::size_t advise_from = std::size_t{64} << 10;
+
+std::atomic<std::size_t> held{0};
+
+// A place in the budget, or false when it is spent.
+bool take_place() noexcept {
+  if (held.fetch_add(1, std::memory_order_relaxed) < mapping_budget()) return true;
+  held.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+void give_place() noexcept { held.fetch_sub(1, std::memory_order_relaxed); }
+
 }  // namespace
 
-mapping::~mapping() {
-  if (base_ != nullptr) ::munmap(base_, length_);
+std::size_t mapping_budget() noexcept {
+  static const std::size_t budget = [] {
+    unsigned long count = 65530;  // the kernel's default, where /proc cannot tell
+    if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
+      if (std::fscanf(f, "%lu", &count) != 1) count = 65530;
+      std::fclose(f);
+    }
+    return std::max<std::size_t>(count / 2, 64);
+  }();
+  return budget;
 }
+
+std::size_t mappings_held() noexcept { return held.load(std::memory_order_relaxed); }
+
+mapping::~mapping() {
+  if (base_ != nullptr) {
+    ::munmap(base_, length_);
+    give_place();
+  }
+}
+
+struct mapped_file::windows {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::weak_ptr<const mapping>> by_number;
+  // The window last used stays mapped while the file is open: tensors
+  // fetched, checked and dropped one by one (a conversion, verify()) map
+  // it once, not once each.
+  std::shared_ptr<const mapping> recent;
+};
+
+mapped_file::mapped_file(int fd, std::uint64_t size) : fd_(fd), size_(size), windows_(std::make_unique<windows>()) {}
+
+mapped_file::mapped_file(mapped_file&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), size_(o.size_), windows_(std::move(o.windows_)) {}
 
 result<mapped_file, error> mapped_file::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -71,7 +120,19 @@ void mapped_file::will_need(std::uint64_t offset, std::uint64_t n) const noexcep
 }
 
 mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int& map_errno, bool fault) const noexcept {
+  will_need(offset, n);
+  return map_range(offset, n, writable, map_errno, fault);
+}
+
+// map() without the advice: a window is not asked for whole, only the
+// ranges in it that are fetched.
+mapping mapped_file::map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
+                               bool fault) const noexcept {
   if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};
+  if (!take_place()) {
+    map_errno = ENOMEM;
+    return {};
+  }
   const std::uint64_t page = page_size();
   std::uint64_t map_offset = offset & ~(page - 1);
   std::uint64_t map_end = offset + n;
@@ -89,12 +150,12 @@ mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int
   }
   const auto length = static_cast<std::size_t>(map_end - map_offset);
   const auto delta = static_cast<std::size_t>(offset - map_offset);
-  will_need(offset, n);
   const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
   void* base = huge ? map_aligned(length, prot, map_offset, static_cast<std::size_t>(block)) : MAP_FAILED;
   if (base == MAP_FAILED) base = ::mmap(nullptr, length, prot, MAP_PRIVATE, fd_, static_cast<off_t>(map_offset));
   if (base == MAP_FAILED) {
     map_errno = errno;
+    give_place();
     return {};
   }
   if (fault) {
@@ -102,6 +163,41 @@ mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int
     fault_in(static_cast<const std::byte*>(base) + (delta - into_page), into_page + n);
   }
   return {base, length, delta, n};
+}
+
+mapped_view mapped_file::view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault) const {
+  const std::uint64_t number = offset / window_bytes;
+  const std::uint64_t start = number * window_bytes;
+  if (n > window_bytes - (offset - start)) {  // crosses the window's end: a mapping of its own
+    auto own = map(offset, n, false, map_errno, fault);
+    if (!own) return {};
+    auto owner = std::make_shared<const mapping>(std::move(own));
+    const auto bytes = owner->bytes();
+    return {std::move(owner), bytes};
+  }
+  std::shared_ptr<const mapping> window;
+  {
+    std::lock_guard lock(windows_->mu);
+    auto& slot = windows_->by_number[number];
+    window = slot.lock();
+    if (!window) {
+      auto m = map_range(start, static_cast<std::size_t>(std::min(window_bytes, size_ - start)), false, map_errno, false);
+      if (!m) {
+        windows_->by_number.erase(number);
+        return {};
+      }
+      window = std::make_shared<const mapping>(std::move(m));
+      slot = window;
+    }
+    windows_->recent = window;
+  }
+  const auto bytes = window->bytes().subspan(static_cast<std::size_t>(offset - start), n);
+  // A small range is faulted in with the pages around it anyway; asking
+  // whether it is cached costs a system call a storage (a tenth of a
+  // conversion of 2^20 one-element tensors, in perf).
+  if (n >= advise_from) will_need(offset, n);
+  if (fault) fault_in(bytes.data(), bytes.size());
+  return {std::move(window), bytes};
 }
 
 // Maps `length` bytes of the file at `offset` at an address aligned to

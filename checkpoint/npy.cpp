@@ -296,17 +296,11 @@ result<npy_header, error> parse_npy_header(std::span<const std::byte> bytes, con
   header_scanner s(*text, h.major);
   FERRY_TRY(parse_dict(s, h, lim));
 
-  // Every product is checked: the elements' bytes, and the extents that
-  // are not zero (the strides of an empty array must not wrap either).
-  std::uint64_t numel = 1, nonzero = 1;
-  for (const std::uint64_t d : h.shape) {
-    FERRY_REQUIRE(!__builtin_mul_overflow(numel, d, &numel) &&
-                      !__builtin_mul_overflow(nonzero, d == 0 ? 1 : d, &nonzero),
-                  checkpoint_errc::shape_overflow, "npy shape ", shape_repr(h.shape));
-  }
-  FERRY_REQUIRE(!__builtin_mul_overflow(numel, std::uint64_t{h.item_size}, &h.data_bytes) &&
-                    !__builtin_mul_overflow(nonzero, std::uint64_t{h.item_size}, &nonzero),
-                checkpoint_errc::shape_overflow, "npy shape ", shape_repr(h.shape));
+  // The one shape rule (tensor.h): the strides of an empty array must not
+  // wrap either.
+  const auto data_bytes = shape_bytes(h.shape, h.item_size);
+  FERRY_REQUIRE(data_bytes, checkpoint_errc::shape_overflow, "npy shape ", shape_repr(h.shape));
+  h.data_bytes = *data_bytes;
   return h;
 }
 

@@ -43,19 +43,22 @@ using detail::mapped_file;
 using detail::mapping;
 using detail::parsed_file;
 
-// A storage's bytes as a mapping of the file; mutable_bytes() exposes a
-// copy-on-write mapping when the reader was opened with copy_on_write.
+// A storage's bytes as a view of the file's window (read-only), or as a
+// copy-on-write mapping of its own, which mutable_bytes() exposes, when the
+// reader was opened with copy_on_write.
 class mapped_storage final : public storage_buffer {
  public:
-  mapped_storage(mapping m, bool expose) noexcept : map_(std::move(m)) {
-    bytes_ = map_.bytes();
-    if (expose) mutable_ = map_.bytes();
+  explicit mapped_storage(detail::mapped_view v) noexcept : owner_(std::move(v.owner)) { bytes_ = v.bytes; }
+  explicit mapped_storage(mapping m) noexcept : owner_(std::make_shared<const mapping>(std::move(m))) {
+    bytes_ = mutable_ = owner_->bytes();
   }
-  [[nodiscard]] std::span<std::byte> writable() const noexcept { return map_.bytes(); }
 
  private:
-  mapping map_;
+  std::shared_ptr<const mapping> owner_;
 };
+
+// Copy-on-write storages smaller than this are read, not mapped.
+constexpr std::size_t copy_below = std::size_t{64} << 10;
 
 // A storage read into memory (no mapping, an unaligned record, or a
 // range a 32-bit host cannot map).
@@ -210,6 +213,9 @@ struct reader::state {
   mapped_file mapped;
   parsed_file file;
   std::unordered_map<std::string_view, std::size_t> by_name;
+  // The tensors over each storage, in file order: storage i's are
+  // over_storage[over_start[i] .. over_start[i + 1]).
+  std::vector<std::uint32_t> over_start, over_storage;
   std::vector<std::uint32_t> first_tensor_of;  // per storage, for error messages
   std::unique_ptr<detail::shard_set> set;      // a set's shards, when `path` is its index
 
@@ -222,11 +228,18 @@ struct reader::state {
         std::unique_ptr<detail::shard_set> s)
       : path(p), opt(o), mapped(std::move(m)), file(std::move(f)), set(std::move(s)) {
     first_tensor_of.assign(file.storages.size(), UINT32_MAX);
+    over_start.assign(file.storages.size() + 1, 0);
+    by_name.reserve(file.tensors.size());
     for (std::size_t i = 0; i < file.tensors.size(); ++i) {
       by_name.emplace(file.tensors[i].name, i);
       auto& first = first_tensor_of[file.tensors[i].storage];
       if (first == UINT32_MAX) first = static_cast<std::uint32_t>(i);
+      ++over_start[file.tensors[i].storage + 1];
     }
+    for (std::size_t i = 0; i < file.storages.size(); ++i) over_start[i + 1] += over_start[i];
+    over_storage.resize(file.tensors.size());
+    std::vector<std::uint32_t> at(over_start.begin(), over_start.end() - 1);
+    for (std::size_t i = 0; i < file.tensors.size(); ++i) over_storage[at[file.tensors[i].storage]++] = static_cast<std::uint32_t>(i);
     cache.resize(file.storages.size());
     verified.assign(file.storages.size(), false);
   }
@@ -273,7 +286,7 @@ struct reader::state {
         try {
           o = std::make_shared<fresh_storage>(n, opt.copy_on_write);
         } catch (const std::bad_alloc&) {
-          return storage_error(i, checkpoint_errc::storage_too_large);
+          return storage_error(i, checkpoint_errc::out_of_memory);
         }
         if (auto r = detail::inflate_npz_data(src, zip_reader(mapped), o->writable()); !r) {
           return r.error().wrap(path.string());
@@ -288,7 +301,6 @@ struct reader::state {
     const bool aligned = st.offset % width == 0;
     const auto checks = detail::checksums_on_fetch(st, opt.checks, check);
     std::shared_ptr<storage_buffer> buf;
-    std::span<std::byte> writable;
     if (n > 0 && swap) {
       // Another byte order: read into fresh memory and converted there
       // (read_stored). Converting from a mapping of the file instead cost a
@@ -300,34 +312,43 @@ struct reader::state {
       try {
         o = std::make_shared<fresh_storage>(n, opt.copy_on_write);
       } catch (const std::bad_alloc&) {
-        return storage_error(i, checkpoint_errc::storage_too_large);
+        return storage_error(i, checkpoint_errc::out_of_memory);
       }
       if (auto r = read_stored(i, o->writable(), checks, threads); !r) return r.error();
       return std::shared_ptr<const storage_buffer>(std::move(o));
     }
-    if (n > 0 && aligned) {
-      int map_errno = 0;
-      if (auto m = mapped.map(st.offset, n, opt.copy_on_write, map_errno, !checks.any())) {
-        auto ms = std::make_shared<mapped_storage>(std::move(m), opt.copy_on_write);
-        writable = ms->writable();
-        buf = std::move(ms);
-      } else if (map_errno == ENOMEM || map_errno == EOVERFLOW) {
-        return storage_error(i, checkpoint_errc::storage_too_large);
+    // Read-only: a view of the file's window. Copy-on-write: a private
+    // mapping of its own from 64 KiB on; a smaller storage costs less
+    // copied than mapped (a mapping, a page and a fault).
+    std::span<const std::byte> stored;
+    int map_errno = 0;
+    if (n > 0 && aligned && !opt.copy_on_write) {
+      if (auto v = mapped.view(st.offset, n, map_errno, !checks.any())) {
+        stored = v.bytes;
+        buf = std::make_shared<mapped_storage>(std::move(v));
+      }
+    } else if (n >= copy_below && aligned) {
+      if (auto m = mapped.map(st.offset, n, true, map_errno, !checks.any())) {
+        stored = m.bytes();
+        buf = std::make_shared<mapped_storage>(std::move(m));
       }
     }
-    if (!buf) {  // empty, unaligned, beyond 4 GiB on 32-bit, or a file system without mmap
+    // Otherwise read: empty, unaligned, small and copy-on-write, beyond 4
+    // GiB on 32-bit, a file system without mmap, or no mapping to be had
+    // (the process's budget spent, the address space full).
+    if (!buf) {
       std::shared_ptr<copied_storage> o;
       try {
         o = std::make_shared<copied_storage>(std::vector<std::byte>(n), opt.copy_on_write);
       } catch (const std::bad_alloc&) {
-        return storage_error(i, checkpoint_errc::storage_too_large);
+        return storage_error(i, checkpoint_errc::out_of_memory);
       }
       int sys_errno = 0;
       if (auto r = mapped.read(st.offset, o->writable(), sys_errno); !r) return storage_error(i, r.error(), sys_errno);
-      writable = o->writable();
+      stored = o->writable();
       buf = std::move(o);
     }
-    if (auto r = detail::check_storage(writable, st, checks); !r) return storage_error(i, r.error());
+    if (auto r = detail::check_storage(stored, st, checks); !r) return storage_error(i, r.error());
     return std::shared_ptr<const storage_buffer>(std::move(buf));
   }
 
@@ -374,7 +395,7 @@ struct reader::state {
         auto r = read_pieces(pieces * k / shares, pieces * (k + 1) / shares);
         if (!r) errors[k] = std::move(r.error());
       } catch (const std::bad_alloc&) {  // an error's text: not across the thread's edge
-        errors[k] = error(checkpoint_errc::storage_too_large);
+        errors[k] = error(checkpoint_errc::out_of_memory);
       }
     };
     std::size_t started = 1;
@@ -497,10 +518,14 @@ const tensor_info* reader::find(std::string_view name) const noexcept {
   return it == s_->by_name.end() ? nullptr : &s_->file.tensors[it->second];
 }
 
+std::span<const std::uint32_t> reader::tensors_over(std::uint32_t storage) const noexcept {
+  return std::span(s_->over_storage).subspan(s_->over_start[storage], s_->over_start[storage + 1] - s_->over_start[storage]);
+}
+
 std::vector<std::string> reader::shared_with(const tensor_info& t) const {
   std::vector<std::string> out;
-  for (const auto& other : s_->file.tensors) {
-    if (other.storage == t.storage && other.name != t.name) out.push_back(other.name);
+  for (const std::uint32_t k : tensors_over(t.storage)) {
+    if (s_->file.tensors[k].name != t.name) out.push_back(s_->file.tensors[k].name);
   }
   return out;
 }
@@ -543,12 +568,15 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
         if (b) buffers[i] = std::move(*b);
         else errors[i] = std::move(b.error());
       } catch (const std::bad_alloc&) {  // not across the thread's edge
-        errors[i] = s_->storage_error(static_cast<std::uint32_t>(i), checkpoint_errc::storage_too_large);
+        errors[i] = s_->storage_error(static_cast<std::uint32_t>(i), checkpoint_errc::out_of_memory);
       }
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
+  try {
+    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // no thread to be had: fewer do the work
+  }
   work();
   for (auto& t : pool) t.join();
   // The first bad storage in file order names its first tensor.

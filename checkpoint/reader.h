@@ -17,9 +17,12 @@
 // Tensors over one storage share one storage_buffer, so sharing in the file
 // is sharing in memory. verify() checks every CRC and the zero padding.
 //
-// The file is mapped per storage, never whole, so a file larger than the
-// address space (a 32-bit armhf board) opens, and any storage that fits is
-// fetched. Every input is hostile: a malformed file gives an error naming
+// The file is mapped in windows (1 GiB; 64 MiB on 32-bit hosts), each once,
+// and a storage is a view of its window: the mappings grow with the file's
+// size, not its tensor count, and a file larger than the address space (a
+// 32-bit armhf board) opens, and any storage that fits is fetched. What
+// cannot be mapped (the process's mapping budget spent, the address space
+// full) is read instead (detail/mapped_file.h). Every input is hostile: a malformed file gives an error naming
 // the file and, where there is one, the tensor (checkpoint/error.h); the
 // limits are in `limits`. If another process truncates the file while it is
 // mapped, touching the lost pages raises SIGBUS, as with any mapping.
@@ -119,7 +122,11 @@ class reader {
   [[nodiscard]] std::span<const storage_info> storages() const noexcept;
   /// The tensor called `name`, or nullptr.
   [[nodiscard]] const tensor_info* find(std::string_view name) const noexcept;
-  /// Names of the other tensors over `t`'s storage.
+  /// The tensors over storage `storage` (indices into tensors(), in file
+  /// order). Requires: storage < storages().size().
+  [[nodiscard]] std::span<const std::uint32_t> tensors_over(std::uint32_t storage) const noexcept;
+  /// Names of the other tensors over `t`'s storage (as many as there are:
+  /// tensors_over() tells how many without copying them).
   [[nodiscard]] std::vector<std::string> shared_with(const tensor_info& t) const;
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept;
   /// A GGUF file's header (gguf.h): typed metadata, and each tensor's
@@ -129,7 +136,8 @@ class reader {
 
   /// The tensor called `name`, in host order. Errors: tensor_not_found,
   /// checksum_mismatch (its storage's CRC, checked on first fetch),
-  /// storage_too_large (does not fit the address space), io_error.
+  /// storage_too_large (does not fit the address space), out_of_memory
+  /// (a copy the machine cannot allocate), io_error.
   [[nodiscard]] result<tensor, error> get(std::string_view name) const;
   [[nodiscard]] result<tensor, error> get(const tensor_info& t) const;
 

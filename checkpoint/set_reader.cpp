@@ -97,12 +97,10 @@ result<void, error> check_set(const set_manifest& m, const limits& lim, const st
     auto dtype = codec::dtype_from_code(t.dtype);
     if (!dtype) return tfail(dtype.error());
     if (t.shape.size() > lim.max_dims) return tfail(errc::limit_exceeded, "dimensions");
-    std::uint64_t numel = 1;
-    std::uint64_t bytes = 0;
-    for (const auto e : t.shape) {
-      if (__builtin_mul_overflow(numel, e, &numel)) return tfail(checkpoint_errc::shape_overflow);
-    }
-    if (__builtin_mul_overflow(numel, codec::size_of(*dtype), &bytes)) return tfail(checkpoint_errc::shape_overflow);
+    const auto shape_size = shape_bytes(t.shape, codec::size_of(*dtype));
+    if (!shape_size) return tfail(shape_size.error());
+    const std::uint64_t bytes = *shape_size;
+    const std::uint64_t numel = bytes / codec::size_of(*dtype);
     if (t.pieces.empty()) return tfail(checkpoint_errc::bad_pieces, "no pieces");
     if (t.pieces.size() > m.shards.size()) return tfail(checkpoint_errc::bad_pieces, "more pieces than shards");
     if (numel == 0 && t.pieces.size() != 1) return tfail(checkpoint_errc::bad_pieces, "an empty tensor in pieces");

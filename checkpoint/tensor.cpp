@@ -91,29 +91,36 @@ tensor_ref tensor::ref() const noexcept {
   return tensor_ref{info_.name, info_.dtype, info_.shape, info_.strides, info_.offset, storage_bytes()};
 }
 
+result<std::uint64_t> shape_bytes(std::span<const std::uint64_t> shape, std::uint64_t unit_bytes,
+                                  std::uint64_t unit_elements) noexcept {
+  constexpr std::uint64_t max_bytes = std::uint64_t{INT64_MAX};
+  std::uint64_t nonzero = 1;
+  bool empty = false;
+  for (const std::uint64_t e : shape) {
+    if (e == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero, e, &nonzero)) return checkpoint_errc::shape_overflow;
+  }
+  const std::uint64_t units = nonzero / unit_elements + (nonzero % unit_elements != 0);
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(units, unit_bytes, &bytes) || bytes > max_bytes) return checkpoint_errc::shape_overflow;
+  return empty ? 0 : bytes;
+}
+
 result<void> check_view(codec::dtype dtype, std::span<const std::uint64_t> shape,
                         std::span<const std::uint64_t> strides, std::uint64_t offset,
                         std::uint64_t storage_nbytes, std::size_t max_dims) noexcept {
   if (shape.size() > max_dims) return errc::limit_exceeded;
   if (strides.size() != shape.size()) return errc::bad_value;
   const std::uint64_t width = codec::size_of(dtype);
-  std::uint64_t numel = 1;
+  FERRY_TRY_ASSIGN(const std::uint64_t bytes, shape_bytes(shape, width));
+  if (bytes == 0) return {};  // empty (a dtype has at least one byte)
   std::uint64_t last = offset;  // index of the last element
-  bool empty = false;
   for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (__builtin_mul_overflow(numel, shape[k], &numel)) return checkpoint_errc::shape_overflow;
-    if (shape[k] == 0) {
-      empty = true;
-      continue;
-    }
     std::uint64_t reach = 0;
     if (__builtin_mul_overflow(shape[k] - 1, strides[k], &reach) || __builtin_add_overflow(last, reach, &last)) {
       return checkpoint_errc::shape_overflow;
     }
   }
-  std::uint64_t bytes = 0;
-  if (__builtin_mul_overflow(numel, width, &bytes)) return checkpoint_errc::shape_overflow;
-  if (empty) return {};
   // The last element's end, in bytes: (last + 1) * width <= storage_nbytes.
   std::uint64_t end = 0;
   if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, width, &end)) {

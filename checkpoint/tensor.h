@@ -122,9 +122,20 @@ class tensor {
 // Requires: t passed check_view() against t.storage.
 [[nodiscard]] std::vector<std::byte> gather(const tensor_ref& t);
 
+/// The one shape rule of every reader and writer (NumPy's, which refuses
+/// "array is too big"): the product of the non-zero extents times the
+/// element size fits in 63 bits, a valid byte count for NumPy (npy_intp),
+/// torch and ggml (int64) alike, and a zero extent makes the tensor empty
+/// (so [0, 2^63-1, 2^63-1] is refused, not taken for 0 bytes). Elements come
+/// in units of `unit_elements` taking `unit_bytes` (a ggml block; 1 and the
+/// dtype's size otherwise); a partial unit counts whole. Returns the bytes
+/// of the elements: 0 when empty. Errors: shape_overflow.
+[[nodiscard]] result<std::uint64_t> shape_bytes(std::span<const std::uint64_t> shape, std::uint64_t unit_bytes,
+                                                std::uint64_t unit_elements = 1) noexcept;
+
 /// Checks a tensor's description against its storage's size in bytes:
-/// dims, strides count, element-size agreement, overflow and bounds.
-/// The one rule that writers and both readers apply.
+/// dims, strides count, shape_bytes()'s rule, overflow and bounds. The one
+/// rule that writers and readers apply.
 [[nodiscard]] result<void> check_view(codec::dtype dtype, std::span<const std::uint64_t> shape,
                                       std::span<const std::uint64_t> strides, std::uint64_t offset,
                                       std::uint64_t storage_nbytes, std::size_t max_dims) noexcept;

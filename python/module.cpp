@@ -439,7 +439,7 @@ ckpt::gguf_tensor_ref quantized_tensor(const ckpt::tensor_ref& t, const std::str
 
 void save_gguf(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
                const py::dict& metadata, const std::optional<std::string>& order,
-               const std::map<std::string, std::string>& ggml_types) {
+               const std::map<std::string, std::string>& ggml_types, bool nested_arrays) {
   const python_tensors in(entries, storage_objects);
   std::vector<ckpt::gguf_kv> md;
   for (const auto& [k, v] : metadata) {
@@ -456,6 +456,7 @@ void save_gguf(const std::string& path, const std::vector<entry>& entries, const
   }
   ckpt::gguf_write_options opt;
   opt.order = parse_order(order).value_or(ferry::wire::host_order);
+  opt.nested_arrays = nested_arrays;
   write_unlocked([&] { return ckpt::save_gguf(path, md, tensors, opt); });
 }
 
@@ -486,5 +487,5 @@ PYBIND11_MODULE(_ferry, m) {
   m.def("save_numpy", &save_numpy, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("format"),
         py::arg("order"), py::arg("compress"));
   m.def("save_gguf", &save_gguf, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
-        py::arg("order"), py::arg("ggml_types"));
+        py::arg("order"), py::arg("ggml_types"), py::arg("nested_arrays"));
 }

@@ -71,6 +71,7 @@ struct convert_options {
   std::uint32_t alignment = 64;
   bool alignment_given = false;  // --alignment on the command line (GGUF's default is 32)
   bool compress = false;         // .npz: deflate records (np.savez_compressed)
+  bool nested_arrays = false;    // .gguf: write arrays of arrays (gguf-py reads them, ggml does not)
   std::uint64_t shard_size = 0;  // 0: one file; else a set of shards of about this many bytes
   read_flags read;
 };

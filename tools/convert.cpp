@@ -206,20 +206,26 @@ int convert(const std::string& in, const std::string& out, const convert_options
   }
   auto opened = open_checkpoint(in, o.read);
   if (!opened) return fail(opened.error());
-  const auto& r = *opened;
   const auto order = ferry::wire::byte_order_from_name(o.order);
-  progress_bar bar("convert", total_storage_bytes(r));
+  progress_bar bar("convert", total_storage_bytes(*opened));
 
-  // GGUF -> GGUF: the byte-order conversion, every field and block kept.
-  if (format == out_format::gguf && r.format() == ckpt::file_format::gguf && o.cast.empty() && !o.alignment_given) {
+  // GGUF -> GGUF: the byte-order conversion, every field and block kept. It
+  // reads the header again: this reader's copy goes first, so that a large
+  // header is held once.
+  if (format == out_format::gguf && opened->format() == ckpt::file_format::gguf && o.cast.empty() &&
+      !o.alignment_given) {
     ckpt::read_options ropt;
-    ropt.gguf_order = r.order();  // as open_checkpoint() found it (or --gguf-order said)
-    auto c = ckpt::convert_gguf_order(in, out, order.value_or(ferry::wire::host_order), ropt, {},
+    ropt.gguf_order = opened->order();  // as open_checkpoint() found it (or --gguf-order said)
+    { const ckpt::reader dropped = std::move(*opened); }
+    ckpt::gguf_write_options wopt;
+    wopt.nested_arrays = o.nested_arrays;
+    auto c = ckpt::convert_gguf_order(in, out, order.value_or(ferry::wire::host_order), ropt, wopt,
                                       [&bar](std::uint64_t done) { bar.update(done); });
     bar.finish();
     return c ? 0 : fail(c.error());
   }
 
+  const auto& r = *opened;
   std::optional<ferry::codec::dtype> cast_to;
   if (!o.cast.empty()) cast_to = o.cast == "bf16" ? ferry::codec::dtype::bf16
                                  : o.cast == "f16"  ? ferry::codec::dtype::f16
@@ -259,7 +265,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
       if (!tensors) return fail(tensors.error());
       ckpt::gguf_write_options go;
       go.order = order.value_or(ferry::wire::host_order);
-      go.nested_arrays = r.gguf() != nullptr;  // a GGUF input's metadata is kept as it was
+      go.nested_arrays = o.nested_arrays;
       w = ckpt::save_gguf(out, gguf_metadata(r, o), *tensors, go);
     } else {
       ckpt::npy_options no;

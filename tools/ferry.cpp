@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
                           "any output but .gguf)")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   convert_cmd->add_flag("--compress", co.compress, "deflate an .npz output's records (as np.savez_compressed)");
+  convert_cmd->add_flag("--nested-arrays", co.nested_arrays,
+                        "a .gguf output may keep metadata arrays of arrays, which gguf-py reads and ggml refuses "
+                        "(without it they are refused)");
   convert_cmd->add_option("--shared", co.shared,
                           "safetensors output: tensors sharing storage are refused, copied, or written once "
                           "with aliases in __metadata__")

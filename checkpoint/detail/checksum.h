@@ -55,9 +55,9 @@ struct stored_checksum {
 };
 [[nodiscard]] std::optional<stored_checksum> checksum_of(const storage_info& st) noexcept;
 
-/// The checksum of [offset, offset + nbytes) of `file` as stored, through
-/// windows of the file mapped one at a time (read where they cannot be
-/// mapped): needs no address space for a whole storage (a 32-bit host
+/// The checksum of [offset, offset + nbytes) of `file` as stored, 64 MiB at
+/// a time through the file's windows (mapped_file::view(); read where they
+/// cannot be mapped): needs no address space for a whole storage (a 32-bit host
 /// checks storages larger than it could map) and converts nothing. A read
 /// error is fail(code, errno); `progress`, if set, is told the bytes done.
 [[nodiscard]] result<std::uint32_t, error> file_checksum(const mapped_file& file, std::uint64_t offset,

@@ -1,12 +1,27 @@
 // ferry/checkpoint/detail/mapped_file.h: INTERNAL. A checkpoint file open
-// for reading, and the policy of how its ranges are mapped: never whole,
-// one storage (or one checksum window) at a time, so a file larger than the
-// address space opens. Not part of the API.
+// for reading, and the policy of how its ranges are mapped. Not part of the
+// API.
+//
+// The file is mapped in windows: aligned pieces of window_bytes (1 GiB on
+// 64-bit hosts, 64 MiB on 32-bit ones), each mapped once, when a range in
+// it is first asked for, and unmapped when the last view of it goes (the
+// window used last stays while the file is open: tensors fetched and
+// dropped one by one map it once). So the
+// mappings a reader holds grow with the file's size, not with its tensor
+// count (a file of 2^20 tensors is one window, where a mapping per storage
+// ran out of the kernel's vm.max_map_count, 65,530, at 65,000 tensors), and
+// a file larger than the address space still opens. A range that crosses a
+// window's edge, and a copy-on-write storage, get a mapping of their own.
+// Every mapping ferry makes counts against one budget per process, half of
+// vm.max_map_count: past it (or when mmap fails) a range is not mapped and
+// the caller reads it instead, so the process never runs out of mappings
+// for its threads and its allocator.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <utility>
 
@@ -15,10 +30,12 @@
 namespace ferry::checkpoint::detail {
 
 /// A range of a file mapped privately (writable copy-on-write when asked),
-/// unmapped on destruction. Empty when the range could not be mapped.
+/// unmapped on destruction, when it gives its place in the process's
+/// mapping budget back. Empty when the range could not be mapped.
 class mapping {
  public:
   mapping() = default;
+  /// Takes over [base, base + length), which holds one place of the budget.
   mapping(void* base, std::size_t length, std::size_t delta, std::size_t n) noexcept
       : base_(base), length_(length), bytes_(static_cast<std::byte*>(base) + delta, n) {}
   mapping(mapping&& o) noexcept
@@ -35,6 +52,24 @@ class mapping {
   std::span<std::byte> bytes_;
 };
 
+/// A read-only range of a file in memory and what keeps it mapped (its
+/// window, or a mapping of its own). Empty when not mapped.
+struct mapped_view {
+  std::shared_ptr<const mapping> owner;
+  std::span<const std::byte> bytes;
+  [[nodiscard]] explicit operator bool() const noexcept { return owner != nullptr; }
+};
+
+/// Bytes of one window: a range inside one is a view of its mapping.
+inline constexpr std::uint64_t window_bytes = sizeof(void*) >= 8 ? std::uint64_t{1} << 30 : std::uint64_t{64} << 20;
+
+/// The mappings the process may hold through ferry at once: half of
+/// vm.max_map_count (read once; 32,765 with the kernel's default), the
+/// other half left to the allocator, thread stacks and libraries.
+[[nodiscard]] std::size_t mapping_budget() noexcept;
+/// The mappings held now (every reader's, windows included).
+[[nodiscard]] std::size_t mappings_held() noexcept;
+
 /// A regular file open read-only, its size taken when opened. Safe to use
 /// from several threads at once (every read is positional).
 class mapped_file {
@@ -46,7 +81,7 @@ class mapped_file {
   /// not_a_checkpoint ("not a regular file": a FIFO, a device, ...).
   [[nodiscard]] static result<mapped_file, error> open(const std::filesystem::path& path);
 
-  mapped_file(mapped_file&& o) noexcept : fd_(std::exchange(o.fd_, -1)), size_(o.size_) {}
+  mapped_file(mapped_file&& o) noexcept;
   mapped_file& operator=(mapped_file&&) = delete;
   ~mapped_file();
 
@@ -63,14 +98,22 @@ class mapped_file {
   /// pieces, on a descriptor whose readahead is off (POSIX_FADV_RANDOM).
   void will_need(std::uint64_t offset, std::uint64_t n) const noexcept;
 
-  /// Maps [offset, offset + n) privately (writable copy-on-write if asked)
-  /// and, if `fault`, faults it in (a caller about to read every byte, for a
+  /// [offset, offset + n), read-only: a view into the window that holds it,
+  /// mapped by the first range asked of it (map()'s rules, `fault` for the
+  /// range), or a mapping of its own when the range crosses a window's
+  /// edge. Empty where map() would be, and when mmap failed (its errno in
+  /// map_errno). Safe from several threads at once: one window is mapped
+  /// once. Requires: the range lies within the file.
+  [[nodiscard]] mapped_view view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault = true) const;
+
+  /// Maps [offset, offset + n) privately, on its own (writable
+  /// copy-on-write if asked) and, if `fault`, faults it in (a caller about to read every byte, for a
   /// CRC, lets its reads fault it in: 4% faster). A cold range (its first
   /// byte not in the page cache) is asked for whole first: faulting a cold
   /// mapping in reads it in small windows around each fault, 4x slower from
   /// a disk; a warm one skips the advice, which costs a page-cache walk.
-  /// Empty when mmap failed (its errno in map_errno) or the range is not
-  /// mapped on this host: 32-bit hosts read ranges that end beyond 4 GiB
+  /// Empty when mmap failed (its errno in map_errno), the process's budget
+  /// of mappings is spent (ENOMEM), or the range is not mapped on this host: 32-bit hosts read ranges that end beyond 4 GiB
   /// with pread, because qemu-user (7.2, which the armhf tests run under)
   /// truncates mmap offsets of 32-bit guests to 32 bits and maps the wrong
   /// bytes. Requires: the range lies within the file.
@@ -78,12 +121,17 @@ class mapped_file {
                             bool fault = true) const noexcept;
 
  private:
-  mapped_file(int fd, std::uint64_t size) noexcept : fd_(fd), size_(size) {}
+  struct windows;  // the windows mapped now, by number
+
+  explicit mapped_file(int fd, std::uint64_t size);
+  [[nodiscard]] mapping map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
+                                  bool fault) const noexcept;
   void* map_aligned(std::size_t length, int prot, std::uint64_t offset, std::size_t block) const noexcept;
   [[nodiscard]] bool cached(std::uint64_t offset) const noexcept;
 
   int fd_ = -1;
   std::uint64_t size_ = 0;
+  std::unique_ptr<windows> windows_;
 };
 
 }  // namespace ferry::checkpoint::detail

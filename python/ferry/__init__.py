@@ -358,7 +358,7 @@ _SUFFIXES = {".safetensors": "safetensors", ".npy": "npy", ".npz": "npz", ".gguf
 
 
 def save(path, tensors, metadata=None, *, format=None, order=None, alignment=None, shared="refuse", dtypes=None,
-         compress=False):
+         compress=False, nested_arrays=False):
     """Writes {name: numpy array or torch tensor} atomically: the file
     appears whole or not at all.
 
@@ -379,7 +379,9 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
     a uint16 array (the widths must agree); for GGUF also {name: ggml type}
     for a uint8 array of quantized blocks, e.g. {"w": "q4_K"}. compress:
     .npz only, deflate each array (as numpy.savez_compressed). A .npy file
-    holds one array.
+    holds one array. nested_arrays: GGUF only, write metadata arrays of
+    arrays (gguf-py reads them; ggml cannot, so they are refused without it,
+    as by ferry convert without --nested-arrays).
     """
     import numpy as np
 
@@ -395,6 +397,8 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
         raise ValueError(f"shared must be 'refuse', 'copy' or 'alias', not {shared!r}")
     if compress and format != "npz":
         raise ValueError(f"compress= is for .npz files, not {format}")
+    if nested_arrays and format != "gguf":
+        raise ValueError(f"nested_arrays= is for GGUF files, not {format}")
     if format in ("npy", "npz") and (metadata or alignment is not None):
         raise ValueError(f"{format} files hold no metadata and have no alignment")
     torch = sys.modules.get("torch")  # torch tensors come only once torch is imported
@@ -430,7 +434,7 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
             if "general.alignment" in meta:
                 raise ValueError("alignment= and metadata['general.alignment'] both given")
             meta["general.alignment"] = np.uint32(alignment)
-        _ferry.save_gguf(path, entries, storages.buffers, meta, order, ggml_types)
+        _ferry.save_gguf(path, entries, storages.buffers, meta, order, ggml_types, nested_arrays)
     else:
         meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
         _ferry.save(path, entries, storages.buffers, meta, format, order, 64 if alignment is None else alignment,
