@@ -259,7 +259,14 @@ TEST_F(Gguf, ConversionLittleBigLittleIsByteIdentical) {
   const auto be = save(byte_order::big, "be.gguf");
   gguf_write_options w;
   w.sync = false;
+  w.nested_arrays = true;  // every_value() holds one, as gguf-py writes them
   ASSERT_TRUE(convert_gguf_order(le, dir_ / "le2be.gguf", byte_order::big, {}, w));
+  gguf_write_options plain = w;
+  plain.nested_arrays = false;  // refused unless asked for, as by save_gguf()
+  const auto refused = convert_gguf_order(le, dir_ / "refused.gguf", byte_order::big, {}, plain);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), errc::bad_value);
+  EXPECT_NE(refused.error().what().find("'t.nested': an array of arrays"), std::string::npos) << refused.error();
   EXPECT_EQ(slurp(dir_ / "le2be.gguf"), slurp(be));
   ASSERT_TRUE(convert_gguf_order(dir_ / "le2be.gguf", dir_ / "back.gguf", byte_order::little, {}, w));
   EXPECT_EQ(slurp(dir_ / "back.gguf"), slurp(le));
@@ -291,6 +298,7 @@ TEST_F(Gguf, ByteOrderDetectionAndOverride) {
   // Converted, it gets the magic every reader knows.
   gguf_write_options w;
   w.sync = false;
+  w.nested_arrays = true;
   ASSERT_TRUE(convert_gguf_order(dir_ / "fugg.gguf", dir_ / "fixed.gguf", byte_order::big, {}, w));
   EXPECT_EQ(slurp(dir_ / "fixed.gguf"), slurp(be));
   // Neither order gives a version.
@@ -319,6 +327,12 @@ TEST(GgufParse, ShapesAndTypes) {
             std::string::npos);
   refused(one({std::uint64_t{1} << 62}, 0), checkpoint_errc::shape_overflow);  // 2^64 bytes of f32
   refused(one({std::uint64_t{1} << 63}, 0), checkpoint_errc::shape_overflow);  // negative in ggml
+  // Empty, but the non-zero extents' bytes pass 2^63: the one shape rule
+  // (tensor.h), as NumPy's "array is too big" (this passed inspect before).
+  constexpr std::uint64_t big = (std::uint64_t{1} << 63) - 1;
+  refused(one({0, big, big, 16}, 0), checkpoint_errc::shape_overflow);
+  refused(one({0, std::uint64_t{1} << 61}, 0), checkpoint_errc::shape_overflow);  // 2^63 bytes of f32
+  EXPECT_TRUE(parse(one({0, std::uint64_t{1} << 60}, 0)));  // 2^62 bytes: empty, and fits
   refused(one({1, 2, 3, 4, 5, 6, 7, 8, 9}, 0), errc::limit_exceeded);          // n_dims 9 (gguf-tools #25)
   refused(one({1, 1, 1, 1, 1}, 0), errc::limit_exceeded);
   EXPECT_NE(refused(one({4}, 99), checkpoint_errc::unknown_ggml_type).find("type 99"), std::string::npos);

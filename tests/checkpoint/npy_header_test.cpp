@@ -36,7 +36,7 @@ TEST(NpyHeader, EveryAcceptedShapeOfTheDict) {
       {dict("<f4", "()"), 1, {}, false},
       {dict("<f4", "( )"), 1, {}, false},
       {dict("<f4", "(0, 3)"), 1, {0, 3}, false},
-      {dict("|u1", "(18446744073709551615,)"), 1, {18446744073709551615u}, false},
+      {dict("|u1", "(9223372036854775807,)"), 1, {9223372036854775807u}, false},  // 2^63 - 1 bytes: the most
       // Python 2's L, in versions 1 and 2
       {dict("<f4", "(3L, 4L)"), 1, {3, 4}, false},
       {dict("<f4", "(3L,)"), 2, {3}, false},
@@ -146,6 +146,8 @@ TEST(NpyHeader, EveryRefusalHasItsCode) {
       {dict("<f4", "(4294967296, 4294967296)"), checkpoint_errc::shape_overflow},
       {dict("<f8", "(2305843009213693952,)"), checkpoint_errc::shape_overflow},  // 2^61 * 8 bytes
       {dict("<f4", "(0, 4294967296, 4294967296)"), checkpoint_errc::shape_overflow},  // the strides would wrap
+      {dict("|u1", "(9223372036854775808,)"), checkpoint_errc::shape_overflow},  // 2^63 bytes: NumPy's "too big"
+      {dict("<f2", "(0, 4611686018427387904)"), checkpoint_errc::shape_overflow},  // empty, but 2^63 bytes without the 0
       {dict("<f4", many), errc::limit_exceeded},
       // fortran_order
       {dict("<f4", "(2,)", "true"), checkpoint_errc::bad_npy_header},
