@@ -136,3 +136,27 @@ def test_gguf_dequantized_torch_tensors(tmp_path):
     t = ferry.load(p, framework="torch", dequantize=True)["w"]
     assert t.dtype == torch.float32 and t.shape == (1, 256)
     assert torch.equal(t.reshape(-1), torch.from_numpy(values))
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".gguf", ".safetensors"])
+def test_more_tensors_than_the_kernel_has_mappings(tmp_path, suffix):
+    # 70,000 tensors: a mapping per storage ran out of vm.max_map_count
+    # (65,530) and ferry.load aborted; np.load reads the .npz as well.
+    n = 70_000
+    path = tmp_path / f"many{suffix}"
+    ferry.save(path, {f"t{i}": np.array([i], np.float32) for i in range(n)})
+    loaded = ferry.load(path)
+    assert len(loaded) == n
+    assert all(loaded[f"t{i}"][0] == i for i in range(0, n, 997))
+    if suffix == ".npz":
+        with np.load(path) as theirs:
+            assert theirs[f"t{n - 1}"][0] == n - 1
+
+
+def test_nested_gguf_arrays_only_when_asked(tmp_path):
+    meta = {"t.nested": [[1, 2], [3]]}
+    with pytest.raises(ferry.Error, match="t.nested.*array of arrays"):
+        ferry.save(tmp_path / "n.gguf", {"a": np.zeros(32, np.float32)}, meta)
+    ferry.save(tmp_path / "n.gguf", {"a": np.zeros(32, np.float32)}, meta, nested_arrays=True)
+    got = ferry.open(tmp_path / "n.gguf").gguf_metadata()["t.nested"]
+    assert [list(x) for x in got] == [[1, 2], [3]]
