@@ -315,8 +315,8 @@ struct gguf_write_options {
 /// opt.order: `metadata` in order, the tensor infos, then each tensor's
 /// data at its offset, padded with zeros to the alignment
 /// (general.alignment in `metadata`, a u32 power of two up to 2^30, or
-/// 32) where more data follows: the header is padded only when a tensor
-/// has bytes, and the file ends with the last tensor's padding. Errors: bad_name (an empty or non-UTF-8 key; a tensor name of
+/// 32); the header is padded only when there are tensors, and the file
+/// ends with the last tensor's padding. Errors: bad_name (an empty or non-UTF-8 key; a tensor name of
 /// more than 63 bytes, which ggml cannot read), duplicate_key (a key or a
 /// tensor name twice), bad_alignment, limit_exceeded (more than 4
 /// extents, more than limits.max_tensors tensors), depth_exceeded (arrays

@@ -144,14 +144,14 @@ result<std::vector<std::byte>, error> encode(std::uint32_t version, std::span<co
 }
 
 // The zeros between the header and the data section: up to the alignment
-// when a tensor has bytes, none when the data section is empty (ggml pads
-// there too; ggml and ferry read the file without it). Padding then costs
-// at most what the input's own data section spans past its header: a
-// 57-byte file of general.alignment 2^30 and no tensors does not become a
-// GiB.
+// when the file has tensors (ferry's reader wants every tensor's data
+// offset within the file, empty ones too), none when it has none, where
+// ggml pads all the same (ggml and ferry read the file without them).
+// Padding then costs at most what the input's own data section spans: a
+// file with tensors holds its padding, and a 57-byte file of
+// general.alignment 2^30 and no tensors does not become a GiB.
 std::uint64_t header_padding(std::uint64_t header_bytes, std::uint32_t align, std::span<const gguf_tensor> tensors) {
-  const bool data = std::any_of(tensors.begin(), tensors.end(), [](const gguf_tensor& t) { return t.nbytes > 0; });
-  return data ? detail::gguf_pad(header_bytes, align) - header_bytes : 0;
+  return tensors.empty() ? 0 : detail::gguf_pad(header_bytes, align) - header_bytes;
 }
 
 // Writes `n` zero bytes.

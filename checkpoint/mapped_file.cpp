@@ -81,9 +81,10 @@ mapping::~mapping() {
 struct mapped_file::windows {
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::weak_ptr<const mapping>> by_number;
-  // The window last used stays mapped while the file is open: tensors
-  // fetched, checked and dropped one by one (a conversion, verify()) map
-  // it once, not once each.
+  // The window last used stays mapped while the file is open, on 64-bit
+  // hosts: tensors fetched, checked and dropped one by one (a conversion,
+  // verify()) map it once, not once each. Not on 32-bit ones, where a set
+  // of 48 shards would pin 3 GiB of address space.
   std::shared_ptr<const mapping> recent;
 };
 
@@ -189,7 +190,7 @@ mapped_view mapped_file::view(std::uint64_t offset, std::size_t n, int& map_errn
       window = std::make_shared<const mapping>(std::move(m));
       slot = window;
     }
-    windows_->recent = window;
+    if constexpr (sizeof(void*) >= 8) windows_->recent = window;  // 32-bit: address space is scarce
   }
   const auto bytes = window->bytes().subspan(static_cast<std::size_t>(offset - start), n);
   // A small range is faulted in with the pages around it anyway; asking

@@ -112,15 +112,20 @@ result<void> check_view(codec::dtype dtype, std::span<const std::uint64_t> shape
   if (shape.size() > max_dims) return errc::limit_exceeded;
   if (strides.size() != shape.size()) return errc::bad_value;
   const std::uint64_t width = codec::size_of(dtype);
-  FERRY_TRY_ASSIGN(const std::uint64_t bytes, shape_bytes(shape, width));
-  if (bytes == 0) return {};  // empty (a dtype has at least one byte)
+  FERRY_TRY(shape_bytes(shape, width));
   std::uint64_t last = offset;  // index of the last element
+  bool empty = false;
   for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0) {  // empty; the other extents' strides must not wrap either
+      empty = true;
+      continue;
+    }
     std::uint64_t reach = 0;
     if (__builtin_mul_overflow(shape[k] - 1, strides[k], &reach) || __builtin_add_overflow(last, reach, &last)) {
       return checkpoint_errc::shape_overflow;
     }
   }
+  if (empty) return {};
   // The last element's end, in bytes: (last + 1) * width <= storage_nbytes.
   std::uint64_t end = 0;
   if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, width, &end)) {

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto t = r->get(info);
     if (!t) {
       FUZZ_CHECK(t.error().code() == ferry::errc::checksum_mismatch ||
-                 t.error().code() == ferry::checkpoint_errc::storage_too_large);
+                 t.error().code() == ferry::checkpoint_errc::storage_too_large ||
+                 t.error().code() == ferry::checkpoint_errc::out_of_memory);
       continue;
     }
     if (info.nbytes() <= (1u << 20)) FUZZ_CHECK(t->contiguous_copy().size() == info.nbytes());

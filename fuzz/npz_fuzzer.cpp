@@ -4,8 +4,8 @@
 // deflated), then on fetch the whole raw-deflate stream: it must inflate to
 // exactly the declared size, end with the record and match its CRC-32, or
 // be refused with a typed error in one printable line. Every tensor of a
-// file that opens fetches or fails with bad_deflate, crc32_mismatch or
-// storage_too_large; verify() ends with a result. Every checksum is
+// file that opens fetches or fails with bad_deflate, crc32_mismatch,
+// storage_too_large or out_of_memory; verify() ends with a result. Every checksum is
 // checked on fetch for a fifth of the inputs, copy-on-write storages for a
 // third (written to), so corpus files stay plain .npz files.
 #include "checkpoint_file.h"
@@ -31,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!t) {
       for (const char c : t.error().what()) FUZZ_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
       FUZZ_CHECK(t.error().code() == ferry::checkpoint_errc::storage_too_large ||
+                 t.error().code() == ferry::checkpoint_errc::out_of_memory ||
                  t.error().code() == ferry::checkpoint_errc::bad_deflate ||
                  t.error().code() == ferry::checkpoint_errc::crc32_mismatch);
       continue;

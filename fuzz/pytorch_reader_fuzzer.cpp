@@ -33,6 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto t = r->get(info);
     if (!t) {
       FUZZ_CHECK(t.error().code() == ferry::checkpoint_errc::storage_too_large ||
+                 t.error().code() == ferry::checkpoint_errc::out_of_memory ||
                  (opt.checks == ferry::checkpoint::fetch_checks::every_checksum &&
                   t.error().code() == ferry::checkpoint_errc::crc32_mismatch));
       continue;

@@ -201,6 +201,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
   if (o.shard_size > 0 && format != out_format::ferry && format != out_format::safetensors) {
     return usage_error(out + ": --shard-size writes .ferry or .safetensors sets only");
   }
+  if (o.nested_arrays && format != out_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
   if (format == out_format::safetensors && !o.order.empty() && o.order != "little") {
     return fail(ferry::error(ferry::errc::bad_value, out + ": safetensors is little-endian only"));
   }

@@ -2,12 +2,14 @@
 // and alignment, in time and memory linear in the file (names of tensors
 // sharing a storage are listed up to a count; --json streams). GGUF files add their version, where the data starts, each
 // tensor's ggml type and extents, and their metadata typed (in the table,
-// long arrays and strings shortened; --json gives every value in full).
+// long arrays and strings shortened; --json gives every value in full, up
+// to max_metadata_bytes of JSON in all).
 // .npz records that differ in byte order, and views that are not row-major
 // (a .npy in Fortran order), say so in the table.
 #include <algorithm>
 #include <array>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
@@ -113,7 +115,7 @@ class json_writer {
   nlohmann::detail::serializer<json> ser_;
 };
 
-// At least the bytes of `s` as JSON text: 6 for a control byte (\u0001), 3
+// At most the bytes of `s` as JSON text: 6 for a control byte (\u0001), 3
 // for a byte of invalid UTF-8 (its U+FFFD), 2 for '"' and '\\'.
 std::uint64_t json_size(std::string_view s) {
   std::uint64_t n = 2;
@@ -128,7 +130,7 @@ std::uint64_t json_size(std::string_view s) {
 std::uint64_t json_size(const ckpt::gguf_value& v, std::uint64_t limit) {
   if (const auto* str = std::get_if<std::string>(&v)) return json_size(*str);
   const auto* a = std::get_if<ckpt::gguf_array>(&v);
-  if (a == nullptr) return 32;  // a number (at most 24 characters) or a bool
+  if (a == nullptr) return 32;  // a number (at most 25 characters) or a bool
   std::uint64_t n = 2;
   std::visit(
       [&](const auto& elems) {
@@ -136,7 +138,8 @@ std::uint64_t json_size(const ckpt::gguf_value& v, std::uint64_t limit) {
           using E = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<E, ckpt::gguf_array>) n += json_size(ckpt::gguf_value(e), limit) + 2;
           else if constexpr (std::is_same_v<E, std::string>) n += json_size(e) + 2;
-          else n += 32;
+          else if constexpr (std::is_floating_point_v<E>) n += std::numeric_limits<E>::max_digits10 + 10;
+          else n += std::numeric_limits<E>::digits10 + 4;  // sign, digits, ", "; bool: "false, "
           if (n > limit) return;
         }
       },

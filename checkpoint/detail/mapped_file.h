@@ -4,14 +4,14 @@
 //
 // The file is mapped in windows: aligned pieces of window_bytes (1 GiB on
 // 64-bit hosts, 64 MiB on 32-bit ones), each mapped once, when a range in
-// it is first asked for, and unmapped when the last view of it goes (the
-// window used last stays while the file is open: tensors fetched and
-// dropped one by one map it once). So the
-// mappings a reader holds grow with the file's size, not with its tensor
-// count (a file of 2^20 tensors is one window, where a mapping per storage
-// ran out of the kernel's vm.max_map_count, 65,530, at 65,000 tensors), and
-// a file larger than the address space still opens. A range that crosses a
-// window's edge, and a copy-on-write storage, get a mapping of their own.
+// it is first asked for, and unmapped when the last view of it goes (on
+// 64-bit hosts the window used last stays while the file is open: tensors
+// fetched and dropped one by one map it once). So the mappings a reader
+// holds grow with the file's size, not with its tensor count (a file of
+// 2^20 tensors is one window, where a mapping per storage ran out of the
+// kernel's vm.max_map_count, 65,530, at 65,000 tensors), and a file larger
+// than the address space still opens. A range that crosses a window's
+// edge, and a copy-on-write storage, get a mapping of their own.
 // Every mapping ferry makes counts against one budget per process, half of
 // vm.max_map_count: past it (or when mmap fails) a range is not mapped and
 // the caller reads it instead, so the process never runs out of mappings

@@ -513,3 +513,46 @@ TEST_F(Gguf, FerryTensorsConvert) {
 
 }  // namespace
 }  // namespace ferry::checkpoint::testing
+
+namespace ferry::checkpoint {
+namespace {
+
+// A file whose only tensor is empty: the header is padded (ferry's reader
+// wants every tensor's offset inside the file), so it reads back; with no
+// tensors at all it is not, and a 2^30 alignment costs nothing.
+TEST(GgufPadding, EmptyTensorsReadBackAndNoTensorsPadNothing) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-gguf-pad-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  gguf_write_options opt;
+  opt.sync = false;
+  const gguf_tensor_ref empty{"e", ggml_type::f32, {4, 0}, {}};
+  ASSERT_TRUE(save_gguf(dir / "e.gguf", {}, std::span(&empty, 1), opt));
+  auto r = open(dir / "e.gguf");
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->tensors()[0].nbytes(), 0u);
+  EXPECT_EQ(std::filesystem::file_size(dir / "e.gguf") % 32, 0u);
+  const std::vector<gguf_kv> aligned{{"general.alignment", std::uint32_t{1} << 30}};
+  ASSERT_TRUE(save_gguf(dir / "none.gguf", aligned, {}, opt));
+  EXPECT_LT(std::filesystem::file_size(dir / "none.gguf"), 100u);
+  auto none = open(dir / "none.gguf");
+  ASSERT_TRUE(none) << none.error();
+  EXPECT_EQ(none->alignment(), std::uint32_t{1} << 30);
+  std::filesystem::remove_all(dir);
+}
+
+// An empty view's other strides must not wrap either (check_view).
+TEST(ShapeRule, EmptyViewsAndTheNonZeroProduct) {
+  const std::vector<std::uint64_t> shape{0, 3}, wrapping{1, std::uint64_t{1} << 63}, fine{3, 1};
+  EXPECT_EQ(check_view(codec::dtype::f32, shape, wrapping, 0, 0, 8).error(), checkpoint_errc::shape_overflow);
+  EXPECT_TRUE(check_view(codec::dtype::f32, shape, fine, 0, 0, 8));
+  constexpr std::uint64_t big = (std::uint64_t{1} << 63) - 1;
+  EXPECT_EQ(shape_bytes(std::vector<std::uint64_t>{0, big, big}, 1).error(), checkpoint_errc::shape_overflow);
+  EXPECT_EQ(shape_bytes(std::vector<std::uint64_t>{0, big}, 1).value(), 0u);
+  EXPECT_EQ(shape_bytes(std::vector<std::uint64_t>{big}, 1).value(), big);
+  EXPECT_EQ(shape_bytes(std::vector<std::uint64_t>{big}, 2).error(), checkpoint_errc::shape_overflow);
+  EXPECT_EQ(shape_bytes(std::vector<std::uint64_t>{64, 3}, 18, 32).value(), 108u);  // q8_0 blocks
+  EXPECT_EQ(shape_bytes({}, 4).value(), 4u);  // a 0-d tensor
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint

@@ -152,9 +152,10 @@ TEST_F(Scale, EveryFormatLoadsEveryTensorWithFewMappings) {
   }
 }
 
-// Copy-on-write storages each want a private mapping: past the process's
-// budget they are read instead, never refused as too large.
-TEST_F(Scale, CopyOnWritePastTheMappingBudgetReads) {
+// Copy-on-write storages want private pages: these small ones are copied
+// (from 64 KiB on each gets a mapping of its own, within the process's
+// budget), never refused as too large, and writes stay private.
+TEST_F(Scale, CopyOnWriteOfManySmallStoragesCopies) {
   read_options o;
   o.copy_on_write = true;
   auto r = open(large_.files.at("ferry"), o);
