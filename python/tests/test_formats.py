@@ -160,3 +160,18 @@ def test_nested_gguf_arrays_only_when_asked(tmp_path):
     ferry.save(tmp_path / "n.gguf", {"a": np.zeros(32, np.float32)}, meta, nested_arrays=True)
     got = ferry.open(tmp_path / "n.gguf").gguf_metadata()["t.nested"]
     assert [list(x) for x in got] == [[1, 2], [3]]
+
+
+def test_empty_gguf_arrays_share_one_read_only_array(tmp_path):
+    # An array of 1M empty u8 arrays (12 bytes each in the file) was 1M
+    # numpy objects (1.19 GB for 5.5M of them); now one, read-only.
+    import struct
+    n = 1_000_000
+    path = tmp_path / "empties.gguf"
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", 9, 9, n))
+        f.write(struct.pack("<IQ", 0, 0) * n)
+    got = ferry.open(path).gguf_metadata()["a"]
+    assert len(got) == n and got[0].dtype == np.uint8 and got[0].size == 0
+    assert all(e is got[0] for e in got[:1000]) and got[-1] is got[0]
+    assert not got[0].flags.writeable
