@@ -80,6 +80,7 @@ mapping::~mapping() {
 
 struct mapped_file::windows {
   std::mutex mu;
+  // By number, times two, plus one for a writable (copy-on-write) window.
   std::unordered_map<std::uint64_t, std::weak_ptr<const mapping>> by_number;
   // The window last used stays mapped while the file is open, on 64-bit
   // hosts: tensors fetched, checked and dropped one by one (a conversion,
@@ -166,11 +167,11 @@ mapping mapped_file::map_range(std::uint64_t offset, std::size_t n, bool writabl
   return {base, length, delta, n};
 }
 
-mapped_view mapped_file::view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault) const {
+mapped_view mapped_file::view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault, bool writable) const {
   const std::uint64_t number = offset / window_bytes;
   const std::uint64_t start = number * window_bytes;
   if (n > window_bytes - (offset - start)) {  // crosses the window's end: a mapping of its own
-    auto own = map(offset, n, false, map_errno, fault);
+    auto own = map(offset, n, writable, map_errno, fault);
     if (!own) return {};
     auto owner = std::make_shared<const mapping>(std::move(own));
     const auto bytes = owner->bytes();
@@ -179,12 +180,14 @@ mapped_view mapped_file::view(std::uint64_t offset, std::size_t n, int& map_errn
   std::shared_ptr<const mapping> window;
   {
     std::lock_guard lock(windows_->mu);
-    auto& slot = windows_->by_number[number];
+    const std::uint64_t key = number * 2 + (writable ? 1 : 0);
+    auto& slot = windows_->by_number[key];
     window = slot.lock();
     if (!window) {
-      auto m = map_range(start, static_cast<std::size_t>(std::min(window_bytes, size_ - start)), false, map_errno, false);
+      auto m = map_range(start, static_cast<std::size_t>(std::min(window_bytes, size_ - start)), writable, map_errno,
+                         false);
       if (!m) {
-        windows_->by_number.erase(number);
+        windows_->by_number.erase(key);
         return {};
       }
       window = std::make_shared<const mapping>(std::move(m));

@@ -125,9 +125,12 @@ struct read_options {
   /// for a file whose version field cannot tell.
   std::optional<wire::byte_order> gguf_order;
   /// Storages are handed out writable (storage_buffer::mutable_bytes()):
-  /// private copy-on-write mappings of the file or private copies. Writes
+  /// views of private copy-on-write windows of the file (as
+  /// torch.load(mmap=True) maps a file privately), or private copies. Writes
   /// never reach the file; they are seen by every tensor over the storage
-  /// that this reader handed out. For frameworks whose tensors are
+  /// that this reader handed out, and the reader keeps every storage it
+  /// has handed out until it is closed, so fetching a tensor again gives
+  /// the same storage, writes and all. For frameworks whose tensors are
   /// writable (torch).
   bool copy_on_write = false;
   /// The checksums a storage's first fetch checks.

@@ -43,22 +43,19 @@ using detail::mapped_file;
 using detail::mapping;
 using detail::parsed_file;
 
-// A storage's bytes as a view of the file's window (read-only), or as a
-// copy-on-write mapping of its own, which mutable_bytes() exposes, when the
-// reader was opened with copy_on_write.
+// A storage's bytes as a view of the file's window: read-only, or of a
+// copy-on-write window, which mutable_bytes() exposes, when the reader was
+// opened with copy_on_write.
 class mapped_storage final : public storage_buffer {
  public:
-  explicit mapped_storage(detail::mapped_view v) noexcept : owner_(std::move(v.owner)) { bytes_ = v.bytes; }
-  explicit mapped_storage(mapping m) noexcept : owner_(std::make_shared<const mapping>(std::move(m))) {
-    bytes_ = mutable_ = owner_->bytes();
+  mapped_storage(detail::mapped_view v, bool expose) noexcept : owner_(std::move(v.owner)) {
+    bytes_ = v.bytes;
+    if (expose) mutable_ = v.bytes;
   }
 
  private:
   std::shared_ptr<const mapping> owner_;
 };
-
-// Copy-on-write storages smaller than this are read, not mapped.
-constexpr std::size_t copy_below = std::size_t{64} << 10;
 
 // A storage read into memory (no mapping, an unaligned record, or a
 // range a 32-bit host cannot map).
@@ -221,6 +218,9 @@ struct reader::state {
 
   mutable std::mutex mu;
   mutable std::vector<std::weak_ptr<const storage_buffer>> cache;
+  // Copy-on-write: every storage handed out, kept until the reader closes
+  // (a tensor fetched again shows what was written to it).
+  mutable std::vector<std::shared_ptr<const storage_buffer>> kept;
   mutable std::vector<bool> verified;
   mutable std::uint64_t loaded = 0;
 
@@ -317,25 +317,18 @@ struct reader::state {
       if (auto r = read_stored(i, o->writable(), checks, threads); !r) return r.error();
       return std::shared_ptr<const storage_buffer>(std::move(o));
     }
-    // Read-only: a view of the file's window. Copy-on-write: a private
-    // mapping of its own from 64 KiB on; a smaller storage costs less
-    // copied than mapped (a mapping, a page and a fault).
+    // A view of the file's window (copy-on-write: of its private window).
     std::span<const std::byte> stored;
     int map_errno = 0;
-    if (n > 0 && aligned && !opt.copy_on_write) {
-      if (auto v = mapped.view(st.offset, n, map_errno, !checks.any())) {
+    if (n > 0 && aligned) {
+      if (auto v = mapped.view(st.offset, n, map_errno, !checks.any(), opt.copy_on_write)) {
         stored = v.bytes;
-        buf = std::make_shared<mapped_storage>(std::move(v));
-      }
-    } else if (n >= copy_below && aligned) {
-      if (auto m = mapped.map(st.offset, n, true, map_errno, !checks.any())) {
-        stored = m.bytes();
-        buf = std::make_shared<mapped_storage>(std::move(m));
+        buf = std::make_shared<mapped_storage>(std::move(v), opt.copy_on_write);
       }
     }
-    // Otherwise read: empty, unaligned, small and copy-on-write, beyond 4
-    // GiB on 32-bit, a file system without mmap, or no mapping to be had
-    // (the process's budget spent, the address space full).
+    // Otherwise read: empty, unaligned, beyond 4 GiB on 32-bit, a file
+    // system without mmap, or no mapping to be had (the process's budget
+    // spent, the address space full).
     if (!buf) {
       std::shared_ptr<copied_storage> o;
       try {
@@ -454,6 +447,7 @@ struct reader::state {
     std::lock_guard lock(mu);
     if (auto cached = cache[i].lock()) return cached;  // another thread won
     cache[i] = buf;
+    if (opt.copy_on_write) kept.push_back(buf);
     verified[i] = true;
     loaded += file.storages[i].nbytes;
     return buf;

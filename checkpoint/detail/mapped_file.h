@@ -10,8 +10,9 @@
 // holds grow with the file's size, not with its tensor count (a file of
 // 2^20 tensors is one window, where a mapping per storage ran out of the
 // kernel's vm.max_map_count, 65,530, at 65,000 tensors), and a file larger
-// than the address space still opens. A range that crosses a window's
-// edge, and a copy-on-write storage, get a mapping of their own.
+// than the address space still opens. Copy-on-write readers get writable
+// private windows of their own. A range that crosses a window's edge gets
+// a mapping of its own.
 // Every mapping ferry makes counts against one budget per process, half of
 // vm.max_map_count: past it (or when mmap fails) a range is not mapped and
 // the caller reads it instead, so the process never runs out of mappings
@@ -52,11 +53,12 @@ class mapping {
   std::span<std::byte> bytes_;
 };
 
-/// A read-only range of a file in memory and what keeps it mapped (its
-/// window, or a mapping of its own). Empty when not mapped.
+/// A range of a file in memory and what keeps it mapped (its window, or a
+/// mapping of its own): read-only, or writable copy-on-write (private to
+/// the process). Empty when not mapped.
 struct mapped_view {
   std::shared_ptr<const mapping> owner;
-  std::span<const std::byte> bytes;
+  std::span<std::byte> bytes;  ///< writable only when the view was asked writable
   [[nodiscard]] explicit operator bool() const noexcept { return owner != nullptr; }
 };
 
@@ -98,16 +100,18 @@ class mapped_file {
   /// pieces, on a descriptor whose readahead is off (POSIX_FADV_RANDOM).
   void will_need(std::uint64_t offset, std::uint64_t n) const noexcept;
 
-  /// [offset, offset + n), read-only: a view into the window that holds it,
-  /// mapped by the first range asked of it (map()'s rules, `fault` for the
-  /// range), or a mapping of its own when the range crosses a window's
-  /// edge. Empty where map() would be, and when mmap failed (its errno in
+  /// [offset, offset + n): a view into the window that holds it, mapped by
+  /// the first range asked of it (map()'s rules, `fault` for the range), or
+  /// a mapping of its own when the range crosses a window's edge;
+  /// `writable`: of the file's copy-on-write windows, which are others.
+  /// Empty where map() would be, and when mmap failed (its errno in
   /// map_errno). Safe from several threads at once: one window is mapped
   /// once. Requires: the range lies within the file.
-  [[nodiscard]] mapped_view view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault = true) const;
+  [[nodiscard]] mapped_view view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault = true,
+                                 bool writable = false) const;
 
   /// Maps [offset, offset + n) privately, on its own (writable
-  /// copy-on-write if asked) and, if `fault`, faults it in (a caller about to read every byte, for a
+  /// copy-on-write if asked; view() uses it) and, if `fault`, faults it in (a caller about to read every byte, for a
   /// CRC, lets its reads fault it in: 4% faster). A cold range (its first
   /// byte not in the page cache) is asked for whole first: faulting a cold
   /// mapping in reads it in small windows around each fault, 4x slower from
