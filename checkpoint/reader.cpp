@@ -239,7 +239,9 @@ struct reader::state {
     for (std::size_t i = 0; i < file.storages.size(); ++i) over_start[i + 1] += over_start[i];
     over_storage.resize(file.tensors.size());
     std::vector<std::uint32_t> at(over_start.begin(), over_start.end() - 1);
-    for (std::size_t i = 0; i < file.tensors.size(); ++i) over_storage[at[file.tensors[i].storage]++] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < file.tensors.size(); ++i) {
+      over_storage[at[file.tensors[i].storage]++] = static_cast<std::uint32_t>(i);
+    }
     cache.resize(file.storages.size());
     verified.assign(file.storages.size(), false);
   }
@@ -415,20 +417,30 @@ struct reader::state {
     return t;
   }
 
-  // Whether [from, to) of the file is zero (padding), read in small pieces.
-  // Errors name storage i (UINT32_MAX: the file).
+  // Whether [from, to) of the file is zero (padding): through the file's
+  // window, else read in small pieces. Errors name storage i (UINT32_MAX:
+  // the file). The piece is not zeroed first: it was 64 KiB cleared per
+  // storage, most of verify()'s time for a file of 2^20 small tensors.
   result<void, error> check_zero(std::uint64_t from, std::uint64_t to, std::uint32_t i) const {
-    std::array<std::byte, 64 * 1024> piece{};
+    const auto zero = [](std::span<const std::byte> b) {
+      return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; });
+    };
+    constexpr std::size_t piece_bytes = 64 * 1024;
     while (from < to) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, piece.size()));
-      int sys_errno = 0;
-      if (auto r = mapped.read(from, std::span(piece).first(n), sys_errno); !r) {
-        return storage_error(i, r.error(), sys_errno);
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, piece_bytes));
+      int map_errno = 0;
+      bool ok = false;
+      if (const auto v = mapped.view(from, n, map_errno, false)) {
+        ok = zero(v.bytes);
+      } else {
+        std::array<std::byte, piece_bytes> piece;  // NOLINT: filled by the read
+        int sys_errno = 0;
+        if (auto r = mapped.read(from, std::span(piece).first(n), sys_errno); !r) {
+          return storage_error(i, r.error(), sys_errno);
+        }
+        ok = zero(std::span(piece).first(n));
       }
-      if (std::any_of(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(n),
-                      [](std::byte b) { return b != std::byte{0}; })) {
-        return storage_error(i, checkpoint_errc::bad_padding);
-      }
+      if (!ok) return storage_error(i, checkpoint_errc::bad_padding);
       from += n;
     }
     return {};
