@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -216,6 +217,8 @@ TEST_F(Scale, CommandsAreLinearInTheTensors) {
     };
     const auto small = cost(small_), large = cost(large_);
     for (const auto& [command, seconds] : large) {
+      std::printf("%s %s: %.2f s for 2^17, %.2f s for 2^20 (%.1fx)\n", format, command.c_str(), small.at(command),
+                  seconds, seconds / small.at(command));
       EXPECT_LT(seconds, 12 * small.at(command) + 0.3)
           << format << " " << command << ": " << small.at(command) << " s for 2^17, " << seconds << " s for 2^20";
     }
