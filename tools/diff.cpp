@@ -63,8 +63,8 @@ result<std::vector<std::byte>, error> values_of(const ckpt::reader& r, const ckp
 // prints each row that is not identical and counts the rest.
 class row_sink {
  public:
-  row_sink(bool as_json, const std::string& a_path, const std::string& b_path)
-      : json_(as_json), a_(a_path), b_(b_path) {
+  row_sink(bool as_json, const std::string& a_path, const std::string& b_path, progress_bar& bar)
+      : json_(as_json), a_(a_path), b_(b_path), bar_(bar) {
     if (json_) {
       std::cout << "{\n  \"a\": " << dump(json(a_)) << ",\n  \"b\": " << dump(json(b_)) << ",\n  \"tensors\": [";
     }
@@ -78,6 +78,8 @@ class row_sink {
       std::cout << (rows_ == 1 ? "\n    " : ",\n    ") << dump(row);
       return;
     }
+    if (status == "identical") return;
+    bar_.finish();  // a row on a line of its own, not after a half-drawn bar
     const std::string name = row["name"];
     if (status == "only_in_a") {
       std::cout << "- " << name << "  only in " << a_ << '\n';
@@ -89,9 +91,14 @@ class row_sink {
                     row["elements_differing"].get<std::uint64_t>(), row["max_abs_diff"].get<double>(),
                     row["max_rel_diff"].get<double>());
       std::cout << "~ " << name << buf << '\n';
-    } else if (status != "identical") {
+    } else {
       std::cout << "! " << name << "  " << row["a"].get<std::string>() << " vs " << row["b"].get<std::string>() << '\n';
     }
+  }
+  /// Ends --json's document when the comparison stopped at `e` (exit 2):
+  /// what was compared, and the error.
+  void abort(const ferry::error& e) {
+    if (json_) std::cout << (rows_ == 0 ? "],\n" : "\n  ],\n") << "  \"error\": " << dump(json(e.what())) << "\n}\n";
   }
   /// Ends the output; whether the checkpoints are identical.
   bool finish(bool same_metadata) {
@@ -111,6 +118,7 @@ class row_sink {
   static std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }  // names need not be UTF-8
   bool json_;
   std::string a_, b_;
+  progress_bar& bar_;
   std::uint64_t rows_ = 0, same_ = 0;
   bool identical_ = true;
 };
@@ -153,7 +161,11 @@ int diff(const std::string& a_path, const std::string& b_path, bool as_json, con
   }
   progress_bar bar("diff", total);
   std::uint64_t done = 0;
-  row_sink out(as_json, a_path, b_path);
+  row_sink out(as_json, a_path, b_path, bar);
+  const auto trouble = [&](const ferry::error& e) {
+    out.abort(e);
+    return fail(e, 2);
+  };
   for (const auto& ta : a->tensors()) {
     const ckpt::tensor_info* tb = b->find(ta.name);
     if (tb == nullptr) {
@@ -175,9 +187,9 @@ int diff(const std::string& a_path, const std::string& b_path, bool as_json, con
       // Compared where they lie (host-order blocks, or contiguous elements):
       // no copy.
       auto xa = a->get(ta);
-      if (!xa) return fail(xa.error(), 2);
+      if (!xa) return trouble(xa.error());
       auto xb = b->get(*tb);
-      if (!xb) return fail(xb.error(), 2);
+      if (!xb) return trouble(xb.error());
       if (std::ranges::equal(xa->bytes(), xb->bytes())) {
         done += ta.nbytes();
         bar.update(done);
@@ -194,9 +206,9 @@ int diff(const std::string& a_path, const std::string& b_path, bool as_json, con
       }
     }
     auto va = values_of(*a, ta, ca);
-    if (!va) return fail(va.error(), 2);
+    if (!va) return trouble(va.error());
     auto vb = values_of(*b, *tb, cb);
-    if (!vb) return fail(vb.error(), 2);
+    if (!vb) return trouble(vb.error());
     done += ta.nbytes();
     bar.update(done);
     if (*va != *vb) describe_difference(row, ca.dtype, *va, *vb);

@@ -220,6 +220,18 @@ TEST_F(Cli, DiffReportsValuesMissingAndExtraTensors) {
   EXPECT_NE(r.out.find("~ encoder.embed.weight  1 elements differ, max abs 0.5, max rel 0.5"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("- bytes  only in"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("+ extra  only in"), std::string::npos) << r.out;
+  // --json streams its rows; a file that fails its CRC midway ends the
+  // document with the error (and exit 2), still valid JSON.
+  auto bytes = slurp(dir_ / "b.ferry");
+  auto opened = open(dir_ / "b.ferry");
+  ASSERT_TRUE(opened);
+  bytes[opened->storages()[0].offset] ^= std::byte{1};
+  spit(dir_ / "bad.ferry", bytes);
+  const auto bad = run("diff --json " + path("a.ferry") + " " + path("bad.ferry"));
+  EXPECT_EQ(bad.status, 2);
+  const auto j = nlohmann::json::parse(bad.out);
+  EXPECT_NE(j["error"].get<std::string>().find("CRC32C"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
 }
 
 TEST_F(Cli, PytorchFilesConvertVerifyAndDiff) {
