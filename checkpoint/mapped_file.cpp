@@ -126,8 +126,6 @@ mapping mapped_file::map(std::uint64_t offset, std::size_t n, bool writable, int
   return map_range(offset, n, writable, map_errno, fault);
 }
 
-// map() without the advice: a window is not asked for whole, only the
-// ranges in it that are fetched.
 mapping mapped_file::map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
                                bool fault) const noexcept {
   if (sizeof(void*) < 8 && offset + n > (std::uint64_t{1} << 32)) return {};

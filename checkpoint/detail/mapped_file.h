@@ -110,24 +110,29 @@ class mapped_file {
   [[nodiscard]] mapped_view view(std::uint64_t offset, std::size_t n, int& map_errno, bool fault = true,
                                  bool writable = false) const;
 
-  /// Maps [offset, offset + n) privately, on its own (writable
-  /// copy-on-write if asked; view() uses it) and, if `fault`, faults it in (a caller about to read every byte, for a
-  /// CRC, lets its reads fault it in: 4% faster). A cold range (its first
-  /// byte not in the page cache) is asked for whole first: faulting a cold
-  /// mapping in reads it in small windows around each fault, 4x slower from
-  /// a disk; a warm one skips the advice, which costs a page-cache walk.
-  /// Empty when mmap failed (its errno in map_errno), the process's budget
-  /// of mappings is spent (ENOMEM), or the range is not mapped on this host: 32-bit hosts read ranges that end beyond 4 GiB
-  /// with pread, because qemu-user (7.2, which the armhf tests run under)
-  /// truncates mmap offsets of 32-bit guests to 32 bits and maps the wrong
-  /// bytes. Requires: the range lies within the file.
-  [[nodiscard]] mapping map(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
-                            bool fault = true) const noexcept;
-
  private:
   struct windows;  // the windows mapped now, by number
 
   explicit mapped_file(int fd, std::uint64_t size);
+
+  /// Maps [offset, offset + n) privately, on its own (writable
+  /// copy-on-write if asked): a window, or a range that crosses one's edge
+  /// (view()), taking a place in the budget. If `fault`, faults it in (a
+  /// caller about to read every byte, for a CRC, lets its reads fault it
+  /// in: 4% faster). A cold range (its first byte not in the page cache) is
+  /// asked for whole first: faulting a cold mapping in reads it in small
+  /// windows around each fault, 4x slower from a disk; a warm one skips the
+  /// advice, which costs a page-cache walk. Empty when mmap failed (its
+  /// errno in map_errno), the process's budget of mappings is spent
+  /// (ENOMEM), or the range is not mapped on this host: 32-bit hosts read
+  /// ranges that end beyond 4 GiB with pread, because qemu-user (7.2, which
+  /// the armhf tests run under) truncates mmap offsets of 32-bit guests to
+  /// 32 bits and maps the wrong bytes. Requires: the range lies within the
+  /// file.
+  [[nodiscard]] mapping map(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
+                            bool fault) const noexcept;
+  /// map() without the advice: a window is not asked for whole, only the
+  /// ranges in it that are fetched.
   [[nodiscard]] mapping map_range(std::uint64_t offset, std::size_t n, bool writable, int& map_errno,
                                   bool fault) const noexcept;
   void* map_aligned(std::size_t length, int prot, std::uint64_t offset, std::size_t block) const noexcept;

@@ -57,6 +57,14 @@ struct gguf_builder {
 class Memory : public Cli {
  protected:
   std::string ferry(const std::string& args) { return "'" + std::string(FERRY_CLI) + "' " + args; }
+  // Writes g's bytes to the file `name` and frees them (a child inherits
+  // what this process holds); the bytes written.
+  std::uint64_t put_and_free(gguf_builder& g, const std::string& name) {
+    spit(name, g.out);
+    const std::uint64_t n = g.out.size();
+    std::vector<std::byte>().swap(g.out);
+    return n;
+  }
 };
 
 // A 57-byte file of general.alignment 2^30 and no tensors: ggml and ferry
@@ -90,9 +98,7 @@ TEST_F(Memory, NestedArraysCostWhatTheirParseCosts) {
   g.str("a").le<std::uint32_t>(9).le<std::uint32_t>(9).le<std::uint64_t>(count);
   for (std::uint64_t i = 0; i < count; ++i) g.le<std::uint32_t>(0).le<std::uint64_t>(0);
   const auto in = path("nested.gguf");
-  spit(in, g.out);
-  const std::uint64_t header = g.out.size();
-  std::vector<std::byte>().swap(g.out);  // a child inherits what this process holds
+  const std::uint64_t header = put_and_free(g, in);
   const auto [base, base_status] = peak_of(ferry("inspect " + in));
   EXPECT_EQ(base_status, 0);
   EXPECT_LT(base, 6 * header);
@@ -125,9 +131,7 @@ TEST_F(Memory, EscapingStreamsEachValueOnceWithinItsLimit) {
   g.str("small").le<std::uint32_t>(8).str(std::string(small, '\x01'));
   g.str("large").le<std::uint32_t>(8).str(std::string(large, '\x01'));
   const auto in = path("control.gguf");
-  spit(in, g.out);
-  const std::uint64_t file_bytes = g.out.size();
-  std::vector<std::byte>().swap(g.out);  // a child inherits what this process holds
+  const std::uint64_t file_bytes = put_and_free(g, in);
   const auto [peak, status] = peak_of(ferry("inspect --json " + in));
   EXPECT_EQ(status, 0);
   EXPECT_LT(peak, 4 * file_bytes);
