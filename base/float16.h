@@ -40,7 +40,21 @@ struct f8_e5m2 {
   friend constexpr bool operator==(f8_e5m2, f8_e5m2) = default;
 };
 
-/// The pattern types above.
+/// The raw bit patterns of the FP8 "fnuz" variants (PyTorch's
+/// float8_e4m3fnuz and float8_e5m2fnuz, as AMD's MI300 computes them): no
+/// infinities, no negative zero, and 0x80 alone is NaN; exponent bias 8
+/// (E4M3) and 16 (E5M2), one more than the OCP formats'. Carried as patterns;
+/// not float_pattern types (no arithmetic or wire conversions of their own).
+struct f8_e4m3fnuz {
+  std::uint8_t bits;
+  friend constexpr bool operator==(f8_e4m3fnuz, f8_e4m3fnuz) = default;
+};
+struct f8_e5m2fnuz {
+  std::uint8_t bits;
+  friend constexpr bool operator==(f8_e5m2fnuz, f8_e5m2fnuz) = default;
+};
+
+/// The pattern types above, but the fnuz ones.
 template <class T>
 concept float_pattern = std::same_as<T, f16> || std::same_as<T, bf16> || std::same_as<T, f8_e4m3> ||
                         std::same_as<T, f8_e5m2>;

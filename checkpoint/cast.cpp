@@ -22,6 +22,8 @@ float as_float(codec::dtype t, const std::byte* p) noexcept {
     case codec::dtype::bf16: return codec::to_float(load_host<bf16>(p));
     case codec::dtype::f8_e4m3: return codec::to_float(load_host<f8_e4m3>(p));
     case codec::dtype::f8_e5m2: return codec::to_float(load_host<f8_e5m2>(p));
+    case codec::dtype::f8_e4m3fnuz: return codec::to_float(load_host<f8_e4m3fnuz>(p));
+    case codec::dtype::f8_e5m2fnuz: return codec::to_float(load_host<f8_e5m2fnuz>(p));
     case codec::dtype::f64: return static_cast<float>(load_host<double>(p));
     default: return load_host<float>(p);
   }

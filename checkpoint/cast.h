@@ -15,7 +15,7 @@ namespace ferry::checkpoint {
 [[nodiscard]] bool is_cast_target(codec::dtype t) noexcept;
 
 /// Converts host-order elements of floating dtype `from` (f16, bf16, f32,
-/// f64, f8_e4m3, f8_e5m2) to `to` (is_cast_target), rounding to nearest
+/// f64, every FP8) to `to` (is_cast_target), rounding to nearest
 /// even (f64 to f16 or bf16 rounds through f32). NaN stays NaN, infinities
 /// and signed zeros stay. Errors: bad_value when either dtype is not
 /// floating or `to` is not a cast target.

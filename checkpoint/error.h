@@ -49,7 +49,7 @@ namespace ferry {
   X(bad_pieces, 427, "a tensor's pieces overlap, leave a hole, or reach past it")                         \
   X(bad_index, 428, "a checkpoint set's index breaks a rule of its format")                               \
   X(bad_npy_header, 429, ".npy header is not a dictionary of the specified grammar")                        \
-  X(unsupported_npy_dtype, 430, "a NumPy dtype ferry does not hold (structured, object, complex, ...)")     \
+  X(unsupported_npy_dtype, 430, "a NumPy dtype ferry does not hold (structured, object, ...)")     \
   X(bad_deflate, 431, "deflated zip record does not inflate to exactly its declared size")  \
   X(unknown_ggml_type, 432, "ggml tensor type number that ggml does not define, or has removed")           \
   X(bad_gguf_value_type, 433, "GGUF metadata value type number that GGUF does not define")                 \

@@ -252,9 +252,14 @@ result<std::string, error> npy_descr(codec::dtype t, wire::byte_order order) {
     case codec::dtype::f16: return std::string{o, 'f', '2'};
     case codec::dtype::f32: return std::string{o, 'f', '4'};
     case codec::dtype::f64: return std::string{o, 'f', '8'};
+    case codec::dtype::c64: return std::string{o, 'c', '8'};
+    case codec::dtype::c128: return std::string{o, 'c', '1', '6'};
     case codec::dtype::bf16:
     case codec::dtype::f8_e4m3:
-    case codec::dtype::f8_e5m2: break;
+    case codec::dtype::f8_e5m2:
+    case codec::dtype::f8_e4m3fnuz:
+    case codec::dtype::f8_e5m2fnuz:
+    case codec::dtype::c32: break;
   }
   return make_error(checkpoint_errc::unsupported_npy_dtype, codec::name(t), ": NumPy has no such dtype");
 }
@@ -311,10 +316,11 @@ result<codec::dtype, error> npy_dtype(const npy_header& h) {
     case 'i': return h.item_size == 1 ? dtype::i8 : h.item_size == 2 ? dtype::i16 : h.item_size == 4 ? dtype::i32 : dtype::i64;
     case 'u': return h.item_size == 1 ? dtype::u8 : h.item_size == 2 ? dtype::u16 : h.item_size == 4 ? dtype::u32 : dtype::u64;
     case 'f': return h.item_size == 2 ? dtype::f16 : h.item_size == 4 ? dtype::f32 : dtype::f64;
+    case 'c': return h.item_size == 8 ? dtype::c64 : dtype::c128;
     default: break;
   }
   return make_error(checkpoint_errc::unsupported_npy_dtype, "descr '", h.order_char, h.kind,
-                    static_cast<unsigned>(h.item_size), "': complex arrays have no ferry dtype yet");
+                    static_cast<unsigned>(h.item_size), "'");
 }
 
 result<wire::byte_order, error> npy_order(const npy_header& h, std::optional<wire::byte_order> native) {
@@ -409,14 +415,15 @@ result<parsed_file, error> parse_npy(std::uint64_t size, const zip_read_at& read
 
 result<npy_payload, error> prepare_npy(const tensor_ref& t, wire::byte_order order, const limits& lim) {
   npy_payload p;
-  p.width = codec::size_of(t.dtype);
+  const std::size_t size = codec::size_of(t.dtype);
+  p.width = codec::order_width(t.dtype);
   p.order = order;
   const std::vector<std::uint64_t> row_major = contiguous_strides(t.shape);
   std::vector<std::uint64_t> strides(t.strides.begin(), t.strides.end());
   if (strides.empty()) strides = row_major;
   FERRY_TRY(check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), lim.max_dims));
   const std::vector<std::uint64_t> column_major = column_major_strides(t.shape);
-  std::uint64_t n = p.width;
+  std::uint64_t n = size;
   for (const auto d : t.shape) n *= d;  // check_view() checked the product
   // A 1-d (or 0-d) view is both: row-major wins, fortran_order False, as
   // numpy.save writes it.
@@ -424,7 +431,7 @@ result<npy_payload, error> prepare_npy(const tensor_ref& t, wire::byte_order ord
   const bool f_order = !c_order && strides == column_major;
   if (c_order || f_order) {
     p.data = n == 0 ? std::span<const std::byte>{}
-                    : t.storage.subspan(static_cast<std::size_t>(t.offset * p.width), static_cast<std::size_t>(n));
+                    : t.storage.subspan(static_cast<std::size_t>(t.offset * size), static_cast<std::size_t>(n));
   } else {
     p.gathered = gather(t);
     p.data = p.gathered;

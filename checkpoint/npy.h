@@ -44,7 +44,8 @@
 //              applicable) or '=' (the writer's native order), KIND and
 //              SIZE one of
 //                b1 bool   i1 i2 i4 i8   u1 u2 u4 u8   f2 f4 f8
-//              (c8 c16 complex, and every other kind, are
+//                c8 c16 complex (C64, C128: each part swapped alone)
+//              (every other kind is
 //              [unsupported_npy_dtype]; a list (structured dtype) or a
 //              tuple (subarray) is [unsupported_npy_dtype]; 'O' is an
 //              object array, a pickle, which ferry never loads
@@ -125,8 +126,8 @@ struct npy_header {
 /// contexts say where ("npy header byte 41: ..."), input through quote().
 [[nodiscard]] result<npy_header, error> parse_npy_header(std::span<const std::byte> bytes, const limits& lim = {});
 
-/// The ferry dtype of a parsed header (b1 i1..i8 u1..u8 f2 f4 f8).
-/// Errors: unsupported_npy_dtype (complex).
+/// The ferry dtype of a parsed header (b1 i1..i8 u1..u8 f2 f4 f8 c8 c16).
+/// Errors: none for a header parse_npy_header() accepted.
 [[nodiscard]] result<codec::dtype, error> npy_dtype(const npy_header& h);
 
 /// The order the data is stored in: '<' little, '>' big; '|' and '=' with

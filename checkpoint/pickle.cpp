@@ -20,6 +20,7 @@ struct allowed_global {
   global_kind kind;
   std::optional<codec::dtype> dtype;
   bool untyped = false;
+  bool raw_bits = false;
 };
 
 using codec::dtype;
@@ -40,8 +41,10 @@ const allowed_global allowed[] = {
     {"torch", "ByteStorage", global_kind::storage_type, dtype::u8},
     {"torch", "BoolStorage", global_kind::storage_type, dtype::boolean},
     {"torch", "UntypedStorage", global_kind::storage_type, dtype::u8, true},
-    {"torch", "ComplexFloatStorage", global_kind::storage_type, cannot_hold},
-    {"torch", "ComplexDoubleStorage", global_kind::storage_type, cannot_hold},
+    // The class's own module: what torch.save pickles since 2.0.
+    {"torch.storage", "UntypedStorage", global_kind::storage_type, dtype::u8, true},
+    {"torch", "ComplexFloatStorage", global_kind::storage_type, dtype::c64},
+    {"torch", "ComplexDoubleStorage", global_kind::storage_type, dtype::c128},
     {"torch", "QUInt8Storage", global_kind::storage_type, cannot_hold},
     {"torch", "QInt8Storage", global_kind::storage_type, cannot_hold},
     {"torch", "QInt32Storage", global_kind::storage_type, cannot_hold},
@@ -52,6 +55,18 @@ const allowed_global allowed[] = {
     {"torch", "uint16", global_kind::dtype, dtype::u16},
     {"torch", "uint32", global_kind::dtype, dtype::u32},
     {"torch", "uint64", global_kind::dtype, dtype::u64},
+    {"torch", "float8_e4m3fnuz", global_kind::dtype, dtype::f8_e4m3fnuz},
+    {"torch", "float8_e5m2fnuz", global_kind::dtype, dtype::f8_e5m2fnuz},
+    {"torch", "complex32", global_kind::dtype, dtype::c32},
+    {"torch", "complex64", global_kind::dtype, dtype::c64},
+    {"torch", "complex128", global_kind::dtype, dtype::c128},
+    // Bits with no meaning PyTorch gives them: read as raw bytes (raw_bits),
+    // the tensor keeping the dtype's name.
+    {"torch", "bits8", global_kind::dtype, dtype::u8, false, true},
+    {"torch", "bits16", global_kind::dtype, dtype::u16, false, true},
+    {"torch", "bits1x8", global_kind::dtype, dtype::u8, false, true},
+    {"torch", "bits2x4", global_kind::dtype, dtype::u8, false, true},
+    {"torch", "bits4x2", global_kind::dtype, dtype::u8, false, true},
 };
 
 // Opcodes (CPython's Lib/pickle.py names).
@@ -250,6 +265,7 @@ class machine {
         v->g = g.kind;
         v->dtype = g.dtype;
         v->untyped = g.untyped;
+        v->raw_bits = g.raw_bits;
         return push(v);
       }
     }
@@ -340,6 +356,7 @@ class machine {
         FERRY_TRY(extend(t, parts));
         t->i = a[1]->i;
         t->dtype = v3 ? a[6]->dtype : a[0]->dtype;
+        if (v3 && a[6]->raw_bits) t->s = a[6]->s;
         return push(t);
       }
       case global_kind::storage_type:

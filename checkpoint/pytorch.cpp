@@ -320,6 +320,12 @@ class flattener {
     if (auto r = check_view(*t->dtype, shape, strides, offset, st.nbytes, lim_.max_dims); !r) {
       return fail(r.error());
     }
+    if (!t->s.empty()) {  // torch.bits16 and the like: the name kept
+      raw_dtypes_ += raw_dtypes_.empty() ? "{" : ",";
+      append_json_string(raw_dtypes_, path);
+      raw_dtypes_ += ':';
+      append_json_string(raw_dtypes_, t->s);
+    }
     out_.tensors.push_back({path, *t->dtype, std::move(shape), std::move(strides), offset, it->second});
     return {};
   }
@@ -333,9 +339,14 @@ class flattener {
   std::unordered_map<const value*, std::uint32_t> storage_index_;
   std::unordered_set<std::string> names_;
   std::uint64_t metadata_bytes_ = 0;
+  std::string raw_dtypes_;
 
  public:
   std::vector<bool> used_records_;  // by position in the zip
+
+  /// The JSON object {tensor: "torch.bits16", ...} of the tensors whose
+  /// dtype is bits without a meaning, or empty if none.
+  [[nodiscard]] std::string raw_dtypes() const { return raw_dtypes_.empty() ? "" : raw_dtypes_ + "}"; }
 };
 
 }  // namespace
@@ -430,6 +441,10 @@ result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& 
   FERRY_TRY(flat.run(prog->root, prog->arena->size()));
   if (out.metadata.contains("pytorch.byteorder")) return error(errc::duplicate_key, "'pytorch.byteorder'");
   out.metadata.emplace("pytorch.byteorder", order_source);
+  if (auto raw = flat.raw_dtypes(); !raw.empty()) {
+    if (out.metadata.contains("pytorch.raw_dtypes")) return error(errc::duplicate_key, "'pytorch.raw_dtypes'");
+    out.metadata.emplace("pytorch.raw_dtypes", std::move(raw));
+  }
   out.other_records.reserve(zip.records.size() - out.storages.size());
   for (std::size_t i = 0; i < zip.records.size(); ++i) {
     if (!flat.used_records_[i]) out.other_records.push_back(std::move(zip.records[i]));

@@ -44,7 +44,10 @@
 // (tied weights stay tied); an UntypedStorage takes the element type of
 // its first tensor, and every tensor over a storage MUST have its element
 // size [element_size_mismatch]. A storage of a type ferry cannot hold
-// (complex, quantized) is codec_errc::unknown_dtype naming the tensor.
+// (quantized) is codec_errc::unknown_dtype naming the tensor. The
+// storage class is torch.UntypedStorage or, as torch.save writes it
+// since 2.0, torch.storage.UntypedStorage; detail/pickle.h lists every
+// dtype.
 // Offsets that are not a multiple of the element size (a zip rewritten
 // without padding) are read into aligned memory; aligned storages in the
 // host's order are mapped, zero-copy. No CRC is checked when fetching, as
@@ -67,7 +70,11 @@
 //     is named "root" (a tensor, or metadata: torch.save([1, 2.5, "x"])
 //     gives the metadata root = [1,2.5,"x"]);
 //   - metadata "pytorch.byteorder" says where the order came from:
-//     "little" or "big" (the record) or "absent".
+//     "little" or "big" (the record) or "absent";
+//   - metadata "pytorch.raw_dtypes", only in a file with tensors of the
+//     torch.bits* dtypes (bits PyTorch gives no meaning; read as U8, U16
+//     for bits16): a JSON object of each such tensor's name and its dtype
+//     ("torch.bits16").
 // A name twice (tensor or metadata) is duplicate_key; a name over
 // limits::max_name_bytes or not UTF-8 is bad_name; a structure that
 // contains itself is pickle_malformed. Shared references are walked once

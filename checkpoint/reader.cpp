@@ -267,7 +267,9 @@ struct reader::state {
     if (set) return set->load(i, st.nbytes, opt.copy_on_write);  // the shards check their CRCs
     if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
     const auto n = static_cast<std::size_t>(st.nbytes);
-    const std::size_t width = codec::size_of(st.dtype);
+    // The unit of byte order, and of alignment: an element, or each part of
+    // a complex one.
+    const std::size_t width = codec::order_width(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
     // A GGUF storage of quantized blocks (dtype u8) swaps field by field
     // (ggml_types.h's swap table) rather than as elements.
@@ -357,10 +359,10 @@ struct reader::state {
                                   unsigned threads = 0) const {
     const storage_info& st = file.storages[i];
     mapped.will_need(st.offset, out.size());
-    const std::size_t width = codec::size_of(st.dtype);
+    const std::size_t width = codec::order_width(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
     const std::optional<ggml_type> blocks = gguf_blocks(i);
-    const std::size_t unit = blocks ? info(*blocks).block_bytes : width;
+    const std::size_t unit = blocks ? info(*blocks).block_bytes : codec::size_of(st.dtype);
     const std::size_t piece = std::max<std::size_t>((std::size_t{1} << 20) / unit, 1) * unit;
     std::uint32_t crc32c = 0, zip_crc32 = 0;
     // Pieces [first, last) of `out`; the checksums only from one thread.

@@ -27,6 +27,7 @@ constexpr dtype_name dtype_names[] = {
     {codec::dtype::i32, "I32"},      {codec::dtype::u64, "U64"},   {codec::dtype::i64, "I64"},
     {codec::dtype::f16, "F16"},      {codec::dtype::bf16, "BF16"}, {codec::dtype::f32, "F32"},
     {codec::dtype::f64, "F64"},      {codec::dtype::f8_e4m3, "F8_E4M3"}, {codec::dtype::f8_e5m2, "F8_E5M2"},
+    {codec::dtype::c64, "C64"},
 };
 
 std::string tensor_what(std::string_view name) { return "tensor " + quote(name); }
@@ -393,6 +394,12 @@ result<base::atomic_file, error> detail::stage_safetensors(const std::filesystem
   for (const auto& [k, v] : meta) {
     if (!valid_name(k, opt.limits.max_name_bytes) || !valid_utf8(v)) return fail(checkpoint_errc::bad_metadata, k);
   }
+  for (const tensor_ref& t : tensors) {
+    if (safetensors_dtype_name(t.dtype).empty()) {
+      return fail(codec_errc::unknown_dtype,
+                  "tensor " + quote(t.name) + ": safetensors has no dtype " + std::string(codec::name(t.dtype)));
+    }
+  }
 
   nlohmann::json header = nlohmann::json::object();
   std::uint64_t at = 0;
@@ -435,7 +442,7 @@ result<base::atomic_file, error> detail::stage_safetensors(const std::filesystem
     }
     if (wire::host_order != wire::byte_order::little && width > 1) {
       if (bytes.data() != buffer.data()) buffer.assign(bytes.begin(), bytes.end());
-      wire::convert_in_place(buffer, width, wire::host_order, wire::byte_order::little);
+      wire::convert_in_place(buffer, codec::order_width(t.dtype), wire::host_order, wire::byte_order::little);
       bytes = buffer;
     }
     FERRY_TRY(out.write(bytes));

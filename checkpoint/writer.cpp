@@ -52,7 +52,7 @@ struct writer::state {
     rec->offset = file.size();
     rec->nbytes = bytes.size();
     rec->dtype = codec::code(dtype);
-    const std::size_t width = codec::size_of(dtype);
+    const std::size_t width = codec::order_width(dtype);
     std::uint32_t crc = 0;
     if (opt.order == wire::host_order || width == 1) {
       crc = codec::crc32c(bytes);

@@ -23,6 +23,11 @@ constexpr dtype_info table[] = {
     {dtype::bf16, 2, true, "BF16"},     {dtype::f32, 4, true, "F32"},
     {dtype::f64, 8, true, "F64"},       {dtype::f8_e4m3, 1, true, "F8_E4M3"},
     {dtype::f8_e5m2, 1, true, "F8_E5M2"},
+    {dtype::f8_e4m3fnuz, 1, true, "F8_E4M3FNUZ"},
+    {dtype::f8_e5m2fnuz, 1, true, "F8_E5M2FNUZ"},
+    {dtype::c32, 4, false, "C32"},
+    {dtype::c64, 8, false, "C64"},
+    {dtype::c128, 16, false, "C128"},
 };
 
 constexpr bool table_is_in_code_order() {
@@ -43,6 +48,7 @@ const dtype_info& info(dtype t) noexcept {
 }  // namespace
 
 std::size_t size_of(dtype t) noexcept { return info(t).size; }
+std::size_t order_width(dtype t) noexcept { return is_complex(t) ? info(t).size / 2 : info(t).size; }
 std::string_view name(dtype t) noexcept { return info(t).name; }
 bool is_floating_point(dtype t) noexcept { return info(t).floating; }
 

@@ -1,8 +1,8 @@
 // ferry/codec/dtype.h: the element types ferry's tensor formats carry.
 //
 // Each dtype has a stable one-byte code (written into ferry's formats; never
-// renumbered), a size in bytes, and a name equal to the safetensors dtype
-// string, so a safetensors header maps onto ferry without a lookup table.
+// renumbered), a size in bytes, and a name: the safetensors dtype string
+// where safetensors has the type, else one made the same way.
 //
 //   code  name     bytes  element
 //    1    BOOL       1    0 or 1
@@ -20,11 +20,22 @@
 //   13    F64        8    IEEE 754 binary64
 //   14    F8_E4M3    1    8-bit float, 4 exponent / 3 mantissa bits (OCP FP8)
 //   15    F8_E5M2    1    8-bit float, 5 exponent / 2 mantissa bits (OCP FP8)
+//   16  F8_E4M3FNUZ  1    8-bit float, E4M3 with bias 8, 0x80 the only NaN,
+//                         no infinities, no -0 (PyTorch's float8_e4m3fnuz)
+//   17  F8_E5M2FNUZ  1    8-bit float, E5M2 with bias 16, the same rules
+//                         (PyTorch's float8_e5m2fnuz)
+//   18    C32        4    complex: real, then imaginary, each an F16
+//                         (PyTorch's complex32; no safetensors or NumPy type)
+//   19    C64        8    complex: real, then imaginary, each an F32
+//                         (NumPy's complex64, safetensors' C64)
+//   20    C128      16    complex: real, then imaginary, each an F64
+//                         (NumPy's complex128)
 //
 // Code 0 is never a valid dtype, so zeroed memory is never mistaken for one.
 // Multi-byte elements travel with the byte order of their container; the
-// byte-order conversion of an element is that of an unsigned integer of the
-// same size (wire/bulk.h), which is exact for every dtype above.
+// byte-order conversion of an element reverses each unit of order_width()
+// bytes as an unsigned integer of that size (wire/bulk.h): the whole
+// element, or each half of a complex one. That is exact for every dtype.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +65,11 @@ enum class dtype : std::uint8_t {
   f64 = 13,
   f8_e4m3 = 14,
   f8_e5m2 = 15,
+  f8_e4m3fnuz = 16,
+  f8_e5m2fnuz = 17,
+  c32 = 18,
+  c64 = 19,
+  c128 = 20,
 };
 
 /// Every dtype, in code order.
@@ -61,19 +77,30 @@ inline constexpr dtype all_dtypes[] = {
     dtype::boolean, dtype::u8,  dtype::i8,   dtype::u16, dtype::i16,
     dtype::u32,     dtype::i32, dtype::u64,  dtype::i64, dtype::f16,
     dtype::bf16,    dtype::f32, dtype::f64,  dtype::f8_e4m3, dtype::f8_e5m2,
+    dtype::f8_e4m3fnuz, dtype::f8_e5m2fnuz, dtype::c32, dtype::c64, dtype::c128,
 };
 
 // The accessors below require a valid dtype; values read from outside must
 // come through dtype_from_code() or dtype_from_name().
 
-/// Size of one element in bytes (1, 2, 4 or 8).
+/// Size of one element in bytes (1, 2, 4, 8 or 16).
 [[nodiscard]] std::size_t size_of(dtype t) noexcept;
+
+/// The unit a byte-order conversion reverses: size_of(t), or half of it for
+/// a complex dtype (each part is swapped on its own).
+[[nodiscard]] std::size_t order_width(dtype t) noexcept;
 
 /// The safetensors name ("F32", "BF16", ...).
 [[nodiscard]] std::string_view name(dtype t) noexcept;
 
-/// True for the floating-point dtypes.
+/// True for the real floating-point dtypes (not the complex ones, as in
+/// PyTorch).
 [[nodiscard]] bool is_floating_point(dtype t) noexcept;
+
+/// True for C32, C64 and C128.
+[[nodiscard]] constexpr bool is_complex(dtype t) noexcept {
+  return t == dtype::c32 || t == dtype::c64 || t == dtype::c128;
+}
 
 /// Parses a safetensors name (exact, case-sensitive). Errors: unknown_dtype.
 [[nodiscard]] result<dtype> dtype_from_name(std::string_view name) noexcept;

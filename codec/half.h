@@ -116,6 +116,31 @@ namespace ferry::codec {
   return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(121 - k) << 23) | (norm << 20));
 }
 
+namespace detail {
+// An 8-bit fnuz float with E exponent bits (bias 2^(E-1)): 0x80 is NaN, no
+// infinities, no negative zero. Exact.
+template <int E>
+[[nodiscard]] constexpr float fnuz_to_float(std::uint8_t b) noexcept {
+  constexpr int M = 7 - E, bias = 1 << (E - 1);
+  if (b == 0x80) return std::bit_cast<float>(0x7FC0'0000u);
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+  const std::uint32_t e = (b >> M) & ((1u << E) - 1);
+  const std::uint32_t m = b & ((1u << M) - 1);
+  if (e != 0) return std::bit_cast<float>(sign | ((e + 127 - bias) << 23) | (m << (23 - M)));
+  if (m == 0) return 0.0f;
+  const int top = 31 - std::countl_zero(m);  // the subnormal's leading one
+  const std::uint32_t norm = (m << (M - top)) & ((1u << M) - 1);
+  return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(127 + 1 - bias - (M - top)) << 23) |
+                              (norm << (23 - M)));
+}
+}  // namespace detail
+
+/// FP8 E4M3 fnuz (PyTorch's float8_e4m3fnuz): bias 8, 0x80 is NaN. Exact.
+[[nodiscard]] constexpr float to_float(f8_e4m3fnuz h) noexcept { return detail::fnuz_to_float<4>(h.bits); }
+
+/// FP8 E5M2 fnuz (PyTorch's float8_e5m2fnuz): bias 16, 0x80 is NaN. Exact.
+[[nodiscard]] constexpr float to_float(f8_e5m2fnuz h) noexcept { return detail::fnuz_to_float<5>(h.bits); }
+
 /// Bulk forms: out[i] is the scalar conversion of in[i].
 // Requires: in.size() == out.size().
 void to_bf16(std::span<const float> in, std::span<bf16> out) noexcept;

@@ -36,7 +36,7 @@ void communicator::impl::check_allreduce(codec::dtype type, std::span<const std:
   if (!detail::reducible(o.op, type)) {
     link.fail(comm_errc::unsupported, std::nullopt,
               "allreduce " + std::string(name(o.op)) + " is not defined on " + std::string(codec::name(type)) +
-                  " (band, bor and bxor take integers and bool, avg no bool, FP8 none)");
+                  " (band, bor and bxor take integers and bool, avg no bool, complex only sum and avg, FP8 none)");
   }
   if (data.size() % width != 0) {
     link.fail(errc::size_mismatch, std::nullopt, "allreduce buffer is not a whole number of elements");

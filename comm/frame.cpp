@@ -302,7 +302,7 @@ result<void> payload_to_f32(const frame_header& h, std::span<const std::byte> pa
 
 void payload_to_host(const frame_header& h, std::span<std::byte> payload) noexcept {
   assert(h.enc == encoding::raw);
-  wire::convert_in_place(payload, codec::size_of(h.type), h.order, wire::host_order);
+  wire::convert_in_place(payload, codec::order_width(h.type), h.order, wire::host_order);
 }
 
 // ------------------------------------------------------------- decoder

@@ -89,7 +89,8 @@ void translate(std::exception_ptr p) {
 // Every ferry dtype as Python sees it, the one table ferry/__init__.py
 // reads (as _ferry.dtypes): numpy's type, "<kind><bytes>" as numpy's
 // dtype.kind and itemsize give it; whether numpy holds only the element's
-// bits (bf16 and the float8s, which numpy lacks); torch's attribute name.
+// bits (bf16, the float8s and complex32, which numpy lacks); torch's
+// attribute name.
 struct python_dtype {
   ferry::codec::dtype dtype;
   const char* numpy;
@@ -105,6 +106,11 @@ constexpr python_dtype python_dtypes[] = {
     {ferry::codec::dtype::bf16, "u2", true, "bfloat16"},   {ferry::codec::dtype::f32, "f4", false, "float32"},
     {ferry::codec::dtype::f64, "f8", false, "float64"},    {ferry::codec::dtype::f8_e4m3, "u1", true, "float8_e4m3fn"},
     {ferry::codec::dtype::f8_e5m2, "u1", true, "float8_e5m2"},
+    {ferry::codec::dtype::f8_e4m3fnuz, "u1", true, "float8_e4m3fnuz"},
+    {ferry::codec::dtype::f8_e5m2fnuz, "u1", true, "float8_e5m2fnuz"},
+    {ferry::codec::dtype::c32, "u4", true, "complex32"},
+    {ferry::codec::dtype::c64, "c8", false, "complex64"},
+    {ferry::codec::dtype::c128, "c16", false, "complex128"},
 };
 static_assert(std::size(python_dtypes) == std::size(ferry::codec::all_dtypes), "a dtype without its Python names");
 

@@ -383,7 +383,8 @@ class job {
     le.resize(static_cast<std::size_t>(c.numel()) * width);
     std::memcpy(le.data(), c.data_ptr(), le.size());
     if (wire::host_order != wire::byte_order::little && width > 1) {
-      wire::convert_in_place(le, width, wire::host_order, wire::byte_order::little);
+      // A complex element's parts are swapped each on its own.
+      wire::convert_in_place(le, c.is_complex() ? width / 2 : width, wire::host_order, wire::byte_order::little);
     }
     return codec::crc32c_extend(crc, le);
   }

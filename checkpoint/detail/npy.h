@@ -55,7 +55,7 @@ struct npy_payload {
   std::vector<std::byte> header;
   std::span<const std::byte> data;  ///< host order; views the ref's storage or `gathered`
   std::vector<std::byte> gathered;
-  std::size_t width = 1;
+  std::size_t width = 1;  ///< the unit of byte order (codec::order_width)
   wire::byte_order order = wire::host_order;
 
   [[nodiscard]] std::uint64_t size() const noexcept { return header.size() + data.size(); }

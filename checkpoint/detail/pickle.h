@@ -19,14 +19,19 @@
 //   torch._utils._rebuild_tensor_v2                  a tensor (below)
 //   torch._utils._rebuild_tensor_v3                  a tensor with a dtype
 //   torch._utils._rebuild_parameter                  its tensor argument
-//   torch.{Double,Float,Half,BFloat16,Long,Int,Short,Char,Byte,Bool}Storage,
-//   torch.UntypedStorage                             storage types
-//   torch.{ComplexFloat,ComplexDouble,QUInt8,QInt8,QInt32,QUInt4x2,
-//   QUInt2x4}Storage                                 storage types ferry
-//                                                    cannot hold: a tensor
-//                                                    over one is
+//   torch.{Double,Float,Half,BFloat16,Long,Int,Short,Char,Byte,Bool,
+//   ComplexFloat,ComplexDouble}Storage,
+//   torch.UntypedStorage, torch.storage.UntypedStorage  storage types
+//   torch.{QUInt8,QInt8,QInt32,QUInt4x2,QUInt2x4}Storage  storage types
+//                                                    ferry cannot hold: a
+//                                                    tensor over one is
 //                                                    unknown_dtype
-//   torch.{float8_e4m3fn,float8_e5m2,uint16,uint32,uint64}  dtypes (v3)
+//   torch.{float8_e4m3fn,float8_e5m2,float8_e4m3fnuz,float8_e5m2fnuz,
+//   uint16,uint32,uint64,complex32,complex64,complex128}  dtypes (v3)
+//   torch.{bits8,bits16,bits1x8,bits2x4,bits4x2}      dtypes (v3) read as
+//                                                    U8 (U16 for bits16),
+//                                                    the tensor keeping
+//                                                    the name
 //
 // VALUES. A persistent id (BINPERSID) MUST be the tuple ('storage', storage
 // type, key: str, location: str, numel: int >= 0); numel counts elements
@@ -82,6 +87,9 @@ struct value {
   kind k = kind::none;
   global_kind g = global_kind::ordered_dict;  ///< global
   bool untyped = false;  ///< global, storage: torch.UntypedStorage (numel in bytes)
+  /// global (dtype): bits PyTorch gives no meaning (torch.bits16...),
+  /// carried as unsigned integers of their size.
+  bool raw_bits = false;
   /// global (storage type, dtype), storage, tensor: the element type; none
   /// for a storage type ferry cannot hold (complex, quantized).
   std::optional<codec::dtype> dtype;
@@ -93,7 +101,8 @@ struct value {
   /// elements.
   std::int64_t i = 0;
   /// string: the text, as the pickle holds it (UTF-8 not yet checked),
-  /// viewing the pickle's bytes; global: "module.name"; storage: the key.
+  /// viewing the pickle's bytes; global: "module.name"; storage: the key;
+  /// tensor: the raw_bits dtype's "module.name", else empty.
   std::string_view s;
   /// tuple, list: the items; dict: keys and values alternating, in
   /// insertion order; storage: {the storage type global}; tensor:

@@ -14,6 +14,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torch/version.h>
 
 #include "ferry/checkpoint/detail/layout.h"
 #include "ferry/checkpoint/reader.h"
@@ -36,6 +37,18 @@ std::optional<codec::dtype> to_dtype(at::ScalarType t) {
     case at::kBFloat16: return codec::dtype::bf16;
     case at::kFloat: return codec::dtype::f32;
     case at::kDouble: return codec::dtype::f64;
+    case at::kComplexHalf: return codec::dtype::c32;
+    case at::kComplexFloat: return codec::dtype::c64;
+    case at::kComplexDouble: return codec::dtype::c128;
+#if TORCH_VERSION_MAJOR >= 2  // the float8s and wide unsigned types came in 2.1 and 2.3
+    case at::kFloat8_e4m3fn: return codec::dtype::f8_e4m3;
+    case at::kFloat8_e5m2: return codec::dtype::f8_e5m2;
+    case at::kFloat8_e4m3fnuz: return codec::dtype::f8_e4m3fnuz;
+    case at::kFloat8_e5m2fnuz: return codec::dtype::f8_e5m2fnuz;
+    case at::kUInt16: return codec::dtype::u16;
+    case at::kUInt32: return codec::dtype::u32;
+    case at::kUInt64: return codec::dtype::u64;
+#endif
     default: return std::nullopt;
   }
 }
@@ -52,6 +65,18 @@ std::optional<at::ScalarType> to_scalar_type(codec::dtype t) {
     case codec::dtype::bf16: return at::kBFloat16;
     case codec::dtype::f32: return at::kFloat;
     case codec::dtype::f64: return at::kDouble;
+    case codec::dtype::c32: return at::kComplexHalf;
+    case codec::dtype::c64: return at::kComplexFloat;
+    case codec::dtype::c128: return at::kComplexDouble;
+#if TORCH_VERSION_MAJOR >= 2
+    case codec::dtype::f8_e4m3: return at::kFloat8_e4m3fn;
+    case codec::dtype::f8_e5m2: return at::kFloat8_e5m2;
+    case codec::dtype::f8_e4m3fnuz: return at::kFloat8_e4m3fnuz;
+    case codec::dtype::f8_e5m2fnuz: return at::kFloat8_e5m2fnuz;
+    case codec::dtype::u16: return at::kUInt16;
+    case codec::dtype::u32: return at::kUInt32;
+    case codec::dtype::u64: return at::kUInt64;
+#endif
     default: return std::nullopt;
   }
 }

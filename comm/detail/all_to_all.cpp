@@ -42,7 +42,7 @@ struct all_to_all_plan final : plan {
 
   void on_frame(std::size_t from, const frame_header& h, std::uint32_t, std::span<std::byte> payload) override {
     if (type == codec::dtype::boolean) check_bools(l, l.peer_of(from), payload, name);
-    if (h.order != wire::host_order) wire::convert_in_place(payload, width, h.order, wire::host_order);
+    if (h.order != wire::host_order) wire::convert_in_place(payload, codec::order_width(type), h.order, wire::host_order);
   }
 };
 

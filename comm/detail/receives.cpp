@@ -49,7 +49,7 @@ void receives::fill(receive& r, const message& m) const {
                 std::to_string(r.data.size() / width));
   }
   if (r.type == codec::dtype::boolean) check_bools(l_, m.peer, m.bytes, "message");
-  if (!m.bytes.empty()) wire::convert(m.bytes, m.order, r.data, wire::host_order, width);
+  if (!m.bytes.empty()) wire::convert(m.bytes, m.order, r.data, wire::host_order, codec::order_width(r.type));
   if (r.source != nullptr) *r.source = m.peer;
 }
 

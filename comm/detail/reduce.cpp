@@ -293,8 +293,14 @@ void host_order_reduce(reduce_op op, codec::dtype t, std::byte* out, const std::
     case dtype::bf16: return half_reduce<bf16>(op, out, a, b, n);
     case dtype::f32: return typed_reduce<float>(op, out, a, b, n);
     case dtype::f64: return typed_reduce<double>(op, out, a, b, n);
+    // Complex: sum only (reducible()), part by part.
+    case dtype::c32: return half_reduce<f16>(op, out, a, b, 2 * n);
+    case dtype::c64: return typed_reduce<float>(op, out, a, b, 2 * n);
+    case dtype::c128: return typed_reduce<double>(op, out, a, b, 2 * n);
     case dtype::f8_e4m3:
     case dtype::f8_e5m2:
+    case dtype::f8_e4m3fnuz:
+    case dtype::f8_e5m2fnuz:
       return;  // not reducible
   }
 }
@@ -307,7 +313,13 @@ bool reducible(reduce_op op, codec::dtype t) noexcept {
   switch (t) {
     case dtype::f8_e4m3:
     case dtype::f8_e5m2:
+    case dtype::f8_e4m3fnuz:
+    case dtype::f8_e5m2fnuz:
       return false;
+    case dtype::c32:
+    case dtype::c64:
+    case dtype::c128:
+      return op == reduce_op::sum || op == reduce_op::avg;
     case dtype::boolean:
       return op != reduce_op::avg;
     case dtype::f16:
@@ -331,7 +343,7 @@ void reduce(reduce_op op, codec::dtype t, std::byte* out, const std::byte* a, co
   for (std::size_t i = 0; i < n; i += block) {
     const std::size_t m = std::min(block, n - i);
     wire::convert(std::span<const std::byte>(b + width * i, width * m), b_order,
-                  std::span<std::byte>(swapped, width * m), wire::host_order, width);
+                  std::span<std::byte>(swapped, width * m), wire::host_order, codec::order_width(t));
     host_order_reduce(op, t, out + width * i, a + width * i, swapped, m);
   }
 }
@@ -351,9 +363,14 @@ void divide(codec::dtype t, std::byte* data, std::size_t n, std::uint32_t diviso
     case dtype::bf16: return half_divide<bf16>(data, n, divisor);
     case dtype::f32: return typed_divide<float>(data, n, divisor);
     case dtype::f64: return typed_divide<double>(data, n, divisor);
+    case dtype::c32: return half_divide<f16>(data, 2 * n, divisor);
+    case dtype::c64: return typed_divide<float>(data, 2 * n, divisor);
+    case dtype::c128: return typed_divide<double>(data, 2 * n, divisor);
     case dtype::boolean:
     case dtype::f8_e4m3:
     case dtype::f8_e5m2:
+    case dtype::f8_e4m3fnuz:
+    case dtype::f8_e5m2fnuz:
       return;  // no avg
   }
 }

@@ -28,7 +28,8 @@
 // avg: reduce() sums, and divide() makes the one division by the world size
 // where the sum is complete (floats: one IEEE division, the NaN rule above;
 // integers: truncated toward zero, as C++ and NCCL divide). Not on bool.
-// FP8 takes no reduction (reducible() is false).
+// FP8 takes no reduction (reducible() is false). Complex takes sum and avg,
+// part by part as its part type.
 //
 // The kernels are written with GCC's vector extensions (16-byte vectors),
 // lane-wise IEEE arithmetic with no contraction, which the compiler maps to

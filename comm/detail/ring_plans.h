@@ -259,7 +259,7 @@ struct ring_plan final : detail::plan {
       if (t + 1 < last) send(t + 1, chunk, region);
     } else {  // all-gather
       if (payload.data() != region.data()) {
-        wire::convert(payload, h.order, region, wire::host_order, width);
+        wire::convert(payload, h.order, region, wire::host_order, codec::order_width(type));
       }
       if (t + 1 < last) send(t + 1, chunk, region);
     }

@@ -53,7 +53,7 @@ void combine_into(reduce_op op, codec::dtype type, std::span<std::byte> mine, st
   const std::size_t width = codec::size_of(type);
   const std::size_t n = mine.size() / width;
   if (peer_first) {
-    if (order != wire::host_order) wire::convert_in_place(payload, width, order, wire::host_order);
+    if (order != wire::host_order) wire::convert_in_place(payload, codec::order_width(type), order, wire::host_order);
     reduce(op, type, mine.data(), payload.data(), mine.data(), wire::host_order, n);
   } else {
     reduce(op, type, mine.data(), mine.data(), payload.data(), order, n);
@@ -198,7 +198,7 @@ struct doubling_plan final : plan {
     if (type == codec::dtype::boolean) check_bools(l, l.peer_of(from), payload, name);
     const auto mine = region(index);
     if (num.host) {  // the result
-      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
+      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, codec::order_width(type));
       return;
     }
     const int step = step_of[from];
@@ -363,7 +363,7 @@ struct halving_plan final : plan {
     const stage& s = stages[current];
     const auto mine = target(index);
     if (s.copies()) {
-      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, width);
+      if (payload.data() != mine.data()) wire::convert(payload, h.order, mine, wire::host_order, codec::order_width(type));
     } else {
       combine_into(op, type, mine, payload, h.order, s.peer_first);
     }

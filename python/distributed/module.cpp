@@ -126,7 +126,8 @@ PYBIND11_MODULE(_distributed, m) {
         }
         const at::Tensor t = tensor.contiguous();
         const std::span<const std::byte> bytes(static_cast<const std::byte*>(t.data_ptr()), t.nbytes());
-        const auto width = static_cast<std::size_t>(t.element_size());
+        // A complex element's parts are swapped each on its own.
+        const auto width = static_cast<std::size_t>(t.element_size()) / (t.is_complex() ? 2 : 1);
         if (ferry::wire::byte_order::native == ferry::wire::byte_order::little || width == 1) {
           return ferry::codec::crc32c(bytes);
         }

@@ -372,14 +372,17 @@ def test_loading_releases_the_gil(tmp_path):
 def test_dtype_table_comes_from_the_extension():
     table = ferry._ferry.dtypes
     assert list(table) == ["BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32",
-                           "F64", "F8_E4M3", "F8_E5M2"]  # code order
-    assert [d["code"] for d in table.values()] == list(range(1, 16))
+                           "F64", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C32", "C64",
+                           "C128"]  # code order
+    assert [d["code"] for d in table.values()] == list(range(1, 21))
     for name, d in table.items():
         assert np.dtype(d["numpy"]).itemsize == d["bytes"], name
         if hasattr(torch, d["torch"]):  # the float8s and wide unsigned types came in later torch releases
             assert torch.empty(0, dtype=getattr(torch, d["torch"])).element_size() == d["bytes"], name
     assert ferry._NUMPY_DTYPES["u2"] == "U16" and ferry._NUMPY_DTYPES["b1"] == "BOOL"
-    assert {n for n, d in table.items() if d["numpy_bits"]} == {"BF16", "F8_E4M3", "F8_E5M2"}
+    assert ferry._NUMPY_DTYPES["c8"] == "C64" and ferry._NUMPY_DTYPES["c16"] == "C128"
+    assert {n for n, d in table.items() if d["numpy_bits"]} == {"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ",
+                                                                "F8_E5M2FNUZ", "C32"}
 
 
 def test_info_names_the_cpu_features_and_kernels():

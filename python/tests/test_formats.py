@@ -23,6 +23,23 @@ def test_npy_both_ways_in_both_orders(tmp_path):
     assert got.dtype == np.float64 and np.array_equal(got, a.astype(np.float64))
 
 
+def test_complex_through_every_format_that_has_it(tmp_path):
+    z = np.array([1 + 2j, -0.0 - 3.5j, complex(np.inf, np.nan)], dtype=np.complex64)
+    for suffix, arrays in ((".ferry", {"z": z, "zz": z.astype(np.complex128)}), (".safetensors", {"z": z}),
+                           (".npy", {"z": z.astype(">c16")})):
+        for order in ("little", "big") if suffix != ".safetensors" else ("little",):
+            p = tmp_path / f"c_{order}{suffix}"
+            ferry.save(p, arrays, order=order)
+            got = ferry.load(p)
+            for name, a in arrays.items():
+                back = got[name if suffix != ".npy" else "arr_0"]
+                assert back.dtype == a.dtype.newbyteorder("=") and back.tobytes() == a.astype(back.dtype).tobytes()
+    assert np.load(tmp_path / "c_big.npy").dtype.str == ">c16"
+    # safetensors has no complex128: one line naming the dtype and the format.
+    with pytest.raises(ferry.Error, match="safetensors has no dtype C128"):
+        ferry.save(tmp_path / "c128.safetensors", {"zz": z.astype(np.complex128)})
+
+
 def test_npy_holds_one_array(tmp_path):
     with pytest.raises(ValueError, match="one array"):
         ferry.save(tmp_path / "two.npy", {"a": np.zeros(2), "b": np.zeros(2)})

@@ -78,14 +78,14 @@ TEST(NpyHeader, EveryDescrFerryHolds) {
   }
 }
 
-TEST(NpyHeader, ComplexParsesButHasNoFerryDtype) {
-  for (const char* descr : {"<c8", ">c16"}) {
+TEST(NpyHeader, ComplexIsC64AndC128) {
+  for (const auto& [descr, type] : {std::pair{"<c8", codec::dtype::c64}, {">c16", codec::dtype::c128}}) {
     auto h = parse_text(dict(descr, "(2,)"));
     ASSERT_TRUE(h) << h.error();
     EXPECT_EQ(h->kind, 'c');
     auto t = npy_dtype(*h);
-    ASSERT_FALSE(t);
-    EXPECT_EQ(t.error().code(), checkpoint_errc::unsupported_npy_dtype);
+    ASSERT_TRUE(t) << t.error();
+    EXPECT_EQ(*t, type);
   }
 }
 

@@ -112,6 +112,41 @@ TEST_F(Safetensors, WrittenFilesHaveTheReferenceLayout) {
   EXPECT_NE(r->get("encoder.embed.weight")->storage(), r->get("decoder.out.weight")->storage());
 }
 
+// C64 is safetensors' complex64: little-endian parts, each swapped alone.
+// Types safetensors lacks (C32, C128, the fnuz FP8s) are refused naming
+// the tensor and the dtype, and nothing is written.
+TEST_F(Safetensors, ComplexRoundTripsAndTypesSafetensorsLacksAreRefused) {
+  const float parts[] = {1.0f, -2.5f, -0.0f, std::numeric_limits<float>::infinity()};
+  const auto bytes = std::as_bytes(std::span(parts));
+  const std::uint64_t shape[] = {2};
+  const tensor_ref z{"z", codec::dtype::c64, shape, {}, 0, bytes};
+  const auto p = dir_ / "c.safetensors";
+  ASSERT_TRUE(save_safetensors(p, std::span(&z, 1), {}));
+  const auto f = slurp(p);
+  const auto n = wire::load<std::uint64_t>(f.data(), wire::byte_order::little);
+  const std::string header(reinterpret_cast<const char*>(f.data() + 8), static_cast<std::size_t>(n));
+  EXPECT_NE(header.find(R"("dtype":"C64")"), std::string::npos) << header;
+  // Each part little-endian on its own, the real part first.
+  EXPECT_EQ(wire::load<std::uint32_t>(f.data() + 8 + n + 4, wire::byte_order::little),
+            std::bit_cast<std::uint32_t>(-2.5f));
+  auto r = open(p);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->tensors()[0].dtype, codec::dtype::c64);
+  EXPECT_EQ(r->get("z")->contiguous_copy(), std::vector<std::byte>(bytes.begin(), bytes.end()));
+  for (const codec::dtype t : {codec::dtype::c32, codec::dtype::c128, codec::dtype::f8_e4m3fnuz}) {
+    const std::uint64_t one[] = {1};
+    const tensor_ref x{"x", t, one, {}, 0, bytes.first(codec::size_of(t))};
+    const auto out = dir_ / "refused.safetensors";
+    const auto w = save_safetensors(out, std::span(&x, 1), {});
+    ASSERT_FALSE(w) << codec::name(t);
+    EXPECT_EQ(w.error().code(), codec_errc::unknown_dtype);
+    EXPECT_NE(w.error().what().find("tensor 'x': safetensors has no dtype " + std::string(codec::name(t))),
+              std::string::npos)
+        << w.error().what();
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
 TEST_F(Safetensors, SharedStorageIsRefusedByDefaultNamingTheTiedTensors) {
   sample s;
   const auto refs = s.refs();
@@ -181,7 +216,7 @@ TEST_F(Safetensors, MalformedHeadersEachGetTheirOwnError) {
             checkpoint_errc::bad_layout);                                      // InvalidOffset (hole)
   EXPECT_EQ(open_error(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
             checkpoint_errc::shape_overflow);                                  // ValidationOverflow
-  EXPECT_EQ(open_error(R"({"t":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", 8),
+  EXPECT_EQ(open_error(R"({"t":{"dtype":"C128","shape":[1],"data_offsets":[0,16]}})", 16),
             codec_errc::unknown_dtype);
   EXPECT_EQ(open_error("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}, ", 8),
             checkpoint_errc::bad_json);                                        // InvalidHeaderDeserialization

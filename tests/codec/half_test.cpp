@@ -241,5 +241,30 @@ TEST(Fp8, EveryPatternDecodesExactly) {
   }
 }
 
+// The fnuz variants: bias one more, 0x80 the only NaN, no infinities (the
+// all-ones exponent holds numbers), no negative zero.
+TEST(Fp8, EveryFnuzPatternDecodesExactly) {
+  const auto fnuz = [](unsigned b, int exp_bits) {
+    if (b == 0x80) return std::nan("");
+    const int man_bits = 7 - exp_bits, bias = 1 << (exp_bits - 1);
+    const double sign = (b & 0x80u) ? -1.0 : 1.0;
+    const unsigned e = (b >> man_bits) & ((1u << exp_bits) - 1), m = b & ((1u << man_bits) - 1);
+    if (e == 0) return sign * std::ldexp(m, 1 - bias - man_bits);
+    return sign * std::ldexp((1u << man_bits) + m, static_cast<int>(e) - bias - man_bits);
+  };
+  for (unsigned b = 0; b < 256; ++b) {
+    const auto u8 = static_cast<std::uint8_t>(b);
+    const float g4 = to_float(f8_e4m3fnuz{u8}), g5 = to_float(f8_e5m2fnuz{u8});
+    const double e4 = fnuz(b, 4), e5 = fnuz(b, 5);
+    EXPECT_TRUE(std::isnan(e4) ? std::isnan(g4) : static_cast<double>(g4) == e4) << b;
+    EXPECT_TRUE(std::isnan(e5) ? std::isnan(g5) : static_cast<double>(g5) == e5) << b;
+  }
+  EXPECT_EQ(to_float(f8_e4m3fnuz{0x7F}), 240.0f);
+  EXPECT_EQ(to_float(f8_e5m2fnuz{0x7F}), 57344.0f);
+  EXPECT_EQ(to_float(f8_e4m3fnuz{0x01}), std::ldexp(1.0f, -10));
+  EXPECT_EQ(to_float(f8_e5m2fnuz{0x01}), std::ldexp(1.0f, -17));
+  EXPECT_FALSE(std::signbit(to_float(f8_e4m3fnuz{0x00})));
+}
+
 }  // namespace
 }  // namespace ferry::codec

@@ -7,7 +7,10 @@ torch.load read back, for ferry's tests to compare with (pt_expected.h).
   make_pt_files.py golden DIR   the committed files in tests/data/pytorch
                                 (tests/checkpoint/pytorch_golden_test.cpp)
 
-Needs Debian's python3-torch (1.13). Deterministic: fixed seeds, no clocks.
+Needs Debian's python3-torch: 1.13 (Debian 12), or 2.6 (Debian 13, in the
+roots scripts/debian13-root makes, natively and under qemu), where the live
+files add every dtype torch 2.6 saves (every_dtype_2). Deterministic: fixed
+seeds, no clocks.
 
 X.pt.expected, one line per tensor, then one per non-tensor leaf:
   NAME DTYPE [SHAPE] [STRIDES] OFFSET STORAGE_GROUP CRC32
@@ -36,7 +39,15 @@ DTYPES = {
     torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
     torch.int32: "I32", torch.int64: "I64", torch.float16: "F16",
     torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64",
+    torch.complex64: "C64", torch.complex128: "C128",
 }
+# The dtypes of later releases, by torch's name: ferry's name (the bits
+# types are read as unsigned integers of their size).
+DTYPES.update({getattr(torch, k): v for k, v in {
+    "uint16": "U16", "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "complex32": "C32", "bits8": "U8", "bits16": "U16", "bits1x8": "U8", "bits2x4": "U8",
+    "bits4x2": "U8"}.items() if hasattr(torch, k)})
 # An integer dtype of each width, to see any tensor's elements as bytes.
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 STORAGE_WIDTH = {
@@ -82,7 +93,9 @@ def holds_tensor(v):
 def element_bytes(t):
     """The elements of t in row-major order as little-endian bytes."""
     c = t.detach().contiguous()
-    if c.dtype != torch.bool:
+    if c.is_complex():  # each part on its own
+        c = c.reshape(-1).view(BITS[c.element_size() // 2])
+    elif c.dtype != torch.bool:
         c = c.view(BITS[c.element_size()])
     a = c.numpy()
     return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
@@ -125,7 +138,7 @@ def expected_lines(obj):
 def save(obj, path, **kwargs):
     """torch.save, then X.pt.expected from what torch.load reads back."""
     torch.save(obj, path, **kwargs)
-    write_expected(path, torch.load(path))
+    write_expected(path, torch.load(path, weights_only=False))
 
 
 def write_expected(path, loaded):
@@ -190,6 +203,30 @@ def every_dtype():
     return d
 
 
+def every_dtype_2():
+    """What torch 2.x saves beyond every_dtype(): the unsigned integers, the
+    float8s (fnuz among them), complex (32 too, as a bit pattern: torch has
+    few operators on it) and the bits types, each over values that a byte
+    swap or a wrong part order breaks."""
+    d = OrderedDict()
+    d["c64"] = torch.tensor([1 + 2j, -0.0 - 3.5j, complex(float("inf"), float("nan"))], dtype=torch.complex64)
+    d["c128"] = torch.tensor([[1e-310 + 1j, -2 - 0j], [3 + 4j, 5 - 6j]], dtype=torch.complex128)
+    d["c128_t"] = d["c128"].t()
+    if not hasattr(torch, "uint16"):
+        return d
+    d["u16"] = torch.tensor([0, 1, 0x1234, 0xFFFF], dtype=torch.int32).to(torch.uint16)
+    d["u32"] = torch.tensor([0, 1, 0x12345678, 0xFFFFFFFF], dtype=torch.int64).to(torch.uint32)
+    d["u64"] = torch.tensor([0, 1, 0x0102030405060708, -1], dtype=torch.int64).view(torch.uint64)
+    patterns = torch.arange(256, dtype=torch.int32).to(torch.uint8)  # every byte
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+        d[name] = patterns.view(getattr(torch, name))
+    d["c32"] = torch.tensor([0x3C00, 0xC000, 0x7E01, 0x8000, 0x0001, 0xFC00], dtype=torch.int32).to(torch.uint16).view(
+        torch.complex32)
+    d["bits16"] = torch.tensor([0x0102, -2], dtype=torch.int16).view(torch.bits16)
+    d["bits8"] = torch.tensor([1, 2, 255], dtype=torch.uint8).view(torch.bits8)
+    return d
+
+
 def nested():
     torch.manual_seed(2)
     a = torch.randn(4)
@@ -214,8 +251,8 @@ def live(out):
     torch.save(net.state_dict(), stream)
     with open(os.path.join(out, "stream.pt"), "wb") as f:
         f.write(stream.getvalue())
-    write_expected(os.path.join(out, "stream.pt"), torch.load(os.path.join(out, "stream.pt")))
-    torch.save({"z": torch.zeros(2, dtype=torch.complex64)}, os.path.join(out, "complex.pt"))
+    write_expected(os.path.join(out, "stream.pt"), torch.load(os.path.join(out, "stream.pt"), weights_only=False))
+    save(every_dtype_2(), os.path.join(out, "dtypes_2.pt"))
     # Many tensors, each its own storage: what the pickle's values cost
     # per tensor (limits::max_pickle_memory).
     save(OrderedDict((f"model.layers.{i}.self_attn.q_proj.weight", torch.full((4, 4), float(i)))
@@ -313,7 +350,7 @@ def golden(out):
         if name.endswith("/data.pkl"):
             big.append(("golden_big/byteorder", b"big"))
     write_torch_like_zip(os.path.join(out, "golden_big.pt"), big)
-    write_expected(os.path.join(out, "golden_big.pt"), torch.load(little))
+    write_expected(os.path.join(out, "golden_big.pt"), torch.load(little, weights_only=False))
 
     # Python's zipfile: no padding, so storages start anywhere.
     rezipped = os.path.join(out, "golden_rezipped.pt")
@@ -321,7 +358,7 @@ def golden(out):
         for name, data in records:
             info = zipfile.ZipInfo(name.replace(prefix + "/", "golden_rezipped/", 1), (1980, 1, 1, 0, 0, 0))
             z.writestr(info, data)
-    write_expected(rezipped, torch.load(rezipped))
+    write_expected(rezipped, torch.load(rezipped, weights_only=False))
 
 
 def main():
