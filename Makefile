@@ -37,12 +37,13 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
 
 all: test
 
-# make test installs LibTorch (the trainer and ferry::torch), Fashion-MNIST and
-# llama.cpp's libggml (the GGUF oracle, from npm);
+# make test installs LibTorch (the trainer and ferry::torch), Fashion-MNIST,
+# llama.cpp's libggml (the GGUF oracle, from npm) and the Debian 13 roots
+# with torch 2.6 (scripts/debian13-root);
 # the peers' message formats, Boost.Serialization, cereal and Google
 # Benchmark are only for make bench, clang only for make fuzz.
 deps:
-	@scripts/install-deps build test cross-tools oracle
+	@scripts/install-deps build test cross-tools oracle debian13
 
 # The cross trees' libraries (scripts/cross-sysroot): in make test, unpacked
 # while the native tree builds.

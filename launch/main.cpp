@@ -5,7 +5,10 @@
 //
 // Each rank gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_RANK, OMP_NUM_THREADS (this machine's cores split
-// between its ranks, unless set), OMP_WAIT_POLICY=PASSIVE (unless set) and FERRY_SECRET (a fresh random one on a
+// between its ranks, unless set), OMP_WAIT_POLICY=PASSIVE (unless set),
+// USE_LIBUV=0 (unless set: torch 2.x's TCPStore asks for libuv, which
+// Debian's torch 2.6 is built without, so gloo's env:// rendezvous would
+// fail) and FERRY_SECRET (a fresh random one on a
 // single node when neither FERRY_SECRET nor FERRY_SECRET_FILE is set; with
 // several nodes every node must be given the same secret). Each line a rank
 // prints is prefixed with its rank. When a rank fails, the others get
@@ -179,6 +182,7 @@ int main(int argc, char** argv) {
   // Ranks share the cores: OpenMP threads that spin while they wait for
   // work take them from the other ranks (a 2-core machine ran 6x slower).
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  setenv("USE_LIBUV", "0", 0);
   if (!have_secret) setenv("FERRY_SECRET", random_secret().c_str(), 1);
   if (tty) setenv("FERRY_PROGRESS_TTY", "1", 1);
 

@@ -53,8 +53,14 @@ void translate(std::exception_ptr p) {
   }
 }
 
+// The group Python passes: ferry's own (torch 1.13), or the ProcessGroup
+// holding ferry's backend (torch 2.x).
 process_group& ferry_group(c10d::ProcessGroup& group) {
-  auto* ours = dynamic_cast<process_group*>(&group);
+  process_group* ours = nullptr;
+  try {
+    ours = dynamic_cast<process_group*>(ferry::distributed::torch_api::backend_of(group));
+  } catch (const c10::Error&) {  // no backend for CPU tensors
+  }
   if (ours == nullptr) {
     throw ferry::exception(ferry::error(ferry::comm_errc::bad_argument,
                                         "ferry: the process group's backend is " + group.getBackendName() + ", not ferry"));
@@ -89,6 +95,9 @@ PYBIND11_MODULE(_distributed, m) {
     comm_codes[py::str(std::string(i.name))] = py::make_tuple(i.value, std::string(i.message));
   }
   m.attr("comm_codes") = comm_codes;
+  // True where the creator returns a c10d::Backend, registered for CPU
+  // tensors (torch 2.x: torch_api.h).
+  m.attr("backend_api") = ferry::distributed::torch_api::backend_api;
 
   m.def(
       "create_process_group",

@@ -335,8 +335,8 @@ comm::config process_group::config_for(int rank, int size) {
   return comm::config::from_env(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)).value();
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                             int size, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<torch_api::base> process_group::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                          int size, std::chrono::milliseconds timeout) {
   comm::config c = config_for(rank, size);
   // torch's default timeout (30 min) means none was chosen: comm/'s applies.
   if (std::getenv("FERRY_TIMEOUT") == nullptr && timeout.count() > 0 && timeout != kProcessGroupDefaultTimeout) {
@@ -368,7 +368,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group::create(const c10::intrusiv
 }
 
 process_group::process_group(comm::communicator comm)
-    : c10d::ProcessGroup(static_cast<int>(comm.rank()), static_cast<int>(comm.world_size())),
+    : torch_api::base(static_cast<int>(comm.rank()), static_cast<int>(comm.world_size())),
       comm_(std::move(comm)) {
   std::lock_guard lock(live_mutex);
   live.insert(this);
@@ -723,6 +723,51 @@ c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(at::Tensor& o
   const std::vector<std::size_t> counts(static_cast<std::size_t>(getSize()), static_cast<std::size_t>(output.numel()));
   return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, out = output, in = input, op, counts]() mutable {
     reduce_scatter_now(in.reshape({-1}).contiguous(), counts, out, op);
+  });
+}
+
+// Each pair as _allgather_base and _reduce_scatter_base do it, in turn, in
+// one task: the outputs are ready together.
+c10::intrusive_ptr<c10d::Work> process_group::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                              std::vector<at::Tensor>& inputs,
+                                                                              const c10d::AllgatherOptions&) {
+  require(outputs.size() == inputs.size(), comm_errc::bad_argument, "ferry: allgather_into_tensor_coalesced takes ",
+          "one output per input, not ", outputs.size(), " for ", inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], "allgather_into_tensor_coalesced");
+    check_tensor(outputs[i], "allgather_into_tensor_coalesced");
+    require(outputs[i].numel() == getSize() * inputs[i].numel() && outputs[i].scalar_type() == inputs[i].scalar_type(),
+            comm_errc::bad_argument, "ferry: allgather_into_tensor_coalesced's output ", i,
+            " must hold world size times input ", i, ", of its dtype");
+  }
+  return enqueue(OpType::ALLGATHER_COALESCED, outputs, [this, ins = inputs, outs = outputs]() mutable {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      at::Tensor mine = ins[i].contiguous();
+      on_dense(outs[i], [&](at::Tensor& d) { allgather_now(mine, d); });
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                              std::vector<at::Tensor>& inputs,
+                                                                              const c10d::ReduceScatterOptions& opts) {
+  require(outputs.size() == inputs.size(), comm_errc::bad_argument, "ferry: reduce_scatter_tensor_coalesced takes ",
+          "one output per input, not ", outputs.size(), " for ", inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], "reduce_scatter_tensor_coalesced");
+    check_tensor(outputs[i], "reduce_scatter_tensor_coalesced");
+    require(inputs[i].numel() == getSize() * outputs[i].numel() && outputs[i].scalar_type() == inputs[i].scalar_type(),
+            comm_errc::bad_argument, "ferry: reduce_scatter_tensor_coalesced's input ", i,
+            " must hold world size times output ", i, ", of its dtype");
+    check_op(opts.reduceOp, outputs[i].scalar_type(), "reduce_scatter_tensor_coalesced");
+  }
+  const ReduceOp op = opts.reduceOp;
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, outputs, [this, ins = inputs, outs = outputs, op]() mutable {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      const std::vector<std::size_t> counts(static_cast<std::size_t>(getSize()),
+                                            static_cast<std::size_t>(outs[i].numel()));
+      reduce_scatter_now(ins[i].reshape({-1}).contiguous(), counts, outs[i], op);
+    }
   });
 }
 

@@ -1,5 +1,7 @@
 // ferry/python/distributed/process_group.h: the torch.distributed backend
-// "ferry", a c10d::ProcessGroup over ferry::comm::communicator.
+// "ferry" over ferry::comm::communicator: a c10d::Backend on torch 2.x, a
+// c10d::ProcessGroup on torch 1.13, from this one implementation (the
+// differences: torch_api.h).
 //
 //   import torch.distributed as dist
 //   import ferry.distributed            # registers "ferry"
@@ -35,6 +37,10 @@
 //     AVG of an integer tensor is refused, as PyTorch's other backends do.
 //   broadcast, allgather, _allgather_base, gather, scatter, barrier: every
 //     dtype above, converted to each receiver's byte order on the way.
+//   allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced
+//     (torch 2.x: all_gather_into_tensor and reduce_scatter_tensor under
+//     dist._coalescing_manager, as FSDP calls them): each pair in turn, in
+//     one queued task.
 //   alltoall, alltoall_base (all_to_all, all_to_all_single): straight
 //     from each rank to each other (communicator.h's all_to_all).
 //   send, recv, recvAnysource (send, recv, isend, irecv): comm/'s
@@ -62,20 +68,20 @@
 #include <unordered_map>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ferry/comm/communicator.h"
 #include "ferry/comm/detail/worker.h"
+#include "torch_api.h"
 
 namespace ferry::distributed {
 
-class process_group final : public c10d::ProcessGroup {
+class process_group final : public torch_api::base {
  public:
   /// Forms the ring for torch.distributed (the rendezvous above). Throws
   /// ferry::exception (a bad environment) or comm::comm_error.
-  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                       int size, std::chrono::milliseconds timeout);
+  static c10::intrusive_ptr<torch_api::base> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout);
 
   /// comm/'s configuration from the environment (comm::config::from_env)
   /// for this rank and world size; throws ferry::exception (bad_config: a
@@ -116,6 +122,13 @@ class process_group final : public c10d::ProcessGroup {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) FERRY_OVERRIDE_2;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts)
+      FERRY_OVERRIDE_2;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   /// Pieces along the first dimension, equal ones when the splits are
   /// empty (communicator.h's all_to_all, complex tensors as pairs of reals).

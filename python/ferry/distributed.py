@@ -29,6 +29,7 @@ import atexit
 import datetime
 import functools
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -86,11 +87,20 @@ def _with_ferry_store(init):
             store = _store.Store(os.environ.get("MASTER_ADDR") or "127.0.0.1",
                                  _env_int("MASTER_PORT", "29500"), rank == 0, wait)
             init_method = None
-        return init(backend, init_method, timeout if timeout is not None else _default_timeout(), world_size, rank,
-                    store, *args, **kwargs)
+        result = init(backend, init_method, timeout if timeout is not None else _default_timeout(), world_size, rank,
+                      store, *args, **kwargs)
+        if isinstance(store, _store.Store):
+            # The default group holds the store from C++ only since torch 2
+            # (through a PrefixStore): the Python object, which serves its
+            # calls, lives as long as the group does.
+            _stores[dist.distributed_c10d._get_default_group()] = store
+        return result
 
     init_process_group.__wrapped_by_ferry__ = True
     return init_process_group
+
+
+_stores = weakref.WeakKeyDictionary()  # {default group: ferry's store}
 
 
 def _default_timeout():
@@ -100,7 +110,10 @@ def _default_timeout():
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return  # imported twice (a reload): the first registration stands
-    dist.Backend.register_backend(BACKEND, _distributed.create_process_group)
+    if _distributed.backend_api:  # torch 2.x: a c10d::Backend, for CPU tensors ("cpu" as a list, not a string)
+        dist.Backend.register_backend(BACKEND, _distributed.create_process_group, devices=["cpu"])
+    else:
+        dist.Backend.register_backend(BACKEND, _distributed.create_process_group)
     if not getattr(dist.init_process_group, "__wrapped_by_ferry__", False):
         dist.init_process_group = dist.distributed_c10d.init_process_group = _with_ferry_store(
             dist.distributed_c10d.init_process_group)

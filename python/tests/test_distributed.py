@@ -33,8 +33,10 @@ def start(script, world, args=(), env_of=lambda rank: {}):
     port = str(free_port())
     ranks = []
     for rank in range(world):
+        # USE_LIBUV=0: torch 2.x's TCPStore (gloo's env://) asks for libuv,
+        # which Debian's torch 2.6 is built without; ferry-run sets it too.
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
-                   LOCAL_RANK=str(rank), FERRY_SECRET="test secret", OMP_NUM_THREADS="1")
+                   LOCAL_RANK=str(rank), FERRY_SECRET="test secret", OMP_NUM_THREADS="1", USE_LIBUV="0")
         for name, value in env_of(rank).items():
             if value is None:
                 env.pop(name, None)

@@ -178,7 +178,8 @@ def test_pt_files_read_as_torch_load_reads_them(tmp_path):
     with ferry.open(tmp_path / "m.pt") as ck:
         assert ck.format == "pytorch"
         assert json.loads(ck.metadata()["config.lr"]) == 0.1
-        assert ck.metadata()["pytorch.byteorder"] == "absent"
+        # torch.save writes the byteorder record since 2.1.
+        assert ck.metadata()["pytorch.byteorder"] == ("absent" if torch.__version__ < "2.1" else "little")
         ck.verify()
     # And on to .ferry and .safetensors.
     ferry.save(tmp_path / "m.ferry", got)
