@@ -6,10 +6,13 @@
 #                two ranks (ferry-run + ferry-train) and draw its curves
 #                (build/native/tools/ferry-codec-demo shows the codecs' speeds)
 #   make test    every test: native, ASan+UBSan, aarch64/armhf/s390x under
-#                qemu-user (each tree replays the fuzz corpora), and TSan
-#                over ferry-train and the torch backend; the next tree
-#                builds (at nice 19) while one tree's tests run
-#                (make native, make asan, ... build and test one tree)
+#                qemu-user (each tree replays the fuzz corpora), TSan
+#                over ferry-train and the torch backend, and the torch26
+#                tree (in the Debian 13 root: everything that involves
+#                torch or Python, on torch 2.6 and Python 3.13); the next
+#                tree builds (at nice 19) while one tree's tests run
+#                (make native, make asan, make torch26, ... build and test
+#                one tree)
 #   make cross   only the cross-architecture tests
 #   make bench   benchmarks; JSON in bench-results/, ratio tables at the end
 #                (the message and checkpoint benchmarks again for s390x
@@ -26,13 +29,16 @@
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
 # make test's pipeline (below)
-BUILD_ORDER := native $(CROSS_ARCHES) asan tsan
-TEST_ORDER := native $(CROSS_ARCHES) mixed asan tsan
+BUILD_ORDER := native $(CROSS_ARCHES) asan tsan torch26
+TEST_ORDER := native $(CROSS_ARCHES) mixed asan tsan torch26
+# The torch26 tree builds and runs inside the Debian 13 root (GCC 14,
+# LibTorch 2.6, Python 3.13): what involves torch or Python, on torch 2.6.
+IN_torch26 := scripts/in-debian13
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake \
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps sysroots bench-deps fuzz-deps demo test native asan tsan cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
+.PHONY: all deps sysroots bench-deps fuzz-deps demo test native asan tsan torch26 cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
   $(addprefix build-,$(BUILD_ORDER)) $(addprefix test-,$(TEST_ORDER))
 
 all: test
@@ -81,11 +87,12 @@ native: deps
 	ctest --preset native
 	$(call STAMP,tested)
 
-asan tsan: deps
+asan tsan torch26: deps
 	@mkdir -p build && date +%s > build/.$@.start
-	$(call build_preset,$@)
+	$(IN_$@) cmake --preset $@ >/dev/null
+	$(IN_$@) cmake --build --preset $@
 	$(call STAMP,built)
-	ctest --preset $@
+	$(IN_$@) ctest --preset $@
 	$(call STAMP,tested)
 
 $(CROSS_ARCHES): sysroots
@@ -125,7 +132,7 @@ fuzz-replay: fuzz-build
 test:
 	@mkdir -p build && date +%s > build/.test.start
 	@$(MAKE) --no-print-directory -j2 test-$(lastword $(TEST_ORDER))
-	@echo "make test: native, asan, tsan and $(CROSS_ARCHES), fuzz corpora included, all passed in $$(( $$(date +%s) - $$(cat build/.test.start) )) s"
+	@echo "make test: native, asan, tsan, torch26 and $(CROSS_ARCHES), fuzz corpora included, all passed in $$(( $$(date +%s) - $$(cat build/.test.start) )) s"
 
 # build-<tree> follows the build before it in BUILD_ORDER; test-<tree>
 # follows its own build and the tests before it in TEST_ORDER (the mixed
@@ -140,14 +147,14 @@ define pipelined_build
 build-$(1): deps $(if $(filter $(CROSS_ARCHES),$(1)),sysroots) $(addprefix build-,$(2))
 	@mkdir -p build && date +%s > build/.build-$(1).start
 	@echo "make: $(1): building (build/$(1).build.log)"
-	@if ! { cmake --preset $(1) && nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \
+	@if ! { $(IN_$(1)) cmake --preset $(1) && $(IN_$(1)) nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \
 	  tail -n 150 build/$(1).build.log; echo "make: $(1): the build failed (build/$(1).build.log)"; exit 1; fi
 	@echo "make: $(1): built at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.build-$(1).start) )) s"
 endef
 define pipelined_test
 test-$(1): build-$(if $(filter mixed,$(1)),native,$(1)) $(addprefix test-,$(2))
 	@date +%s > build/.test-$(1).start
-	ctest --preset $(1)
+	$(IN_$(1)) ctest --preset $(1)
 	@echo "make: $(1): tested at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.test-$(1).start) )) s"
 endef
 $(foreach p,$(call after,$(BUILD_ORDER)),$(eval $(call pipelined_build,$(call tree,$(p)),$(call before,$(p)))))

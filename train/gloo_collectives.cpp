@@ -88,6 +88,12 @@ class gloo_collectives final : public collectives {
     so.isServer = cfg.rank == 0;
     so.numWorkers = cfg.world_size;
     so.timeout = cfg.timeout;
+    // LibTorch 2.x's TCPStore asks for libuv by default, which Debian's
+    // torch 2.6 is built without ("use_libuv was requested..."): the plain
+    // one, as 1.13 has it.
+    [](auto& o) {
+      if constexpr (requires { o.useLibUV; }) o.useLibUV = false;
+    }(so);
     auto store = c10::make_intrusive<c10d::TCPStore>(cfg.master_addr, so);
     auto options = c10d::ProcessGroupGloo::Options::create(cfg.timeout);
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {

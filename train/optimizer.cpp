@@ -10,6 +10,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "ferry/checkpoint/torch/optimizer_key.h"
 #include "ferry/trainer/error.h"
 #include "common.h"
 
@@ -18,7 +19,7 @@ namespace {
 
 [[noreturn]] void bad_state(std::string text) { fail(trainer_errc::bad_checkpoint, std::move(text)); }
 
-std::string key_of(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+libtorch::optimizer_key_t key_of(const at::Tensor& p) { return libtorch::optimizer_key(p); }
 
 // This run's hyper-parameters into every group of LibTorch's object (a
 // checkpoint's replaced them), so that the next checkpoint records them.

@@ -17,6 +17,7 @@
 #include <torch/version.h>
 
 #include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/torch/optimizer_key.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/writer.h"
 
@@ -124,7 +125,8 @@ const char* kind_name(optimizer_kind k) {
   return "?";
 }
 
-std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+using state_key_t = optimizer_key_t;
+state_key_t state_key(const at::Tensor& p) { return optimizer_key(p); }
 
 // Parameter names by TensorImpl (the first name of a tied parameter).
 std::unordered_map<const void*, std::string> parameter_names(const torch::nn::Module& module) {
@@ -212,7 +214,7 @@ result<commit_fn, error> prepare_optimizer(torch::optim::Optimizer& optimizer, c
                                       " state, the optimizer is " + kind_name(*kind));
   }
   const auto names = parameter_names(module);
-  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
+  std::vector<std::pair<state_key_t, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
   const auto find = [&](const std::string& name, const char* field, const at::Tensor& like,
                         bool required) -> result<at::Tensor, error> {
     const std::string key = "optimizer." + name + "." + field;
