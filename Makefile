@@ -38,7 +38,7 @@ FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake 
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
 
-.PHONY: all deps sysroots bench-deps fuzz-deps demo test native asan tsan torch26 cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
+.PHONY: all deps debian13-roots sysroots bench-deps fuzz-deps demo test native asan tsan torch26 cross $(CROSS_ARCHES) fuzz-build fuzz-replay fuzz soak bench clean \
   $(addprefix build-,$(BUILD_ORDER)) $(addprefix test-,$(TEST_ORDER))
 
 all: test
@@ -49,7 +49,13 @@ all: test
 # the peers' message formats, Boost.Serialization, cereal and Google
 # Benchmark are only for make bench, clang only for make fuzz.
 deps:
-	@scripts/install-deps build test cross-tools oracle debian13
+	@scripts/install-deps build test cross-tools oracle
+
+# The Debian 13 roots (torch 2.6, Python 3.13; scripts/debian13-root): the
+# torch26 tree runs in one, and the native tree reads the .pt files torch
+# 2.6 writes in them.
+debian13-roots: deps
+	@scripts/install-deps debian13
 
 # The cross trees' libraries (scripts/cross-sysroot): in make test, unpacked
 # while the native tree builds.
@@ -80,14 +86,21 @@ demo: deps
 # since the tree started, so a slow make test shows where its minutes go.
 STAMP = @echo "make: $@: $(1) at $$(date +%T) ($$(( $$(date +%s) - $$(cat build/.$@.start) )) s since the tree started)"
 
-native: deps
+native: debian13-roots
 	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,native)
 	$(call STAMP,built)
 	ctest --preset native
 	$(call STAMP,tested)
 
-asan tsan torch26: deps
+asan tsan: deps
+	@mkdir -p build && date +%s > build/.$@.start
+	$(call build_preset,$@)
+	$(call STAMP,built)
+	ctest --preset $@
+	$(call STAMP,tested)
+
+torch26: debian13-roots
 	@mkdir -p build && date +%s > build/.$@.start
 	$(IN_$@) cmake --preset $@ >/dev/null
 	$(IN_$@) cmake --build --preset $@
@@ -144,7 +157,7 @@ tree = $(word 1,$(subst :, ,$(1)))
 before = $(filter-out -,$(word 2,$(subst :, ,$(1))))
 
 define pipelined_build
-build-$(1): deps $(if $(filter $(CROSS_ARCHES),$(1)),sysroots) $(addprefix build-,$(2))
+build-$(1): deps $(if $(filter $(CROSS_ARCHES),$(1)),sysroots) $(if $(filter native torch26,$(1)),debian13-roots) $(addprefix build-,$(2))
 	@mkdir -p build && date +%s > build/.build-$(1).start
 	@echo "make: $(1): building (build/$(1).build.log)"
 	@if ! { $(IN_$(1)) cmake --preset $(1) && $(IN_$(1)) nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \

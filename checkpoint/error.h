@@ -32,7 +32,7 @@ namespace ferry {
   X(bad_json, 410, "safetensors header is not JSON of the specified grammar")                              \
   X(bad_metadata, 411, "metadata is not a map of strings to strings")                                      \
   X(shared_storage, 412, "tensors share storage, which safetensors cannot express")                        \
-  X(element_size_mismatch, 413, "tensors over one storage have different element sizes")                   \
+  X(element_size_mismatch, 413, "tensors over one storage have different element sizes or byte-order units") \
   X(storage_too_large, 414, "storage does not fit this machine's address space")                           \
   X(header_mismatch, 415, "the file's header and trailer disagree")                                        \
   X(bad_padding, 416, "padding between storages is not zero")                                             \

@@ -127,7 +127,7 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     const auto it = index_of.find(rec.storage.get());
     if (it == index_of.end()) return tfail(checkpoint_errc::bad_storage_reference);
     const storage_info& st = out.storages[it->second];
-    if (codec::size_of(st.dtype) != codec::size_of(*dtype)) return tfail(checkpoint_errc::element_size_mismatch);
+    if (!codec::same_element_layout(st.dtype, *dtype)) return tfail(checkpoint_errc::element_size_mismatch);
     if (auto r = check_view(*dtype, rec.shape, rec.strides, rec.offset, st.nbytes, lim.max_dims); !r) {
       return tfail(r.error());
     }

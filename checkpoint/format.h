@@ -61,8 +61,10 @@
 //     4 dtype     u8    element type, a codec::dtype code: 1 bool, 2 u8,
 //                       3 i8, 4 u16, 5 i16, 6 u32, 7 i32, 8 u64, 9 i64,
 //                       10 f16, 11 bf16, 12 f32, 13 f64, 14 f8_e4m3,
-//                       15 f8_e5m2 [codec unknown_dtype]. Its size is the
-//                       width swapped when orders differ.
+//                       15 f8_e5m2, 16 f8_e4m3fnuz, 17 f8_e5m2fnuz,
+//                       18 c32, 19 c64, 20 c128 [codec unknown_dtype].
+//                       Its codec::order_width is the unit swapped when
+//                       orders differ (its size; half of it for complex).
 //   ferry.checkpoint.tensor
 //     1 name      string  1..max_name_bytes bytes of valid UTF-8; unique in
 //                         the file [bad_name, duplicate_key]

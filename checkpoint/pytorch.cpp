@@ -312,7 +312,7 @@ class flattener {
       used_records_[r] = true;
     }
     const storage_info& st = out_.storages[it->second];
-    if (codec::size_of(st.dtype) != width) return fail(checkpoint_errc::element_size_mismatch);
+    if (!codec::same_element_layout(st.dtype, *t->dtype)) return fail(checkpoint_errc::element_size_mismatch);
     std::vector<std::uint64_t> shape, strides;
     for (const value* x : t->items[1]->items) shape.push_back(static_cast<std::uint64_t>(x->i));
     for (const value* x : t->items[2]->items) strides.push_back(static_cast<std::uint64_t>(x->i));

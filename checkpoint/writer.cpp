@@ -112,7 +112,7 @@ result<storage_id, error> writer::add_tensor(const tensor_ref& t, std::optional<
   if (shared) {
     if (shared->index >= s.m.storages.size()) return fail(checkpoint_errc::bad_storage_reference);
     const storage_record& rec = *s.m.storages[shared->index];
-    if (codec::size_of(static_cast<codec::dtype>(rec.dtype)) != width) {
+    if (!codec::same_element_layout(static_cast<codec::dtype>(rec.dtype), t.dtype)) {
       return fail(checkpoint_errc::element_size_mismatch);
     }
     storage_bytes = rec.nbytes;

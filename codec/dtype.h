@@ -90,12 +90,26 @@ inline constexpr dtype all_dtypes[] = {
 /// a complex dtype (each part is swapped on its own).
 [[nodiscard]] std::size_t order_width(dtype t) noexcept;
 
-/// The safetensors name ("F32", "BF16", ...).
+/// The name: safetensors' where it has the type ("F32", "BF16", "C64"), one
+/// made the same way otherwise ("C128", "F8_E4M3FNUZ").
 [[nodiscard]] std::string_view name(dtype t) noexcept;
 
 /// True for the real floating-point dtypes (not the complex ones, as in
 /// PyTorch).
 [[nodiscard]] bool is_floating_point(dtype t) noexcept;
+
+/// The dtype of each part of a complex dtype (F16, F32, F64); t itself for
+/// the others.
+[[nodiscard]] constexpr dtype part_of(dtype t) noexcept {
+  return t == dtype::c32 ? dtype::f16 : t == dtype::c64 ? dtype::f32 : t == dtype::c128 ? dtype::f64 : t;
+}
+
+/// Whether tensors of dtypes a and b may view one storage: the same element
+/// size and the same unit of byte order (a C64 and an F64 tensor may not:
+/// converting the storage's order would scramble one of them).
+[[nodiscard]] inline bool same_element_layout(dtype a, dtype b) noexcept {
+  return size_of(a) == size_of(b) && order_width(a) == order_width(b);
+}
 
 /// True for C32, C64 and C128.
 [[nodiscard]] constexpr bool is_complex(dtype t) noexcept {

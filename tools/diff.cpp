@@ -128,17 +128,26 @@ class row_sink {
 void describe_difference(json& row, ferry::codec::dtype dtype, std::span<const std::byte> va,
                          std::span<const std::byte> vb) {
   const std::size_t w = ferry::codec::size_of(dtype);
+  // A complex element differs by the modulus of the difference.
+  const ferry::codec::dtype part = ferry::codec::part_of(dtype);
+  const bool complex = ferry::codec::is_complex(dtype);
+  const auto value = [&](const std::byte* p, double& im) {
+    im = complex ? ckpt::element_as_double(part, p + w / 2) : 0.0;
+    return ckpt::element_as_double(part, p);
+  };
   double max_abs = 0, max_rel = 0;
   std::uint64_t differing = 0;
   for (std::size_t i = 0; i < va.size(); i += w) {
     if (std::memcmp(va.data() + i, vb.data() + i, w) == 0) continue;
     ++differing;
-    const double x = ckpt::element_as_double(dtype, va.data() + i);
-    const double y = ckpt::element_as_double(dtype, vb.data() + i);
-    if (std::isnan(x) && std::isnan(y)) continue;  // NaN payloads differ
-    const double d = std::isnan(x) || std::isnan(y) ? INFINITY : std::fabs(x - y);
+    double xi = 0, yi = 0;
+    const double x = value(va.data() + i, xi);
+    const double y = value(vb.data() + i, yi);
+    const bool x_nan = std::isnan(x) || std::isnan(xi), y_nan = std::isnan(y) || std::isnan(yi);
+    if (x_nan && y_nan) continue;  // NaN payloads differ
+    const double d = x_nan || y_nan ? INFINITY : std::hypot(x - y, xi - yi);
     max_abs = std::max(max_abs, d);
-    const double scale = std::max(std::fabs(x), std::fabs(y));
+    const double scale = std::max(std::hypot(x, xi), std::hypot(y, yi));
     if (scale > 0) max_rel = std::max(max_rel, d / scale);
   }
   row["status"] = "differs";

@@ -26,6 +26,11 @@ namespace {
 
 namespace ckpt = ferry::checkpoint;
 
+// The dtypes LibTorch gained after 1.13: the float8s (2.1), their fnuz
+// variants (2.2), uint16..64 (2.3).
+#define FERRY_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 std::optional<codec::dtype> to_dtype(at::ScalarType t) {
   switch (t) {
     case at::kBool: return codec::dtype::boolean;
@@ -41,11 +46,15 @@ std::optional<codec::dtype> to_dtype(at::ScalarType t) {
     case at::kComplexHalf: return codec::dtype::c32;
     case at::kComplexFloat: return codec::dtype::c64;
     case at::kComplexDouble: return codec::dtype::c128;
-#if TORCH_VERSION_MAJOR >= 2  // the float8s and wide unsigned types came in 2.1 and 2.3
+#if FERRY_TORCH_AT_LEAST(2, 1)
     case at::kFloat8_e4m3fn: return codec::dtype::f8_e4m3;
     case at::kFloat8_e5m2: return codec::dtype::f8_e5m2;
+#endif
+#if FERRY_TORCH_AT_LEAST(2, 2)
     case at::kFloat8_e4m3fnuz: return codec::dtype::f8_e4m3fnuz;
     case at::kFloat8_e5m2fnuz: return codec::dtype::f8_e5m2fnuz;
+#endif
+#if FERRY_TORCH_AT_LEAST(2, 3)
     case at::kUInt16: return codec::dtype::u16;
     case at::kUInt32: return codec::dtype::u32;
     case at::kUInt64: return codec::dtype::u64;
@@ -69,11 +78,15 @@ std::optional<at::ScalarType> to_scalar_type(codec::dtype t) {
     case codec::dtype::c32: return at::kComplexHalf;
     case codec::dtype::c64: return at::kComplexFloat;
     case codec::dtype::c128: return at::kComplexDouble;
-#if TORCH_VERSION_MAJOR >= 2
+#if FERRY_TORCH_AT_LEAST(2, 1)
     case codec::dtype::f8_e4m3: return at::kFloat8_e4m3fn;
     case codec::dtype::f8_e5m2: return at::kFloat8_e5m2;
+#endif
+#if FERRY_TORCH_AT_LEAST(2, 2)
     case codec::dtype::f8_e4m3fnuz: return at::kFloat8_e4m3fnuz;
     case codec::dtype::f8_e5m2fnuz: return at::kFloat8_e5m2fnuz;
+#endif
+#if FERRY_TORCH_AT_LEAST(2, 3)
     case codec::dtype::u16: return at::kUInt16;
     case codec::dtype::u32: return at::kUInt32;
     case codec::dtype::u64: return at::kUInt64;

@@ -293,7 +293,7 @@ void host_order_reduce(reduce_op op, codec::dtype t, std::byte* out, const std::
     case dtype::bf16: return half_reduce<bf16>(op, out, a, b, n);
     case dtype::f32: return typed_reduce<float>(op, out, a, b, n);
     case dtype::f64: return typed_reduce<double>(op, out, a, b, n);
-    // Complex: sum only (reducible()), part by part.
+    // Complex: sum only (reducible()), part by part (codec::part_of).
     case dtype::c32: return half_reduce<f16>(op, out, a, b, 2 * n);
     case dtype::c64: return typed_reduce<float>(op, out, a, b, 2 * n);
     case dtype::c128: return typed_reduce<double>(op, out, a, b, 2 * n);

@@ -10,6 +10,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "distributed: the torch.distributed backend (ferry._distributed)")
     config.addinivalue_line("markers", "mixed: ranks of other architectures under qemu (FERRY_QEMU_PYTHON, FERRY_CROSS_ROOT)")
     config.addinivalue_line("markers", "trainer: trains with ferry-run and ferry-train (FERRY_RUN, FERRY_TRAIN)")
+    config.addinivalue_line("markers", "safetensors: the safetensors library as an oracle (Debian 13's python3-safetensors)")
 
 
 def program(variable):

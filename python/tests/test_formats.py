@@ -38,6 +38,42 @@ def test_complex_through_every_format_that_has_it(tmp_path):
     # safetensors has no complex128: one line naming the dtype and the format.
     with pytest.raises(ferry.Error, match="safetensors has no dtype C128"):
         ferry.save(tmp_path / "c128.safetensors", {"zz": z.astype(np.complex128)})
+    with pytest.raises(ferry.Error, match="dtype C64 has no GGUF tensor type"):
+        ferry.save(tmp_path / "c.gguf", {"z": z})
+    assert not (tmp_path / "c.gguf").exists() and not (tmp_path / "c128.safetensors").exists()
+
+
+@pytest.mark.safetensors
+def test_safetensors_library_and_ferry_read_each_other(tmp_path):
+    """Every dtype both support, each way: what ferry writes the library
+    loads, and what the library writes ferry loads, the same bytes."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    torch.manual_seed(3)
+    base = torch.randn(3, 5)
+    tensors = {
+        "bool": base > 0, "u8": (base * 40).to(torch.uint8), "i8": (base * 40).to(torch.int8),
+        "i16": (base * 900).to(torch.int16), "i32": (base * 9e8).to(torch.int32),
+        "i64": (base * 9e17).to(torch.int64), "f16": base.half(), "bf16": base.bfloat16(), "f32": base,
+        "f64": base.double(), "f8_e4m3": base.to(torch.float8_e4m3fn), "f8_e5m2": base.to(torch.float8_e5m2),
+    }
+    ferry.save(tmp_path / "ferry.safetensors", tensors)
+    theirs = load_file(tmp_path / "ferry.safetensors")
+    save_file(tensors, tmp_path / "theirs.safetensors")
+    ours = ferry.load(tmp_path / "theirs.safetensors", framework="torch")
+    for name, t in tensors.items():
+        for got in (theirs[name], ours[name]):
+            assert got.dtype == t.dtype, name
+            assert got.contiguous().view(torch.uint8).tolist() == t.contiguous().view(torch.uint8).tolist(), name
+    # The wide unsigned types through NumPy (the library's torch side of
+    # 0.4 has no uint16..64).
+    from safetensors.numpy import load_file as np_load, save_file as np_save
+    arrays = {f"u{8 * w}": (np.arange(6, dtype=np.uint64) * 0x0102030405060708).astype(f"<u{w}") for w in (2, 4, 8)}
+    ferry.save(tmp_path / "u.safetensors", arrays)
+    np_save(arrays, tmp_path / "theirs_u.safetensors")
+    for got in (np_load(tmp_path / "u.safetensors"), ferry.load(tmp_path / "theirs_u.safetensors")):
+        for name, a in arrays.items():
+            assert got[name].dtype == a.dtype and got[name].tobytes() == a.tobytes(), name
 
 
 def test_npy_holds_one_array(tmp_path):

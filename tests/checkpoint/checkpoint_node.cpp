@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& t : *all) {
       auto bytes = t.contiguous_copy();
-      ferry::wire::convert_in_place(bytes, ferry::codec::size_of(t.dtype()), ferry::wire::host_order,
+      ferry::wire::convert_in_place(bytes, ferry::codec::order_width(t.dtype()), ferry::wire::host_order,
                                     ferry::wire::byte_order::little);
       std::string shape;
       for (const auto d : t.shape()) shape += " " + std::to_string(d);

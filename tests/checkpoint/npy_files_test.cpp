@@ -42,7 +42,7 @@ std::vector<expected_array> read_expected_npy(const fs::path& p) {
 // zlib's CRC-32 of `t`'s elements, row-major, as little-endian bytes.
 std::uint32_t le_crc(const tensor& t) {
   auto rows = t.contiguous_copy();
-  const std::size_t width = codec::size_of(t.dtype());
+  const std::size_t width = codec::order_width(t.dtype());
   std::vector<std::byte> le(rows.size());
   if (!rows.empty()) wire::convert(rows, wire::host_order, le, byte_order::little, width);
   return detail::zip_crc32(le);

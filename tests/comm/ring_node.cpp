@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
         auto v = typed_input(c.rank, t, 1001);
         comm.allreduce_bytes(t, v, {.op = op});
         std::vector<std::byte> le(v.size());
-        wire::convert(v, wire::host_order, le, wire::byte_order::little, codec::size_of(t));
+        wire::convert(v, wire::host_order, le, wire::byte_order::little, codec::order_width(t));
         for (const std::byte x : le) out.push_back(std::to_integer<unsigned char>(x));
       }
     }
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
       std::vector<std::byte> piece(counts[c.rank] * codec::size_of(t));
       comm.reduce_scatter_bytes(t, in, counts, piece, {.op = comm::reduce_op::max});
       std::vector<std::byte> le(piece.size());
-      wire::convert(piece, wire::host_order, le, wire::byte_order::little, codec::size_of(t));
+      wire::convert(piece, wire::host_order, le, wire::byte_order::little, codec::order_width(t));
       for (const std::byte x : le) residual.push_back(std::to_integer<unsigned char>(x));
     }
     auto b = input(c.rank, 3000, 5);
