@@ -2,8 +2,8 @@
 // (.ferry, a set, safetensors, .npz, GGUF, .pt): opened, loaded whole with
 // the mappings the process holds bounded (a mapping per storage ran out of
 // vm.max_map_count at 65,000), converted and read back; and the ferry
-// tool's per-file commands linear in the tensors (a 2^20 file within 12
-// times a 2^17 one, where linear is 8); and the process's mapping budget
+// tool's per-file commands linear in the tensors (a 2^20 file within 16
+// times a 2^17 one, where linear is 8 and quadratic 64); and the process's mapping budget
 // spent. Native only: times under qemu or the sanitizers mean nothing,
 // and the files take a few hundred MB. Memory per command: memory_test.cpp.
 #include <gtest/gtest.h>
@@ -209,9 +209,11 @@ TEST_F(Scale, ConvertsAndReadsBack) {
 }
 
 // inspect (text and --json), verify, convert and diff of 2^20 tensors take
-// at most 12 times the CPU time that 2^17 take (linear: 8; before: inspect quadratic,
-// 0.19 s at 16,384 tensors, 11 s at 70,000, not done in 120 s at 2^20),
-// every command for GGUF, inspect for the other formats.
+// at most 16 times the CPU time that 2^17 take (linear: 8, quadratic: 64;
+// before: inspect quadratic, 0.19 s at 16,384 tensors, 11 s at 70,000, not
+// done in 120 s at 2^20), every command for GGUF, inspect for the other
+// formats. A set's inspect, whose index and shards outgrow the caches at
+// 2^20, took 12.5x in a clean make test (the other core building a tree).
 TEST_F(Scale, CommandsAreLinearInTheTensors) {
   for (const char* format : {"gguf", "safetensors", "npz", "ferry", "set"}) {
     const bool every = std::string_view(format) == "gguf";
@@ -233,7 +235,7 @@ TEST_F(Scale, CommandsAreLinearInTheTensors) {
     for (const auto& [command, line] : large_lines) {
       // A second try when the first is over: a hiccup (a page cache
       // flushed, huge pages not to be had) is not a square.
-      const double limit = 12 * small.at(command) + 0.3;
+      const double limit = 16 * small.at(command) + 0.3;
       double seconds = timed(line);
       if (seconds >= limit) seconds = std::min(seconds, timed(line));
       std::printf("%s %s: %.2f CPU-s for 2^17, %.2f for 2^20 (%.1fx)\n", format, command.c_str(), small.at(command),
