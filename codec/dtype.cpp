@@ -48,7 +48,10 @@ const dtype_info& info(dtype t) noexcept {
 }  // namespace
 
 std::size_t size_of(dtype t) noexcept { return info(t).size; }
-std::size_t order_width(dtype t) noexcept { return is_complex(t) ? info(t).size / 2 : info(t).size; }
+std::size_t order_width(dtype t) noexcept {
+  const std::size_t size = info(t).size;
+  return is_complex(t) ? size / 2 : size;
+}
 std::string_view name(dtype t) noexcept { return info(t).name; }
 bool is_floating_point(dtype t) noexcept { return info(t).floating; }
 
