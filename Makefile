@@ -18,7 +18,9 @@
 #                (the message and checkpoint benchmarks again for s390x
 #                under qemu), allreduce against Gloo and ferry-train
 #                against PyTorch DDP on a simulated cluster
-#                (bench/comm_cluster, bench/train_compare; need root)
+#                (bench/comm_cluster, bench/train_compare; need root);
+#                on torch 2.6, ferry.load against torch.load(mmap=True)
+#                (bench/torch26_load.py) and DDP on ferry against gloo
 #   make fuzz    each libFuzzer harness for FUZZ_SECONDS (default 60) seconds
 #                (clang; make fuzz-replay only builds them and replays)
 #   make soak    the 2^32 sweeps (every f32 pattern through the byte-order
@@ -33,7 +35,12 @@ BUILD_ORDER := native $(CROSS_ARCHES) asan tsan torch26
 TEST_ORDER := native $(CROSS_ARCHES) mixed asan tsan torch26
 # The torch26 tree builds and runs inside the Debian 13 root (GCC 14,
 # LibTorch 2.6, Python 3.13): what involves torch or Python, on torch 2.6.
+# Its build also cross-builds the Python modules for the aarch64 and s390x
+# roots (presets torch26-aarch64, torch26-s390x), whose ranks join its
+# mixed DDP job.
 IN_torch26 := scripts/in-debian13
+PRESETS_torch26 := torch26 torch26-aarch64 torch26-s390x
+presets = $(or $(PRESETS_$(1)),$(1))
 FUZZERS := varint reader roundtrip graph_reader graph_roundtrip frame handshake \
   checkpoint_reader safetensors_reader checkpoint_roundtrip idx pickle pytorch_reader set_index hf_index \
   gguf npy_header npz
@@ -100,10 +107,9 @@ asan tsan: deps
 	ctest --preset $@
 	$(call STAMP,tested)
 
-torch26: debian13-roots
+torch26: debian13-roots sysroots
 	@mkdir -p build && date +%s > build/.$@.start
-	$(IN_$@) cmake --preset $@ >/dev/null
-	$(IN_$@) cmake --build --preset $@
+	@set -e; for p in $(PRESETS_$@); do $(IN_$@) cmake --preset $$p >/dev/null; $(IN_$@) cmake --build --preset $$p; done
 	$(call STAMP,built)
 	$(IN_$@) ctest --preset $@
 	$(call STAMP,tested)
@@ -157,10 +163,12 @@ tree = $(word 1,$(subst :, ,$(1)))
 before = $(filter-out -,$(word 2,$(subst :, ,$(1))))
 
 define pipelined_build
-build-$(1): deps $(if $(filter $(CROSS_ARCHES),$(1)),sysroots) $(if $(filter native torch26,$(1)),debian13-roots) $(addprefix build-,$(2))
+build-$(1): deps $(if $(filter $(CROSS_ARCHES) torch26,$(1)),sysroots) $(if $(filter native torch26,$(1)),debian13-roots) $(addprefix build-,$(2))
 	@mkdir -p build && date +%s > build/.build-$(1).start
 	@echo "make: $(1): building (build/$(1).build.log)"
-	@if ! { $(IN_$(1)) cmake --preset $(1) && $(IN_$(1)) nice -n 19 cmake --build --preset $(1); } > build/$(1).build.log 2>&1; then \
+	@if ! for p in $(call presets,$(1)); do \
+	    $(IN_$(1)) cmake --preset $$$$p && $(IN_$(1)) nice -n 19 cmake --build --preset $$$$p || exit 1; \
+	  done > build/$(1).build.log 2>&1; then \
 	  tail -n 150 build/$(1).build.log; echo "make: $(1): the build failed (build/$(1).build.log)"; exit 1; fi
 	@echo "make: $(1): built at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.build-$(1).start) )) s"
 endef
@@ -211,6 +219,12 @@ bench: bench-deps
 	scripts/run-s390x-bench message
 	scripts/run-s390x-bench checkpoint
 	bench/train_compare --ferry-train build/bench/train/ferry-train --out bench-results/train_compare.json
+	@# torch 2.6 (the Debian 13 root): .pt loads against torch.load(mmap=True), DDP on ferry against gloo
+	scripts/install-deps debian13
+	$(IN_torch26) cmake --preset torch26 >/dev/null
+	$(IN_torch26) cmake --build build/torch26 --target ferry_python ferry_distributed
+	PYTHONPATH=build/torch26/python scripts/debian13-python amd64 bench/torch26_load.py --out bench-results/torch26_load.json
+	bench/train_compare --torch26 --skip-ferry --layouts 1x2,2x1,2x2 --out bench-results/train_compare_torch26.json
 	bench/seed_experiments --ferry-train build/bench/train/ferry-train --keep bench-results/seed_metrics \
 	  --out bench-results/seed_experiments.json
 	$(MAKE) soak

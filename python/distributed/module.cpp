@@ -133,6 +133,14 @@ PYBIND11_MODULE(_distributed, m) {
         if (!tensor.device().is_cpu() || tensor.layout() != at::kStrided) {
           throw ferry::exception(ferry::error(ferry::comm_errc::unsupported, "ferry: crc32c takes a dense CPU tensor"));
         }
+        // A subclass with __torch_dispatch__ (DTensor, AsyncCollectiveTensor)
+        // may hold no data of its own: its data pointer can be null. Reading
+        // its values takes the dispatcher, and so the GIL, released here.
+        if (tensor.unsafeGetTensorImpl()->is_python_dispatch()) {
+          throw ferry::exception(ferry::error(ferry::comm_errc::unsupported,
+                                              "ferry: crc32c takes a plain tensor, not a tensor subclass with "
+                                              "__torch_dispatch__ (DTensor.to_local(), AsyncCollectiveTensor.wait())"));
+        }
         const at::Tensor t = tensor.contiguous();
         const std::span<const std::byte> bytes(static_cast<const std::byte*>(t.data_ptr()), t.nbytes());
         // A complex element's parts are swapped each on its own.

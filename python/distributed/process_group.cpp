@@ -43,6 +43,28 @@ void require(bool ok, error_code code, const Parts&... parts) {
   if (!ok) fail(code, parts...);
 }
 
+/// Work::getFutureResult's future (torch >= 2.6): completes when `done`
+/// does, never with an error: work_result::success, timeout for ferry's
+/// timed_out, comm_error for any other failure.
+c10::intrusive_ptr<c10::ivalue::Future> result_of(c10::ivalue::Future& done) {
+  using torch_api::work_result;
+  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get());
+  done.addCallback([result](c10::ivalue::Future& f) {
+    auto outcome = work_result::success;
+    if (f.hasError()) {
+      outcome = work_result::comm_error;
+      try {
+        std::rethrow_exception(f.exception_ptr());
+      } catch (const ferry::exception& e) {
+        if (e.code() == comm_errc::timed_out) outcome = work_result::timeout;
+      } catch (...) {
+      }
+    }
+    result->markCompleted(c10::IValue(static_cast<std::int64_t>(outcome)));
+  });
+  return result;
+}
+
 /// A collective's handle: the future the worker completes with the output
 /// tensors, or fails with the collective's exception.
 class work final : public c10d::Work {
@@ -73,6 +95,7 @@ class work final : public c10d::Work {
     return true;
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() FERRY_OVERRIDE_2_6 { return result_of(*future_); }
 
  private:
   c10::intrusive_ptr<c10::ivalue::Future> future_;

@@ -14,6 +14,10 @@
 //   coalesced tensor   none                       allgather_into_tensor_ and
 //   collectives                                   reduce_scatter_tensor_
 //                                                 coalesced (FERRY_OVERRIDE_2)
+//   a collective's     getFuture()                also (torch >= 2.6)
+//   outcome                                       getFutureResult(): a
+//                                                 c10d::WorkResult, never an
+//                                                 error (FERRY_OVERRIDE_2_6)
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -22,6 +26,8 @@
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
+
+#include <cstdint>
 
 namespace ferry::distributed::torch_api {
 
@@ -42,6 +48,19 @@ using base = c10d::ProcessGroup;
 inline constexpr bool backend_api = false;
 inline base* backend_of(c10d::ProcessGroup& group) { return &group; }
 #define FERRY_OVERRIDE_2
+#endif
+
+/// What a collective's getFutureResult() future holds: c10d::WorkResult's
+/// values, as torch >= 2.6 declares them (and where older releases have
+/// no such type).
+enum class work_result : std::int64_t { success = 0, timeout = 1, comm_error = 2 };
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+static_assert(static_cast<int>(c10d::WorkResult::SUCCESS) == static_cast<int>(work_result::success) &&
+              static_cast<int>(c10d::WorkResult::TIMEOUT) == static_cast<int>(work_result::timeout) &&
+              static_cast<int>(c10d::WorkResult::COMM_ERROR) == static_cast<int>(work_result::comm_error));
+#define FERRY_OVERRIDE_2_6 override
+#else
+#define FERRY_OVERRIDE_2_6
 #endif
 
 }  // namespace ferry::distributed::torch_api

@@ -8,7 +8,8 @@ gradient bucket's allreduced result is summed up as a CRC32C of its values
 stored little-endian (ferry._distributed.crc32c: the same on every
 architecture), and after each step every rank compares the list of CRCs
 with every other rank's: one difference fails the job. Prints "step K" as
-each step ends (the kill test waits for it), and rank 0 writes --out: the
+each step ends (the kill test waits for it; "imported" before the
+rendezvous, the mixed tests' cue), and rank 0 writes --out: the
 losses, the final parameters' CRC32C and the seconds the training took
 (after the rendezvous). With --hook given more than once, the job trains
 once per hook, one after another in the same process group (each from the
@@ -20,7 +21,9 @@ ferry's hooks keep each bucket's rounding error.
 Exits 1 with one line "rank R: error: ..." on stderr when a collective
 fails, 2 when the ranks' results differ. Before it, for a ferry.Error, a
 line "rank R: ferry error: code C NAME peer P" (P: the CommError's peer,
-None, or - for an Error that is not a CommError).
+None, or - for an Error that is not a CommError). With --plain on torch
+>= 2.6, a failed all_reduce's Work.get_future_result() is printed first,
+"rank R: work result N" (c10d's WorkResult: 1 timeout, 2 comm error).
 """
 import argparse
 import datetime
@@ -58,6 +61,7 @@ def main():
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
+    print("imported", flush=True)  # the mixed tests start the x86-64 rank on this
     try:
         dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
         summaries = [train(args, hook, rank, fd) for hook in args.hook or ["none"]]
@@ -121,7 +125,12 @@ def train(args, hook, rank, fd):
         loss.backward()
         if args.plain:
             for p in model.parameters():
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+                work = dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, async_op=True)
+                if hasattr(work, "get_future_result"):  # torch >= 2.6: the outcome, never an exception
+                    result = work.get_future_result().wait()
+                    if result != 0:
+                        print(f"rank {rank}: work result {result}", file=sys.stderr, flush=True)
+                work.wait()
         optimizer.step()
         losses.append(loss.item())
         if args.check:

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ferry
 from conftest import program
@@ -173,6 +174,8 @@ def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
             if mode == "plain":  # a CommError: ferry.Error's code and name, and the rank at fault as .peer
                 info = [l for l in err.splitlines() if l.startswith(f"rank {rank}: ferry error: ")]
                 assert info and re.fullmatch(rf"rank {rank}: ferry error: code 3\d\d \w+ peer 1", info[-1]), info
+                if hasattr(dist.Work, "get_future_result"):  # torch >= 2.6: WorkResult COMM_ERROR
+                    assert f"rank {rank}: work result 2" in err.splitlines(), err[-2000:]
             assert took < 5, f"rank {rank} took {took:.1f} s to fail: {line}"
             print(f"{mode}: rank {rank} failed {took:.2f} s after rank 1 was killed: {line}")
     finally:
@@ -190,6 +193,8 @@ def test_a_silent_rank_is_named_after_ferry_timeout():
             took = time.monotonic() - stopped
             lines.append(err.strip().splitlines()[-1])
             assert ranks[rank].returncode == 1 and "no progress" in lines[-1], lines[-1]
+            if hasattr(dist.Work, "get_future_result"):  # torch >= 2.6: WorkResult TIMEOUT
+                assert f"rank {rank}: work result 1" in err.splitlines(), err[-2000:]
             assert took < 2 + 5, f"rank {rank} took {took:.1f} s to fail: {lines[-1]}"
         # Rank 1's successor names it; rank 0 may name the neighbour it waited on.
         assert "waiting for rank 1" in lines[1], lines
@@ -234,27 +239,36 @@ def test_no_secret_is_one_clear_error():
 
 
 # The mixed ring: an x86-64 rank (this interpreter's), an aarch64 and an
-# s390x one (the cross trees' Python under qemu-user, scripts/qemu-python).
-# CTest's python_mixed_test runs these (label cross); python_test leaves them out.
+# s390x one (FERRY_MIXED_PYTHON runs their Python under qemu-user, with the
+# package of the tree FERRY_MIXED_TREE_PREFIX<arch>: scripts/qemu-python and
+# the cross trees on torch 1.13, scripts/debian13-python and the
+# torch26-<arch> trees on torch 2.6). CTest's python_mixed_test runs these
+# (label cross); python_test leaves them out.
 MIXED = ["native", "aarch64", "s390x"]
 
 
 def start_mixed(args, archs=MIXED):
-    qemu_python = program("FERRY_QEMU_PYTHON")
-    cross_root = program("FERRY_CROSS_ROOT")
+    """Starts the ranks under qemu first and the x86-64 one once they have
+    imported torch (a minute each on torch 2.6), so that --timeout times
+    the rendezvous alone."""
+    qemu_python = program("FERRY_MIXED_PYTHON")
+    tree_prefix = program("FERRY_MIXED_TREE_PREFIX")
     port = str(free_port())
-    ranks = []
-    for rank, arch in enumerate(archs):
+    ranks = {}
+    for rank, arch in sorted(enumerate(archs), key=lambda ra: ra[1] == "native"):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(len(archs)),
-                   FERRY_SECRET="test secret", OMP_NUM_THREADS="1")
+                   FERRY_SECRET="test secret", OMP_NUM_THREADS="1", USE_LIBUV="0")
         if arch == "native":
             command = [sys.executable]
+            for r, p in ranks.items():
+                line = p.stdout.readline().strip()
+                assert line == "imported", f"the {archs[r]} rank said {line!r}: {p.stderr.read()[-3000:]}"
         else:
             command = [qemu_python, arch]
-            env["FERRY_CROSS_BUILD_DIR"] = os.path.join(cross_root, arch)
-        ranks.append(subprocess.Popen([*command, os.path.join(HERE, "ddp_rank.py"), *args], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return ranks
+            env["FERRY_CROSS_BUILD_DIR"] = tree_prefix + arch
+        ranks[rank] = subprocess.Popen([*command, os.path.join(HERE, "ddp_rank.py"), *args], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return [ranks[r] for r in range(len(archs))]
 
 
 # Both trainings, torch's allreduce hook and ferry's bf16 one, in one job:
