@@ -9,7 +9,8 @@
 #                qemu-user (each tree replays the fuzz corpora), TSan
 #                over ferry-train and the torch backend, and the torch26
 #                tree (in the Debian 13 root: everything that involves
-#                torch or Python, on torch 2.6 and Python 3.13); the next
+#                torch or Python, on torch 2.6 and Python 3.13, the mixed
+#                x86-64 + aarch64 + s390x DDP job among them); the next
 #                tree builds (at nice 19) while one tree's tests run
 #                (make native, make asan, make torch26, ... build and test
 #                one tree)
