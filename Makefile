@@ -110,7 +110,7 @@ asan tsan: deps
 
 torch26: debian13-roots sysroots
 	@mkdir -p build && date +%s > build/.$@.start
-	@set -e; for p in $(PRESETS_$@); do $(IN_$@) cmake --preset $$p >/dev/null; $(IN_$@) cmake --build --preset $$p; done
+	@set -e; for p in $(call presets,$@); do $(IN_$@) cmake --preset $$p >/dev/null; $(IN_$@) cmake --build --preset $$p; done
 	$(call STAMP,built)
 	$(IN_$@) ctest --preset $@
 	$(call STAMP,tested)
@@ -123,8 +123,8 @@ $(CROSS_ARCHES): sysroots
 	$(call STAMP,tested)
 
 # The mixed rings (x86-64 + armhf + s390x ranks for comm/ and checkpoints,
-# s390x + x86-64 + aarch64 ranks for ferry-train) run from the native tree
-# with the programs the cross trees built.
+# s390x + x86-64 + aarch64 ranks for ferry-train and for a Python DDP job)
+# run from the native tree with the programs the cross trees built.
 cross: $(CROSS_ARCHES)
 	@mkdir -p build && date +%s > build/.$@.start
 	$(call build_preset,native)
@@ -167,9 +167,9 @@ define pipelined_build
 build-$(1): deps $(if $(filter $(CROSS_ARCHES) torch26,$(1)),sysroots) $(if $(filter native torch26,$(1)),debian13-roots) $(addprefix build-,$(2))
 	@mkdir -p build && date +%s > build/.build-$(1).start
 	@echo "make: $(1): building (build/$(1).build.log)"
-	@if ! for p in $(call presets,$(1)); do \
+	@if ! ( for p in $(call presets,$(1)); do \
 	    $(IN_$(1)) cmake --preset $$$$p && $(IN_$(1)) nice -n 19 cmake --build --preset $$$$p || exit 1; \
-	  done > build/$(1).build.log 2>&1; then \
+	  done ) > build/$(1).build.log 2>&1; then \
 	  tail -n 150 build/$(1).build.log; echo "make: $(1): the build failed (build/$(1).build.log)"; exit 1; fi
 	@echo "make: $(1): built at $$$$(date +%T) in $$$$(( $$$$(date +%s) - $$$$(cat build/.build-$(1).start) )) s"
 endef

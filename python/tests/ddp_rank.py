@@ -22,8 +22,10 @@ Exits 1 with one line "rank R: error: ..." on stderr when a collective
 fails, 2 when the ranks' results differ. Before it, for a ferry.Error, a
 line "rank R: ferry error: code C NAME peer P" (P: the CommError's peer,
 None, or - for an Error that is not a CommError). With --plain on torch
->= 2.6, a failed all_reduce's Work.get_future_result() is printed first,
-"rank R: work result N" (c10d's WorkResult: 1 timeout, 2 comm error).
+>= 2.6 and backend ferry, each all_reduce's Work.get_future_result() is
+checked: a failure is printed first, "rank R: work result N" (c10d's
+WorkResult: 1 timeout, 2 comm error), and one that wait() then does not
+raise exits 2.
 """
 import argparse
 import datetime
@@ -115,6 +117,7 @@ def train(args, hook, rank, fd):
     if not args.plain:
         model.register_comm_hook(None, checked if args.check else inner)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    future_results = args.backend == "ferry" and hasattr(dist.Work, "get_future_result")
     data = torch.Generator().manual_seed(1000 + rank)
     losses = []
     for step in range(args.steps):
@@ -126,11 +129,16 @@ def train(args, hook, rank, fd):
         if args.plain:
             for p in model.parameters():
                 work = dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, async_op=True)
-                if hasattr(work, "get_future_result"):  # torch >= 2.6: the outcome, never an exception
-                    result = work.get_future_result().wait()
-                    if result != 0:
-                        print(f"rank {rank}: work result {result}", file=sys.stderr, flush=True)
+                # torch >= 2.6: the outcome, never an exception (ferry's;
+                # gloo's Work has no getFutureResult)
+                result = work.get_future_result().wait() if future_results else 0
+                if result != 0:
+                    print(f"rank {rank}: work result {result}", file=sys.stderr, flush=True)
                 work.wait()
+                if result != 0:
+                    print(f"rank {rank}: error: get_future_result() said {result}, but wait() succeeded",
+                          file=sys.stderr, flush=True)
+                    sys.exit(2)
         optimizer.step()
         losses.append(loss.item())
         if args.check:

@@ -1,8 +1,8 @@
 """ferry.distributed, the torch.distributed backend "ferry": collectives,
 DDP against gloo, the compression hooks, and failures (a killed rank, a
 configuration that differs, a missing secret), each rank a separate
-/usr/bin/python3 started with torchrun's variables set by hand, or by
-ferry-run."""
+python3 (this interpreter) started with torchrun's variables set by hand,
+or by ferry-run."""
 import json
 import os
 import re
@@ -175,7 +175,8 @@ def test_a_killed_rank_is_named_by_every_other_within_5_s(mode):
                 info = [l for l in err.splitlines() if l.startswith(f"rank {rank}: ferry error: ")]
                 assert info and re.fullmatch(rf"rank {rank}: ferry error: code 3\d\d \w+ peer 1", info[-1]), info
                 if hasattr(dist.Work, "get_future_result"):  # torch >= 2.6: WorkResult COMM_ERROR
-                    assert f"rank {rank}: work result 2" in err.splitlines(), err[-2000:]
+                    assert [l for l in err.splitlines() if "work result" in l] == [f"rank {rank}: work result 2"], \
+                        err[-2000:]
             assert took < 5, f"rank {rank} took {took:.1f} s to fail: {line}"
             print(f"{mode}: rank {rank} failed {took:.2f} s after rank 1 was killed: {line}")
     finally:
@@ -194,7 +195,8 @@ def test_a_silent_rank_is_named_after_ferry_timeout():
             lines.append(err.strip().splitlines()[-1])
             assert ranks[rank].returncode == 1 and "no progress" in lines[-1], lines[-1]
             if hasattr(dist.Work, "get_future_result"):  # torch >= 2.6: WorkResult TIMEOUT
-                assert f"rank {rank}: work result 1" in err.splitlines(), err[-2000:]
+                assert [l for l in err.splitlines() if "work result" in l] == [f"rank {rank}: work result 1"], \
+                    err[-2000:]
             assert took < 2 + 5, f"rank {rank} took {took:.1f} s to fail: {lines[-1]}"
         # Rank 1's successor names it; rank 0 may name the neighbour it waited on.
         assert "waiting for rank 1" in lines[1], lines
@@ -250,29 +252,40 @@ MIXED = ["native", "aarch64", "s390x"]
 def start_mixed(args, archs=MIXED):
     """Starts the ranks under qemu first and the x86-64 one once they have
     imported torch (a minute each on torch 2.6), so that --timeout times
-    the rendezvous alone."""
+    the rendezvous alone. (Reading their first line before finish()'s
+    communicate() is safe: they print nothing more until the x86-64 rank
+    joins the rendezvous.)"""
     qemu_python = program("FERRY_MIXED_PYTHON")
     tree_prefix = program("FERRY_MIXED_TREE_PREFIX")
     port = str(free_port())
     ranks = {}
-    for rank, arch in sorted(enumerate(archs), key=lambda ra: ra[1] == "native"):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(len(archs)),
-                   FERRY_SECRET="test secret", OMP_NUM_THREADS="1", USE_LIBUV="0")
-        if arch == "native":
-            command = [sys.executable]
-            for r, p in ranks.items():
-                line = p.stdout.readline().strip()
-                assert line == "imported", f"the {archs[r]} rank said {line!r}: {p.stderr.read()[-3000:]}"
-        else:
-            command = [qemu_python, arch]
-            env["FERRY_CROSS_BUILD_DIR"] = tree_prefix + arch
-        ranks[rank] = subprocess.Popen([*command, os.path.join(HERE, "ddp_rank.py"), *args], env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for rank, arch in sorted(enumerate(archs), key=lambda ra: ra[1] == "native"):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                       WORLD_SIZE=str(len(archs)), FERRY_SECRET="test secret", OMP_NUM_THREADS="1", USE_LIBUV="0")
+            if arch == "native":
+                command = [sys.executable]
+                for r, p in ranks.items():
+                    line = p.stdout.readline().strip()
+                    if line != "imported":
+                        p.kill()
+                        raise AssertionError(f"the {archs[r]} rank said {line!r}: {p.communicate()[1][-3000:]}")
+            else:
+                command = [qemu_python, arch]
+                env["FERRY_CROSS_BUILD_DIR"] = tree_prefix + arch
+            ranks[rank] = subprocess.Popen([*command, os.path.join(HERE, "ddp_rank.py"), *args], env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except BaseException:
+        for p in ranks.values():
+            p.kill()
+            p.wait()
+        raise
     return [ranks[r] for r in range(len(archs))]
 
 
 # Both trainings, torch's allreduce hook and ferry's bf16 one, in one job:
-# each rank under qemu pays for `import torch` once (about 10 CPU-s).
+# each rank under qemu pays for `import torch` once (about 10 CPU-s on
+# torch 1.13, 70 on 2.6).
 @pytest.mark.mixed
 def test_mixed_architectures_train_with_bit_identical_buckets(tmp_path):
     out = tmp_path / "mixed.json"
