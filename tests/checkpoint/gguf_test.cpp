@@ -509,6 +509,18 @@ TEST_F(Gguf, FerryTensorsConvert) {
   EXPECT_EQ(std::memcmp(back->bytes().data(), v.data(), 24), 0);
   t.dtype = codec::dtype::u16;
   EXPECT_EQ(to_gguf_tensor(t).error().code(), errc::bad_value);
+  // ggml has no complex and no fnuz float8 type: one line naming the
+  // tensor and the dtype, never a tensor written as something else.
+  for (const codec::dtype d : {codec::dtype::c32, codec::dtype::c64, codec::dtype::c128, codec::dtype::f8_e4m3fnuz,
+                               codec::dtype::f8_e5m2fnuz}) {
+    t.dtype = d;
+    const auto refused = to_gguf_tensor(t);
+    ASSERT_FALSE(refused) << codec::name(d);
+    EXPECT_EQ(refused.error().code(), errc::bad_value);
+    EXPECT_NE(refused.error().what().find("tensor 'w': dtype " + std::string(codec::name(d)) + " has no GGUF tensor type"),
+              std::string::npos)
+        << refused.error().what();
+  }
 }
 
 }  // namespace

@@ -379,6 +379,29 @@ TEST_F(NpyWrite, NpzRefusesBadNamesAndDuplicates) {
   EXPECT_FALSE(fs::exists(dir_ / "f.npz"));
 }
 
+// NumPy has no complex32, bf16 or float8: .npy and .npz refuse them with
+// one line naming the dtype, and leave no file.
+TEST_F(NpyWrite, DtypesNumpyLacksAreRefusedByName) {
+  std::vector<std::byte> bytes(16);
+  const std::uint64_t s[] = {2};
+  npy_options opt;
+  opt.sync = false;
+  for (const dtype t : {dtype::c32, dtype::bf16, dtype::f8_e4m3, dtype::f8_e5m2, dtype::f8_e4m3fnuz,
+                        dtype::f8_e5m2fnuz}) {
+    const tensor_ref x{"x", t, s, {}, 0, std::span(bytes).first(2 * codec::size_of(t))};
+    const auto npy = save_npy(dir_ / "x.npy", x, opt);
+    ASSERT_FALSE(npy) << codec::name(t);
+    EXPECT_EQ(npy.error().code(), checkpoint_errc::unsupported_npy_dtype);
+    EXPECT_NE(npy.error().what().find(std::string(codec::name(t)) + ": NumPy has no such dtype"), std::string::npos)
+        << npy.error().what();
+    const auto npz = save_npz(dir_ / "x.npz", std::span(&x, 1), opt);
+    ASSERT_FALSE(npz) << codec::name(t);
+    EXPECT_EQ(npz.error().code(), checkpoint_errc::unsupported_npy_dtype);
+    EXPECT_FALSE(fs::exists(dir_ / "x.npy"));
+    EXPECT_FALSE(fs::exists(dir_ / "x.npz"));
+  }
+}
+
 TEST_F(NpyWrite, EmptyNpzIsTheEndRecordAlone) {
   npy_options opt;
   opt.sync = false;
