@@ -117,8 +117,10 @@ def same_sum_order(gloo_pg):
     """ferry's reduce_scatter_tensor and gloo's add each element's addends
     in the same order. A float sum of three depends on which two are added
     first (2**25 + -2**25 + 1 is 1 or 0): every order of those addends over
-    the ranks, in every rank's piece, sums alike on both. (Their
-    all_reduce orders differ: the DTensor values below are integers.)"""
+    the ranks, in every rank's piece, sums alike on both. On 2 ranks
+    there is no order to differ (a sum of two floats does not depend on
+    it), and the check is trivially true. (Their all_reduce orders
+    differ: the DTensor values below are integers.)"""
     rank, world = dist.get_rank(), dist.get_world_size()
     addends = [2.0 ** 25, -2.0 ** 25, 1.0] + [0.0] * (world - 3)
     orders = list(itertools.permutations(range(world)))
