@@ -32,8 +32,8 @@
 FUZZ_SECONDS ?= 60
 CROSS_ARCHES := aarch64 armhf s390x
 # make test's pipeline (below)
-BUILD_ORDER := native $(CROSS_ARCHES) asan tsan torch26
-TEST_ORDER := native $(CROSS_ARCHES) mixed asan tsan torch26
+BUILD_ORDER := native $(CROSS_ARCHES) torch26 asan tsan
+TEST_ORDER := native $(CROSS_ARCHES) mixed torch26 asan tsan
 # The torch26 tree builds and runs inside the Debian 13 root (GCC 14,
 # LibTorch 2.6, Python 3.13): what involves torch or Python, on torch 2.6.
 # Its build also cross-builds the Python modules for the aarch64 and s390x
@@ -143,8 +143,10 @@ fuzz-replay: fuzz-build
 # So while one tree's tests run at full priority, the next tree compiles on
 # the cores they leave idle (ranks waiting on each other, processes
 # starting). The cross trees build first, so that the mixed rings run while
-# the sanitizer trees build. A pipelined build writes build/<tree>.build.log
-# and prints its tail if it fails.
+# the torch26 tree builds, and the sanitizer trees build while the torch26
+# tree's tests run (its qemu-user ranks and rendezvous timeouts leave a
+# core idle for long stretches). A pipelined build writes
+# build/<tree>.build.log and prints its tail if it fails.
 #
 # The corpora are replayed by every tree but tsan (fuzz_replay, label fuzz; under
 # ASan+UBSan in the asan tree), so make test leaves the clang tree to

@@ -34,3 +34,8 @@ set(OPENSSL_CRYPTO_LIBRARY "${_ferry_ssl_root}/usr/lib/${FERRY_TRIPLE}/libcrypto
 set(ENV{PKG_CONFIG_LIBDIR} "${_ferry_ssl_root}/usr/lib/${FERRY_TRIPLE}/pkgconfig")
 set(ENV{PKG_CONFIG_SYSROOT_DIR} "${_ferry_ssl_root}")
 set(ZLIB_USE_STATIC_LIBS ON)
+# The root's own shared libcrypto and libz come into a program with
+# LibTorch (ferry-train): the static copies' symbols stay inside the
+# program, or the newer shared libssl would call the older static
+# libcrypto's functions (a crash at start, in OPENSSL_init_ssl).
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,--exclude-libs,libcrypto.a:libz.a")

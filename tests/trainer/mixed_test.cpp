@@ -24,8 +24,11 @@ using checkpoint::testing::read_text;
 using checkpoint::testing::scratch_dir;
 
 const std::string native = FERRY_NATIVE_TRAIN;
-const std::string aarch64 = std::string("qemu-aarch64 -L /usr/aarch64-linux-gnu ") + FERRY_AARCH64_TRAIN;
-const std::string s390x = std::string("qemu-s390x -L /usr/s390x-linux-gnu ") + FERRY_S390X_TRAIN;
+// The foreign ranks' commands: qemu-user and the cross trees' ferry-train
+// (tests/CMakeLists.txt: LibTorch 1.13's cross trees, or 2.6's in the
+// Debian 13 roots).
+const std::string aarch64 = FERRY_AARCH64_TRAIN;
+const std::string s390x = FERRY_S390X_TRAIN;
 const std::string cli = FERRY_CLI;
 
 int free_port() {
