@@ -23,7 +23,6 @@ using detail::npz_source;
 using detail::zip_read_at;
 using detail::record_what;
 
-constexpr std::uint32_t max32 = 0xFFFFFFFF;
 constexpr std::size_t input_window = 256 * 1024;  // compressed bytes read at a time
 // Deflate's largest ratio: a match of 258 bytes costs at least 2 bits (a
 // 1-bit length code and a 1-bit distance code in a dynamic block), so one
@@ -239,149 +238,7 @@ result<std::uint32_t, error> npz_record_crc32(const npz_source& src, const zip_r
 
 }  // namespace detail
 
-// ---------------------------------------------------------------------------
-// Writing: local header, data, ..., central directory, (ZIP64 end record and
-// locator,) end record; the fields detail/zip.h lists, little-endian.
 namespace {
-
-constexpr std::uint16_t zip64_id = 0x0001;
-constexpr std::uint16_t align_id = 0xD935;  // Android zipalign's padding field
-constexpr std::uint16_t dos_date_1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01
-constexpr std::uint64_t data_align = 64;
-
-struct written_record {
-  std::string name;
-  std::uint16_t method = 0;
-  std::uint32_t crc = 0;
-  std::uint64_t size = 0, compressed = 0, offset = 0;
-};
-
-bool ascii(std::string_view s) noexcept {
-  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-}
-
-// The header fields shared by local and central headers, 6..30 (APPNOTE
-// 4.3.7): version needed, flags, method, time, date, CRC, sizes (saturated
-// where a ZIP64 field carries them: in a local header, whose ZIP64 field
-// holds both sizes, both; APPNOTE 4.5.3), name length, extra length.
-void common_fields(wire::vector_writer& w, const written_record& r, bool zip64, std::size_t extra_len,
-                   bool local = false) {
-  const bool both = local && zip64;
-  constexpr auto le = wire::byte_order::little;
-  w.write<std::uint16_t>(zip64 ? 45 : 20, le);
-  w.write<std::uint16_t>(ascii(r.name) ? 0 : 0x0800, le);  // bit 11: the name is UTF-8
-  w.write<std::uint16_t>(r.method, le);
-  w.write<std::uint16_t>(0, le);  // 00:00
-  w.write<std::uint16_t>(dos_date_1980, le);
-  w.write<std::uint32_t>(r.crc, le);
-  w.write<std::uint32_t>(both || r.compressed >= max32 ? max32 : static_cast<std::uint32_t>(r.compressed), le);
-  w.write<std::uint32_t>(both || r.size >= max32 ? max32 : static_cast<std::uint32_t>(r.size), le);
-  w.write<std::uint16_t>(static_cast<std::uint16_t>(r.name.size()), le);
-  w.write<std::uint16_t>(static_cast<std::uint16_t>(extra_len), le);
-}
-
-// The local header of `r` at r.offset, padded so that its data starts on a
-// multiple of 64 when stored.
-std::vector<std::byte> local_header(const written_record& r) {
-  constexpr auto le = wire::byte_order::little;
-  const bool zip64 = r.size >= max32 || r.compressed >= max32;
-  std::vector<std::byte> extra;
-  {
-    wire::vector_writer x(extra);
-    if (zip64) {  // a local ZIP64 field holds both sizes
-      x.write<std::uint16_t>(zip64_id, le);
-      x.write<std::uint16_t>(16, le);
-      x.write<std::uint64_t>(r.size, le);
-      x.write<std::uint64_t>(r.compressed, le);
-    }
-  }
-  if (r.method == 0) {
-    const std::uint64_t before = r.offset + 30 + r.name.size() + extra.size() + 6;  // 6: the padding field's head
-    const auto pad = static_cast<std::size_t>((data_align - before % data_align) % data_align);
-    {
-      wire::vector_writer x(extra);  // gone before the resize: its flush would trim the padding
-      x.write<std::uint16_t>(align_id, le);
-      x.write<std::uint16_t>(static_cast<std::uint16_t>(2 + pad), le);
-      x.write<std::uint16_t>(static_cast<std::uint16_t>(data_align), le);
-    }
-    extra.resize(extra.size() + pad, std::byte{0});
-  }
-  std::vector<std::byte> out;
-  wire::vector_writer w(out);
-  w.write<std::uint32_t>(0x04034b50, le);
-  common_fields(w, r, zip64, extra.size(), /*local=*/true);
-  w.write_bytes(std::as_bytes(std::span(r.name)));
-  w.write_bytes(extra);
-  w.flush();
-  return out;
-}
-
-// The central directory, ZIP64 end record and locator where needed, and
-// the end record, for records written up to `dir_offset`.
-std::vector<std::byte> directory(std::span<const written_record> records, std::uint64_t dir_offset) {
-  constexpr auto le = wire::byte_order::little;
-  std::vector<std::byte> out;
-  wire::vector_writer w(out);
-  bool any64 = false;
-  for (const written_record& r : records) {
-    std::vector<std::byte> extra;
-    {
-      wire::vector_writer x(extra);
-      std::uint16_t n = 0;
-      for (const std::uint64_t v : {r.size, r.compressed, r.offset}) n = static_cast<std::uint16_t>(n + (v >= max32 ? 8 : 0));
-      if (n > 0) {  // in APPNOTE's order, only the saturated fields
-        x.write<std::uint16_t>(zip64_id, le);
-        x.write<std::uint16_t>(n, le);
-        if (r.size >= max32) x.write<std::uint64_t>(r.size, le);
-        if (r.compressed >= max32) x.write<std::uint64_t>(r.compressed, le);
-        if (r.offset >= max32) x.write<std::uint64_t>(r.offset, le);
-      }
-    }
-    const bool zip64 = !extra.empty();
-    any64 = any64 || zip64;
-    w.write<std::uint32_t>(0x02014b50, le);
-    w.write<std::uint16_t>(static_cast<std::uint16_t>((3 << 8) | (zip64 ? 45 : 20)), le);  // made by: Unix
-    common_fields(w, r, zip64, extra.size());
-    w.write<std::uint16_t>(0, le);  // comment length
-    w.write<std::uint16_t>(0, le);  // disk
-    w.write<std::uint16_t>(0, le);  // internal attributes
-    w.write<std::uint32_t>(std::uint32_t{0100644} << 16, le);  // a regular file, rw-r--r--
-    w.write<std::uint32_t>(r.offset >= max32 ? max32 : static_cast<std::uint32_t>(r.offset), le);
-    w.write_bytes(std::as_bytes(std::span(r.name)));
-    w.write_bytes(extra);
-  }
-  const std::uint64_t dir_size = w.position();
-  const std::uint64_t n = records.size();
-  const bool end64 = any64 || n >= 0xFFFF || dir_size >= max32 || dir_offset >= max32;
-  if (end64) {
-    const std::uint64_t record_offset = dir_offset + dir_size;
-    w.write<std::uint32_t>(0x06064b50, le);
-    w.write<std::uint64_t>(44, le);
-    w.write<std::uint16_t>((3 << 8) | 45, le);
-    w.write<std::uint16_t>(45, le);
-    w.write<std::uint32_t>(0, le);
-    w.write<std::uint32_t>(0, le);
-    w.write<std::uint64_t>(n, le);
-    w.write<std::uint64_t>(n, le);
-    w.write<std::uint64_t>(dir_size, le);
-    w.write<std::uint64_t>(dir_offset, le);
-    w.write<std::uint32_t>(0x07064b50, le);
-    w.write<std::uint32_t>(0, le);
-    w.write<std::uint64_t>(record_offset, le);
-    w.write<std::uint32_t>(1, le);
-  }
-  w.write<std::uint32_t>(0x06054b50, le);
-  w.write<std::uint16_t>(0, le);
-  w.write<std::uint16_t>(0, le);
-  const auto count16 = static_cast<std::uint16_t>(std::min<std::uint64_t>(n, 0xFFFF));
-  w.write<std::uint16_t>(count16, le);
-  w.write<std::uint16_t>(count16, le);
-  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_size, max32)), le);
-  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_offset, max32)), le);
-  w.write<std::uint16_t>(0, le);  // comment length
-  w.flush();
-  return out;
-}
 
 // `p` deflated (raw, as zip method 8 holds it) into memory, with the
 // CRC-32 of its bytes.
@@ -445,12 +302,12 @@ result<void, error> save_npz(const std::filesystem::path& target, std::span<cons
     if (!names.insert(t.name).second) return make_error(errc::duplicate_key, file, ": tensor ", quote(t.name));
   }
   FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
-  std::vector<written_record> records;
+  std::vector<detail::zip_written> records;
   records.reserve(tensors.size());
   for (const tensor_ref& t : tensors) {
     auto payload = detail::prepare_npy(t, opt.order, opt.limits);
     if (!payload) return payload.error().wrap(file + ": tensor " + quote(t.name));
-    written_record r;
+    detail::zip_written r;
     r.name = std::string(t.name) + ".npy";
     r.offset = out.size();
     r.size = payload->size();
@@ -469,7 +326,7 @@ result<void, error> save_npz(const std::filesystem::path& target, std::span<cons
         return {};
       }));
     }
-    FERRY_TRY(out.write(local_header(r)));
+    FERRY_TRY(out.write(detail::zip_local_header(r)));
     if (opt.compress) {
       FERRY_TRY(out.write(deflated));
     } else {
@@ -477,7 +334,7 @@ result<void, error> save_npz(const std::filesystem::path& target, std::span<cons
     }
     records.push_back(std::move(r));
   }
-  FERRY_TRY(out.write(directory(records, out.size())));
+  FERRY_TRY(out.write(detail::zip_central_directory(records, out.size())));
   return out.commit();
 }
 

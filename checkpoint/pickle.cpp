@@ -69,6 +69,20 @@ const allowed_global allowed[] = {
     {"torch", "bits4x2", global_kind::dtype, dtype::u8, false, true},
 };
 
+}  // namespace
+
+std::optional<torch_name> torch_name_of(codec::dtype d) noexcept {
+  for (const allowed_global& g : allowed) {
+    if (g.kind == global_kind::storage_type && g.dtype == d && !g.untyped) return torch_name{g.module, g.name, false};
+  }
+  for (const allowed_global& g : allowed) {
+    if (g.kind == global_kind::dtype && g.dtype == d && !g.raw_bits) return torch_name{g.module, g.name, true};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 // Opcodes (CPython's Lib/pickle.py names).
 enum op : std::uint8_t {
   MARK = '(', STOP = '.', BININT = 'J', BININT1 = 'K', BININT2 = 'M', NONE = 'N', BINPERSID = 'Q', REDUCE = 'R',

@@ -1,6 +1,7 @@
 // ferry/checkpoint/pytorch.h: PyTorch `.pt` files (torch.save's zip format,
 // PyTorch 1.6 on), read by checkpoint::open() (reader.h) without running
-// them. Read-only: ferry never writes .pt. docs/checkpoint-format.md
+// them, and written by save_pt() (WRITING, at the end: a state dict that
+// torch.load(weights_only=True) reads). docs/checkpoint-format.md
 // repeats these rules for people writing another decoder; MUST and MAY as
 // in RFC 2119, the error of a broken rule in brackets.
 //
@@ -82,6 +83,53 @@
 // tensors by limits::max_tensors, metadata text by
 // limits::max_metadata_bytes [limit_exceeded], nesting by
 // limits::max_pickle_depth [depth_exceeded].
+//
+// WRITING (save_pt). The file torch.save(state_dict) writes: a flat dict of
+// the tensors by name, in order, in a zip of stored records named
+// archive/...: data.pkl (a protocol 2 pickle), byteorder ("little"),
+// data/<k> for each storage k = 0, 1, ... in order of first use, version
+// ("3\n"); each record's data on a 64-byte boundary (detail/zip.h's
+// writer), CRC-32s in the headers, ZIP64 where sizes need it. Storages are
+// written little-endian on every host. Refs whose storage spans are equal
+// (same address and size) share one storage where torch lets them (one
+// dtype with a storage class; or dtypes without one, such as float8 views
+// of one buffer, of one element size), each keeping its offset, shape and
+// strides (tied weights stay tied, views stay views); other refs over one
+// span get a copy each.
+// A dtype with a torch storage class (FloatStorage...: f64 f32 f16 bf16
+// i64 i32 i16 i8 u8 bool c64 c128) is written as torch.save writes it,
+// _rebuild_tensor_v2 over that class, which every torch since 1.6 reads;
+// the others (u16 u32 u64 f8_* c32) as torch 2.x writes them,
+// _rebuild_tensor_v3 over a torch.storage.UntypedStorage with the dtype
+// global (torch.uint16...), which torch 1.13 cannot read (it has neither
+// those dtypes nor v3). Metadata is not written: a state dict holds
+// tensors only.
 #pragma once
 
 #include "ferry/checkpoint/reader.h"
+
+#include <filesystem>
+#include <span>
+
+#include "ferry/checkpoint/options.h"
+#include "ferry/checkpoint/tensor.h"
+
+namespace ferry::checkpoint {
+
+/// How save_pt() writes.
+struct pt_options {
+  bool sync = true;    ///< fsync on commit (write_options::sync)
+  bool direct = true;  ///< around the page cache (write_options::direct)
+  checkpoint::limits limits;
+};
+
+/// Writes `tensors` as a .pt file (WRITING above), atomically
+/// (base::atomic_file): the target keeps its old content on any error.
+/// Errors: bad_name, duplicate_key, unknown_dtype (a dtype torch has no
+/// name for), shape_size_mismatch (a storage that is not whole elements),
+/// view_out_of_bounds, shape_overflow, limit_exceeded, io_error; each
+/// names the file and the tensor.
+[[nodiscard]] result<void, error> save_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                                          const pt_options& opt = {});
+
+}  // namespace ferry::checkpoint

@@ -89,6 +89,37 @@ result<void, error> apply_zip64_extra(std::span<const std::byte> extra, sizes64&
   return {};
 }
 
+
+// Writing (zip_local_header, zip_central_directory).
+
+constexpr std::uint16_t align_id = 0xD935;  // Android zipalign's padding field
+constexpr std::uint16_t dos_date_1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01
+constexpr std::uint64_t data_align = 64;
+
+bool ascii(std::string_view s) noexcept {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// The header fields shared by local and central headers, 6..30 (APPNOTE
+// 4.3.7): version needed, flags, method, time, date, CRC, sizes (saturated
+// where a ZIP64 field carries them: in a local header, whose ZIP64 field
+// holds both sizes, both; APPNOTE 4.5.3), name length, extra length.
+void common_fields(wire::vector_writer& w, const zip_written& r, bool zip64, std::size_t extra_len,
+                   bool local = false) {
+  const bool both = local && zip64;
+  constexpr auto le = wire::byte_order::little;
+  w.write<std::uint16_t>(zip64 ? 45 : 20, le);
+  w.write<std::uint16_t>(ascii(r.name) ? 0 : 0x0800, le);  // bit 11: the name is UTF-8
+  w.write<std::uint16_t>(r.method, le);
+  w.write<std::uint16_t>(0, le);  // 00:00
+  w.write<std::uint16_t>(dos_date_1980, le);
+  w.write<std::uint32_t>(r.crc, le);
+  w.write<std::uint32_t>(both || r.compressed >= max32 ? max32 : static_cast<std::uint32_t>(r.compressed), le);
+  w.write<std::uint32_t>(both || r.size >= max32 ? max32 : static_cast<std::uint32_t>(r.size), le);
+  w.write<std::uint16_t>(static_cast<std::uint16_t>(r.name.size()), le);
+  w.write<std::uint16_t>(static_cast<std::uint16_t>(extra_len), le);
+}
+
 }  // namespace
 
 error zip_malformed(std::string what) { return error(checkpoint_errc::zip_malformed, std::move(what)); }
@@ -334,6 +365,113 @@ result<zip_records, error> check_zip_records(zip_directory&& dir, const zip_read
     previous = &r;
     previous_end = r.data_offset + r.compressed_size;
   }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Writing: local header, data, ..., central directory, (ZIP64 end record and
+// locator,) end record; the fields above, little-endian.
+
+// The local header of `r` at r.offset, padded so that its data starts on a
+// multiple of 64 when stored.
+std::vector<std::byte> zip_local_header(const zip_written& r) {
+  constexpr auto le = wire::byte_order::little;
+  const bool zip64 = r.size >= max32 || r.compressed >= max32;
+  std::vector<std::byte> extra;
+  {
+    wire::vector_writer x(extra);
+    if (zip64) {  // a local ZIP64 field holds both sizes
+      x.write<std::uint16_t>(zip64_extra_id, le);
+      x.write<std::uint16_t>(16, le);
+      x.write<std::uint64_t>(r.size, le);
+      x.write<std::uint64_t>(r.compressed, le);
+    }
+  }
+  if (r.method == 0) {
+    const std::uint64_t before = r.offset + 30 + r.name.size() + extra.size() + 6;  // 6: the padding field's head
+    const auto pad = static_cast<std::size_t>((data_align - before % data_align) % data_align);
+    {
+      wire::vector_writer x(extra);  // gone before the resize: its flush would trim the padding
+      x.write<std::uint16_t>(align_id, le);
+      x.write<std::uint16_t>(static_cast<std::uint16_t>(2 + pad), le);
+      x.write<std::uint16_t>(static_cast<std::uint16_t>(data_align), le);
+    }
+    extra.resize(extra.size() + pad, std::byte{0});
+  }
+  std::vector<std::byte> out;
+  wire::vector_writer w(out);
+  w.write<std::uint32_t>(0x04034b50, le);
+  common_fields(w, r, zip64, extra.size(), /*local=*/true);
+  w.write_bytes(std::as_bytes(std::span(r.name)));
+  w.write_bytes(extra);
+  w.flush();
+  return out;
+}
+
+// The central directory, ZIP64 end record and locator where needed, and
+// the end record, for records written up to `dir_offset`.
+std::vector<std::byte> zip_central_directory(std::span<const zip_written> records, std::uint64_t dir_offset) {
+  constexpr auto le = wire::byte_order::little;
+  std::vector<std::byte> out;
+  wire::vector_writer w(out);
+  bool any64 = false;
+  for (const zip_written& r : records) {
+    std::vector<std::byte> extra;
+    {
+      wire::vector_writer x(extra);
+      std::uint16_t n = 0;
+      for (const std::uint64_t v : {r.size, r.compressed, r.offset}) n = static_cast<std::uint16_t>(n + (v >= max32 ? 8 : 0));
+      if (n > 0) {  // in APPNOTE's order, only the saturated fields
+        x.write<std::uint16_t>(zip64_extra_id, le);
+        x.write<std::uint16_t>(n, le);
+        if (r.size >= max32) x.write<std::uint64_t>(r.size, le);
+        if (r.compressed >= max32) x.write<std::uint64_t>(r.compressed, le);
+        if (r.offset >= max32) x.write<std::uint64_t>(r.offset, le);
+      }
+    }
+    const bool zip64 = !extra.empty();
+    any64 = any64 || zip64;
+    w.write<std::uint32_t>(0x02014b50, le);
+    w.write<std::uint16_t>(static_cast<std::uint16_t>((3 << 8) | (zip64 ? 45 : 20)), le);  // made by: Unix
+    common_fields(w, r, zip64, extra.size());
+    w.write<std::uint16_t>(0, le);  // comment length
+    w.write<std::uint16_t>(0, le);  // disk
+    w.write<std::uint16_t>(0, le);  // internal attributes
+    w.write<std::uint32_t>(std::uint32_t{0100644} << 16, le);  // a regular file, rw-r--r--
+    w.write<std::uint32_t>(r.offset >= max32 ? max32 : static_cast<std::uint32_t>(r.offset), le);
+    w.write_bytes(std::as_bytes(std::span(r.name)));
+    w.write_bytes(extra);
+  }
+  const std::uint64_t dir_size = w.position();
+  const std::uint64_t n = records.size();
+  const bool end64 = any64 || n >= 0xFFFF || dir_size >= max32 || dir_offset >= max32;
+  if (end64) {
+    const std::uint64_t record_offset = dir_offset + dir_size;
+    w.write<std::uint32_t>(0x06064b50, le);
+    w.write<std::uint64_t>(44, le);
+    w.write<std::uint16_t>((3 << 8) | 45, le);
+    w.write<std::uint16_t>(45, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint64_t>(n, le);
+    w.write<std::uint64_t>(n, le);
+    w.write<std::uint64_t>(dir_size, le);
+    w.write<std::uint64_t>(dir_offset, le);
+    w.write<std::uint32_t>(0x07064b50, le);
+    w.write<std::uint32_t>(0, le);
+    w.write<std::uint64_t>(record_offset, le);
+    w.write<std::uint32_t>(1, le);
+  }
+  w.write<std::uint32_t>(0x06054b50, le);
+  w.write<std::uint16_t>(0, le);
+  w.write<std::uint16_t>(0, le);
+  const auto count16 = static_cast<std::uint16_t>(std::min<std::uint64_t>(n, 0xFFFF));
+  w.write<std::uint16_t>(count16, le);
+  w.write<std::uint16_t>(count16, le);
+  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_size, max32)), le);
+  w.write<std::uint32_t>(static_cast<std::uint32_t>(std::min<std::uint64_t>(dir_offset, max32)), le);
+  w.write<std::uint16_t>(0, le);  // comment length
+  w.flush();
   return out;
 }
 

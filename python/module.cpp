@@ -5,7 +5,7 @@
 //     .format .order .keys() .info(name) .metadata() .gguf_metadata() .verify()
 //     .get(name, dequantize) -> numpy array     .load(dequantize) -> {name: numpy array}
 //     .storages(dequantize) -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
-//   save(path, entries, storages, metadata, format, order, alignment, shared)   .ferry, safetensors
+//   save(path, entries, storages, metadata, format, order, alignment, shared)   .ferry, safetensors, .pt
 //   save_numpy(path, entries, storages, format, order, compress)               .npy, .npz
 //   save_gguf(path, entries, storages, metadata, order, ggml_types)            GGUF (gguf_values.h)
 //   dtypes                                       {name: code, bytes, numpy and torch names}
@@ -36,6 +36,7 @@
 #include "ferry/codec/kernels.h"
 #include "ferry/checkpoint/gguf.h"
 #include "ferry/checkpoint/npy.h"
+#include "ferry/checkpoint/pytorch.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
@@ -379,10 +380,12 @@ void save(const std::string& path, const std::vector<entry>& entries, const std:
   const python_tensors in(entries, storage_objects);
   const auto wanted = parse_order(order);
   write_unlocked([&]() -> ferry::result<void, ferry::error> {
-    if (format == "safetensors") {
+    if (format == "safetensors" || format == "pt") {
       if (wanted && *wanted != ferry::wire::byte_order::little) {
-        return ferry::error(ferry::errc::bad_value, path + ": safetensors is little-endian only");
+        return ferry::error(ferry::errc::bad_value,
+                            path + (format == "pt" ? ": ferry writes .pt" : ": safetensors is") + " little-endian only");
       }
+      if (format == "pt") return ckpt::save_pt(path, in.refs);
       ckpt::safetensors_options so;
       so.alignment = alignment;
       so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);

@@ -64,7 +64,7 @@ const ckpt::gguf_tensor* gguf_tensor_of(const ckpt::reader& r, const ckpt::tenso
 bool is_quantized(const ckpt::reader& r, const ckpt::tensor_info& t) noexcept;
 
 struct convert_options {
-  std::string format;  // "", "ferry", "safetensors", "gguf", "npy" or "npz"
+  std::string format;  // "", "ferry", "safetensors", "pt", "gguf", "npy" or "npz"
   std::string order;   // "", "little" or "big"
   std::string cast;    // "", "bf16", "f16" or "f32"
   std::string shared = "refuse";

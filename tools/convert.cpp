@@ -1,5 +1,5 @@
 // ferry convert IN OUT: any checkpoint ferry reads to .ferry, .safetensors,
-// .gguf, .npy or .npz, optionally cast and in another byte order. Every
+// .pt, .gguf, .npy or .npz, optionally cast and in another byte order. Every
 // output is written atomically (a temporary file, renamed over OUT on
 // success), so OUT may be IN.
 //
@@ -26,6 +26,7 @@
 #include "error.h"
 #include "ferry/checkpoint/cast.h"
 #include "ferry/checkpoint/npy.h"
+#include "ferry/checkpoint/pytorch.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/set.h"
 #include "ferry/checkpoint/writer.h"
@@ -33,7 +34,7 @@
 namespace ferry::tools {
 namespace {
 
-enum class out_format { ferry, safetensors, gguf, npy, npz };
+enum class out_format { ferry, safetensors, pt, gguf, npy, npz };
 
 // --format, else OUT's suffix, else .ferry.
 out_format format_of(const std::string& out, const std::string& flag) {
@@ -41,6 +42,7 @@ out_format format_of(const std::string& out, const std::string& flag) {
   if (f == "safetensors" || (f.empty() && (out.ends_with(".safetensors") || out.ends_with(".index.json")))) {
     return out_format::safetensors;
   }
+  if (f == "pt" || (f.empty() && (out.ends_with(".pt") || out.ends_with(".pth")))) return out_format::pt;
   if (f == "gguf" || (f.empty() && out.ends_with(".gguf"))) return out_format::gguf;
   if (f == "npy" || (f.empty() && out.ends_with(".npy"))) return out_format::npy;
   if (f == "npz" || (f.empty() && out.ends_with(".npz"))) return out_format::npz;
@@ -191,17 +193,15 @@ int usage_error(const std::string& what) {
 }  // namespace
 
 int convert(const std::string& in, const std::string& out, const convert_options& o) {
-  // ferry writes no .pt: a .pt OUT without --format is a mistake.
-  if (o.format.empty() && (out.ends_with(".pt") || out.ends_with(".pth"))) {
-    return usage_error(out + ": ferry does not write .pt files (name a .ferry, .safetensors, .gguf, .npy or .npz "
-                             "output, or pass --format)");
-  }
   const out_format format = format_of(out, o.format);
   if (out.ends_with(".index.json") && o.shard_size == 0) return usage_error(out + ": an index of shards needs --shard-size");
   if (o.shard_size > 0 && format != out_format::ferry && format != out_format::safetensors) {
     return usage_error(out + ": --shard-size writes .ferry or .safetensors sets only");
   }
   if (o.nested_arrays && format != out_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
+  if (format == out_format::pt && !o.order.empty() && o.order != "little") {
+    return usage_error(out + ": ferry writes .pt files little-endian (torch.load swaps them on big-endian hosts)");
+  }
   if (format == out_format::safetensors && !o.order.empty() && o.order != "little") {
     return fail(ferry::error(ferry::errc::bad_value, out + ": safetensors is little-endian only"));
   }
@@ -244,8 +244,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
   }
   fetcher f(r, cast_to);
 
-  if (format == out_format::safetensors || format == out_format::gguf || format == out_format::npy ||
-      format == out_format::npz) {
+  if (format != out_format::ferry) {
     auto refs = fetch_all(r, f, bar);
     bar.finish();
     if (!refs) return fail(refs.error());
@@ -260,6 +259,8 @@ int convert(const std::string& in, const std::string& out, const convert_options
         return 0;
       }
       w = ckpt::save_safetensors(out, *refs, r.metadata(), so);
+    } else if (format == out_format::pt) {
+      w = ckpt::save_pt(out, *refs);
     } else if (format == out_format::gguf) {
       std::vector<std::vector<std::byte>> gathered;
       auto tensors = gguf_tensors(r, *refs, gathered);

@@ -2,7 +2,7 @@
 //
 //   ferry inspect FILE [--json]       tensors, metadata, byte order, alignment
 //   ferry verify FILE                 every CRC32C and structural rule
-//   ferry convert IN OUT [options]    any format read -> .ferry/.safetensors/.gguf/.npy/.npz, byte order, casts
+//   ferry convert IN OUT [options]    any format read -> .ferry/.safetensors/.pt/.gguf/.npy/.npz, byte order, casts
 //   ferry diff A B [--json]           what differs between two checkpoints
 //   ferry dump FILE                   a graph archive as JSON
 //   ferry plot METRICS -o SVG         ferry-train's loss and accuracy curves
@@ -14,7 +14,7 @@
 // only when it is a terminal.
 //
 // Formats read: .ferry (and sets), .safetensors (and Hugging Face's
-// sharded index), PyTorch .pt (read only), GGUF, NumPy .npy and .npz.
+// sharded index), PyTorch .pt, GGUF, NumPy .npy and .npz.
 //
 // ferry --version prints the version, the CPU features found and enabled,
 // and the kernel each dispatcher chose (base/cpu.h), for bug reports.
@@ -123,17 +123,17 @@ int main(int argc, char** argv) {
 
   convert_options co;
   auto* convert_cmd = app.add_subcommand(
-      "convert", "convert any file ferry reads to .ferry, .safetensors, .gguf, .npy or .npz; GGUF byte order");
+      "convert", "convert any file ferry reads to .ferry, .safetensors, .pt, .gguf, .npy or .npz; GGUF byte order");
   convert_cmd->add_option("IN", file, "the file to read")->required();
   convert_cmd->add_option("OUT", second,
                           "the file to write (atomically; OUT may be IN): by its suffix .safetensors (or .index.json), "
-                          ".gguf, .npy, .npz, else .ferry (never .pt)")
+                          ".pt (or .pth), .gguf, .npy, .npz, else .ferry")
       ->required();
   convert_cmd->add_option("--format", co.format, "output format, instead of OUT's suffix")
-      ->check(CLI::IsMember({"ferry", "safetensors", "gguf", "npy", "npz"}));
+      ->check(CLI::IsMember({"ferry", "safetensors", "pt", "gguf", "npy", "npz"}));
   convert_cmd->add_option("--order", co.order,
-                          "byte order of a .ferry, .gguf, .npy or .npz output (default: this host's; safetensors is "
-                          "little-endian only)")
+                          "byte order of a .ferry, .gguf, .npy or .npz output (default: this host's; safetensors and "
+                          ".pt are little-endian only)")
       ->check(CLI::IsMember({"little", "big"}));
   convert_cmd->add_option("--cast", co.cast,
                           "convert floating tensors to this dtype; quantized GGUF tensors are dequantized (needed for "

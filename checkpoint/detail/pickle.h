@@ -133,6 +133,18 @@ struct program {
   std::uint64_t memory = 0;
 };
 
+/// How torch.save names a dtype's storage: a storage class of module
+/// `torch` (FloatStorage: _rebuild_tensor_v2, numel in elements), or, for
+/// dtypes that have none (uint16, float8_*, complex32...), the dtype
+/// global itself (torch.uint16: _rebuild_tensor_v3 over a
+/// torch.storage.UntypedStorage, numel in bytes). Empty for a dtype torch
+/// has no name for. The allow-list above, read the other way (save_pt).
+struct torch_name {
+  std::string_view module, name;
+  bool is_dtype = false;  ///< a dtype global (v3), not a storage class (v2)
+};
+[[nodiscard]] std::optional<torch_name> torch_name_of(codec::dtype d) noexcept;
+
 /// Runs a pickle. Strings view `pickle`, which must outlive the program.
 /// Errors (contexts "offset N: ..."): pickle_bad_opcode,
 /// pickle_forbidden_global, pickle_malformed, unsupported_pytorch,

@@ -140,6 +140,28 @@ struct zip_records {
 /// zip record's CRC field holds.
 [[nodiscard]] std::uint32_t zip_crc32(std::span<const std::byte> bytes, std::uint32_t crc = 0) noexcept;
 
+/// A record as a sequential writer (save_npz, save_pt) wrote it: its
+/// local header at `offset`, then its data.
+struct zip_written {
+  std::string name;
+  std::uint16_t method = 0;  ///< 0 stored, 8 deflated
+  std::uint32_t crc = 0;
+  std::uint64_t size = 0, compressed = 0, offset = 0;
+};
+
+/// The local header of `r`, to be written at r.offset. A stored record's
+/// header carries a padding extra field (id 0xD935, as Android's zipalign
+/// writes) so that its data starts on a multiple of 64, where a reader can
+/// map it; ZIP64 fields only where a size needs them; dated 1980-01-01
+/// 00:00, so equal inputs give equal files.
+[[nodiscard]] std::vector<std::byte> zip_local_header(const zip_written& r);
+
+/// The central directory of `records`, written at `dir_offset` after
+/// them, then the ZIP64 end record and locator (where a size, an offset or
+/// the record count needs them) and the end record.
+[[nodiscard]] std::vector<std::byte> zip_central_directory(std::span<const zip_written> records,
+                                                           std::uint64_t dir_offset);
+
 /// "record 'name'": how errors name a zip record.
 [[nodiscard]] std::string record_what(std::string_view name);
 

@@ -357,8 +357,8 @@ def _contiguous(shape):
     return list(reversed(strides))
 
 
-_FORMATS = ("ferry", "safetensors", "npy", "npz", "gguf")
-_SUFFIXES = {".safetensors": "safetensors", ".npy": "npy", ".npz": "npz", ".gguf": "gguf"}
+_FORMATS = ("ferry", "safetensors", "pt", "npy", "npz", "gguf")
+_SUFFIXES = {".safetensors": "safetensors", ".pt": "pt", ".pth": "pt", ".npy": "npy", ".npz": "npz", ".gguf": "gguf"}
 
 
 def save(path, tensors, metadata=None, *, format=None, order=None, alignment=None, shared="refuse", dtypes=None,
@@ -366,10 +366,13 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
     """Writes {name: numpy array or torch tensor} atomically: the file
     appears whole or not at all.
 
-    format: 'ferry', 'safetensors', 'npy', 'npz' or 'gguf'; default from the
-    suffix (.safetensors, .npy, .npz, .gguf, else .ferry). ferry never
-    writes .pt. order: 'little' or 'big' (not safetensors; default this
-    machine's). alignment: where each storage starts (.ferry, safetensors:
+    format: 'ferry', 'safetensors', 'pt', 'npy', 'npz' or 'gguf'; default
+    from the suffix (.safetensors, .pt or .pth, .npy, .npz, .gguf, else
+    .ferry). 'pt' writes what torch.save(state_dict) writes, which
+    torch.load(path, weights_only=True) reads (views and shared storages
+    kept; dtypes torch 1.13 lacks, such as uint16 and float8, need torch
+    2.x, as torch's own files do). order: 'little' or 'big' (not
+    safetensors or .pt, which are little-endian; default this machine's). alignment: where each storage starts (.ferry, safetensors:
     default 64; GGUF: general.alignment, default 32). Views of one torch
     storage or one numpy base array are written once and stay views
     (.ferry); safetensors cannot share, so `shared` says what to do there:
@@ -377,7 +380,7 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
     bytes), or 'alias' (once, named in the metadata as Hugging Face does).
     metadata: {str: str} (other values stored as their JSON text); for
     GGUF, typed values as Checkpoint.gguf_metadata gives them (plain ints
-    become i32, floats f32, as gguf-py writes them); .npy/.npz hold none.
+    become i32, floats f32, as gguf-py writes them); .pt/.npy/.npz hold none.
     dtypes: {name: ferry dtype} for numpy arrays holding the bits of a
     dtype numpy lacks, as ferry.load returns them: e.g. {"w": "BF16"} for
     a uint16 array (the widths must agree); for GGUF also {name: ggml type}
@@ -391,9 +394,6 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
 
     path = os.fspath(path)
     if format is None:
-        if path.endswith((".pt", ".pth")):
-            raise ValueError(f"{path}: ferry does not write .pt files (name a .ferry, .safetensors, .npy, .npz or "
-                             ".gguf file, or pass format=)")
         format = next((f for suffix, f in _SUFFIXES.items() if path.endswith(suffix)), "ferry")
     if format not in _FORMATS:
         raise ValueError(f"format must be one of {', '.join(map(repr, _FORMATS))}, not {format!r}")
@@ -403,7 +403,7 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
         raise ValueError(f"compress= is for .npz files, not {format}")
     if nested_arrays and format != "gguf":
         raise ValueError(f"nested_arrays= is for GGUF files, not {format}")
-    if format in ("npy", "npz") and (metadata or alignment is not None):
+    if format in ("pt", "npy", "npz") and (metadata or alignment is not None):
         raise ValueError(f"{format} files hold no metadata and have no alignment")
     torch = sys.modules.get("torch")  # torch tensors come only once torch is imported
     storages, entries, ggml_types = _Storages(), [], {}

@@ -204,6 +204,42 @@ def test_pt_files_read_as_torch_load_reads_them(tmp_path):
             assert torch_bits(again[name]) == torch_bits(t), (other, name)
 
 
+def test_save_pt_is_what_torch_load_weights_only_reads(tmp_path):
+    # A model's state dict with tied weights and views, from torch and
+    # from numpy, saved by ferry as .pt: torch.load(weights_only=True), the
+    # safe load, reads the same bits, views and sharing.
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 6))
+    model[2].weight = model[0].weight  # tied
+    state = dict(model.state_dict())
+    state["half"] = torch.tensor([0.0, -0.0, float("nan"), float("-inf"), 1e-40], dtype=torch.float32).to(torch.bfloat16)
+    state["view"] = state["0.weight"][2:, 1::2]
+    state["scalar"] = torch.tensor(3.5, dtype=torch.float64)
+    state["complex"] = torch.tensor([1 + 2j, -0.0 - 3j], dtype=torch.complex64)
+    if hasattr(torch, "float8_e4m3fn"):  # torch 2.x
+        state["f8"] = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+        state["u16"] = torch.tensor([0, 1, 0xFFFF], dtype=torch.int32).to(torch.uint16)
+    ferry.save(tmp_path / "m.pt", state)
+    got = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert list(got) == list(state)
+    for name, t in state.items():
+        assert got[name].dtype == t.dtype, name
+        assert got[name].shape == t.shape and got[name].stride() == t.stride(), name
+        assert got[name].storage_offset() == t.storage_offset(), name
+        assert torch_bits(got[name]) == torch_bits(t), name
+    assert got["0.weight"].data_ptr() == got["2.weight"].data_ptr()
+    assert got["view"].storage().data_ptr() == got["0.weight"].storage().data_ptr()
+    model.load_state_dict({k: v for k, v in got.items() if k in model.state_dict()})
+    # numpy arrays, and ferry's own reading of its file.
+    ferry.save(tmp_path / "a.pth", {"x": np.arange(6, dtype=">i4").reshape(2, 3)})
+    assert torch.equal(torch.load(tmp_path / "a.pth", weights_only=True)["x"], torch.arange(6, dtype=torch.int32).reshape(2, 3))
+    assert sorted(ferry.load(tmp_path / "m.pt")) == sorted(state)
+    with pytest.raises(ferry.Error, match="little-endian only"):
+        ferry.save(tmp_path / "b.pt", state, order="big")
+    with pytest.raises(ValueError, match="no metadata"):
+        ferry.save(tmp_path / "c.pt", state, metadata={"k": "v"})
+
+
 def test_golden_big_endian_pt_reads_as_the_little_one():
     data = os.path.join(os.environ["FERRY_TEST_DATA_DIR"], "pytorch")
     little = ferry.load(os.path.join(data, "golden_little.pt"))

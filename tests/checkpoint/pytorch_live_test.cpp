@@ -5,12 +5,14 @@
 // strides, offsets, sharing and the non-tensor leaves. The same test reads
 // the files torch 2.6 wrote in Debian 13's roots (x86-64, and s390x under
 // qemu: big-endian files) when FERRY_PT_LIVE_DIR names their folder
-// (tests/CMakeLists.txt: checkpoint_pytorch26_*).
+// (tests/CMakeLists.txt: checkpoint_pytorch26_*). And ferry writes each
+// again as a .pt file that torch.load(weights_only=True) checks.
 #include <algorithm>
 #include <cstdlib>
 
 #include "ferry/checkpoint/detail/parsed.h"
 #include "ferry/checkpoint/detail/pickle.h"
+#include "ferry/checkpoint/pytorch.h"
 #include "helpers.h"
 #include "pt_expected.h"
 
@@ -82,6 +84,44 @@ TEST_F(PytorchLive, APickledTensorCostsAboutTwoKiB) {
       std::span(bytes).subspan(static_cast<std::size_t>(pkl->data_offset), static_cast<std::size_t>(pkl->size)), {});
   ASSERT_TRUE(program) << program.error();
   EXPECT_LE(program->memory / 2000, 2048u) << program->memory;
+}
+
+// Every file with tensors, as ferry read it, written again by save_pt()
+// into FOLDER/ferry, where torch.load(weights_only=True) reads it back
+// (make_pt_files.py check, the CTest checkpoint_pytorch*_torch_reads_ferry
+// after this test): the tensors of X.pt.expected, bit for bit, with their
+// dtypes, shapes, strides, offsets and sharing.
+TEST_F(PytorchLive, FerryWritesWhatTorchLoads) {
+  const fs::path out = live_dir / "ferry";
+  fs::create_directories(out);
+  for (const char* name : {"state_dict.pt", "adam.pt", "nested.pt", "dtypes.pt", "dtypes_2.pt", "stream.pt",
+                           "protocol4.pt", "empty_state_dict.pt", "many_tensors.pt"}) {
+    SCOPED_TRACE(name);
+    auto r = reader::open(live_dir / name);
+    ASSERT_TRUE(r) << r.error();
+    auto all = r->get_all();
+    ASSERT_TRUE(all) << all.error();
+    std::vector<tensor_ref> refs;
+    for (const auto& t : *all) refs.push_back(t.ref());
+    pt_options opt;
+    opt.sync = false;
+    auto saved = save_pt(out / name, refs, opt);
+    ASSERT_TRUE(saved) << saved.error();
+    // ferry reads its own file as it read torch's.
+    auto again = reader::open(out / name);
+    ASSERT_TRUE(again) << again.error();
+    EXPECT_TRUE(again->verify()) << again->verify().error();
+    ASSERT_EQ(again->tensors().size(), r->tensors().size());
+    EXPECT_EQ(again->storages().size(), r->storages().size());
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const auto got = again->get(again->tensors()[i].name);
+      ASSERT_TRUE(got) << got.error();
+      EXPECT_EQ(got->info().shape, (*all)[i].info().shape) << refs[i].name;
+      EXPECT_EQ(got->info().strides, (*all)[i].info().strides) << refs[i].name;
+      EXPECT_EQ(got->info().offset, (*all)[i].info().offset) << refs[i].name;
+      EXPECT_TRUE(std::ranges::equal(got->storage_bytes(), (*all)[i].storage_bytes())) << refs[i].name;
+    }
+  }
 }
 
 TEST_F(PytorchLive, OtherKindsOfFileSaySo) {

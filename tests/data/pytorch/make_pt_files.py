@@ -6,6 +6,11 @@ torch.load read back, for ferry's tests to compare with (pt_expected.h).
                                 (tests/checkpoint/pytorch_live_test.cpp)
   make_pt_files.py golden DIR   the committed files in tests/data/pytorch
                                 (tests/checkpoint/pytorch_golden_test.cpp)
+  make_pt_files.py check DIR    torch.load(weights_only=True) of each file
+                                ferry wrote into DIR/ferry (pytorch_live_test's
+                                FerryWritesWhatTorchLoads) gives the tensors
+                                of DIR/X.pt.expected (with mmap=True too,
+                                where torch has it)
 
 Needs Debian's python3-torch: 1.13 (Debian 12), or 2.6 (Debian 13, in the
 roots scripts/debian13-root makes, natively and under qemu), where the live
@@ -361,9 +366,35 @@ def golden(out):
     write_expected(rezipped, torch.load(rezipped, weights_only=False))
 
 
+def check(folder):
+    """Exits non-zero naming every file of folder/ferry whose tensors, as
+    torch.load(weights_only=True) reads them, differ from the tensor lines
+    of folder/X.pt.expected (a state dict holds no metadata)."""
+    names = sorted(n for n in os.listdir(os.path.join(folder, "ferry")) if n.endswith(".pt"))
+    if not names:
+        sys.exit(f"{folder}/ferry: no .pt files (run pytorch_live_test first)")
+    loads = [{"weights_only": True}]
+    if "mmap" in torch.load.__code__.co_varnames:  # torch >= 2.1
+        loads.append({"weights_only": True, "mmap": True})
+    bad = 0
+    for name in names:
+        with open(os.path.join(folder, name + ".expected"), encoding="utf-8") as f:
+            want = "".join(line for line in f if not line.startswith("META "))
+        for kwargs in loads:
+            got = expected_lines(torch.load(os.path.join(folder, "ferry", name), **kwargs))
+            if got != want:
+                bad += 1
+                print(f"{name} ({kwargs}): torch read\n{got}instead of\n{want}", file=sys.stderr)
+    print(f"torch {torch.__version__} read {len(names)} files ferry wrote, {len(loads)} ways: {bad} differ")
+    sys.exit(1 if bad else 0)
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("live", "golden"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("live", "golden", "check"):
         sys.exit(__doc__)
+    if sys.argv[1] == "check":
+        check(sys.argv[2])
+        return
     os.makedirs(sys.argv[2], exist_ok=True)
     (live if sys.argv[1] == "live" else golden)(sys.argv[2])
 

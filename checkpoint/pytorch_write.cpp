@@ -1,0 +1,241 @@
+// save_pt(): tensors as torch.save writes a state dict (pytorch.h says
+// what the file holds): a zip of stored records, data.pkl first, written
+// in one sequential pass (detail/zip.h's writer) and published atomically.
+#include <functional>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "ferry/base/file.h"
+#include "ferry/checkpoint/detail/pickle.h"
+#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/pytorch.h"
+#include "ferry/wire/bulk.h"
+#include "ferry/wire/cursor.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+constexpr std::size_t convert_chunk = std::size_t{1} << 20;
+
+// A protocol 2 pickle, written forward: the opcodes torch.save's Pickler
+// uses for a state dict, with each global and repeated string memoized
+// once (BINPUT) and fetched after (BINGET), as Python's Pickler does.
+class pickler {
+ public:
+  pickler() { op(0x80), op(2); }  // PROTO 2
+  void op(std::uint8_t code) { out_.push_back(static_cast<std::byte>(code)); }
+  void u32(std::uint32_t v) {
+    const auto b = wire::to_bytes<std::uint32_t>(v, wire::byte_order::little);
+    out_.insert(out_.end(), b.begin(), b.end());
+  }
+  void integer(std::uint64_t v) {
+    if (v < 0x100) {
+      op('K'), op(static_cast<std::uint8_t>(v));  // BININT1
+    } else if (v < 0x10000) {
+      op('M'), op(static_cast<std::uint8_t>(v)), op(static_cast<std::uint8_t>(v >> 8));  // BININT2
+    } else if (v < 0x80000000) {
+      op('J'), u32(static_cast<std::uint32_t>(v));  // BININT
+    } else {  // LONG1: 8 bytes, two's complement (v < 2^63, check_view's bound)
+      op(0x8a), op(8);
+      const auto b = wire::to_bytes<std::uint64_t>(v, wire::byte_order::little);
+      out_.insert(out_.end(), b.begin(), b.end());
+    }
+  }
+  void text(std::string_view s) {
+    op('X'), u32(static_cast<std::uint32_t>(s.size()));  // BINUNICODE (names are below 4 GiB)
+    const auto b = std::as_bytes(std::span(s));
+    out_.insert(out_.end(), b.begin(), b.end());
+  }
+  // A string or global made once and fetched from the memo after.
+  void memoized(const std::string& key, const std::function<void()>& make) {
+    if (const auto it = memo_.find(key); it != memo_.end()) {
+      if (it->second < 0x100) {
+        op('h'), op(static_cast<std::uint8_t>(it->second));  // BINGET
+      } else {
+        op('j'), u32(it->second);  // LONG_BINGET
+      }
+      return;
+    }
+    make();
+    const auto slot = static_cast<std::uint32_t>(memo_.size());
+    memo_.emplace(key, slot);
+    if (slot < 0x100) {
+      op('q'), op(static_cast<std::uint8_t>(slot));  // BINPUT
+    } else {
+      op('r'), u32(slot);  // LONG_BINPUT
+    }
+  }
+  void global(std::string_view module, std::string_view name) {
+    memoized(std::string(module) + "\n" + std::string(name), [&] {
+      op('c');  // GLOBAL "module\nname\n"
+      for (const std::string_view part : {module, name}) {
+        const auto b = std::as_bytes(std::span(part));
+        out_.insert(out_.end(), b.begin(), b.end());
+        op('\n');
+      }
+    });
+  }
+  void short_text(std::string_view s) {
+    memoized("\x01" + std::string(s), [&] { text(s); });
+  }
+  void tuple(std::span<const std::uint64_t> v) {
+    op('(');  // MARK
+    for (const std::uint64_t x : v) integer(x);
+    op('t');  // TUPLE
+  }
+  [[nodiscard]] std::vector<std::byte> take() {
+    op('.');  // STOP
+    return std::move(out_);
+  }
+
+ private:
+  std::vector<std::byte> out_;
+  std::map<std::string, std::uint32_t> memo_;
+};
+
+// One storage of the file: the refs' bytes it holds, written once.
+struct storage_plan {
+  std::span<const std::byte> bytes;
+  codec::dtype dtype;    ///< its first tensor's
+  bool untyped = false;  ///< a torch.storage.UntypedStorage (v3 tensors)
+};
+
+// Which refs share a storage in the file: equal spans, and what torch lets
+// share one: a storage class (FloatStorage...) holds tensors of its dtype
+// alone; an UntypedStorage, tensors of any dtypes without a class (the
+// float8s as views of one byte buffer), of one element size and byte-swap
+// unit (ferry's reader and a big-endian writer need those). Other
+// combinations get one storage each, a copy of the bytes.
+using storage_key = std::tuple<const std::byte*, std::size_t, int, std::size_t, std::size_t>;
+storage_key key_of(const tensor_ref& t, bool untyped) {
+  return {t.storage.data(), t.storage.size(), untyped ? -1 : static_cast<int>(t.dtype), codec::size_of(t.dtype),
+          codec::order_width(t.dtype)};
+}
+
+}  // namespace
+
+result<void, error> save_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                            const pt_options& opt) {
+  const std::string file = target.string();
+  const auto fail = [&](error_code c, std::string_view what) { return error(c, file + ": " + std::string(what)); };
+  if (tensors.size() > opt.limits.max_tensors) return fail(errc::limit_exceeded, "tensors");
+
+  // Check every ref and group them by storage (equal spans of one dtype),
+  // in order of first appearance, before anything is written.
+  std::map<storage_key, std::uint32_t> storage_of;
+  std::vector<storage_plan> storages;
+  std::vector<std::uint32_t> tensor_storage(tensors.size());
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const tensor_ref& t = tensors[i];
+    if (!valid_name(t.name, opt.limits.max_name_bytes)) return fail(checkpoint_errc::bad_name, "tensor " + quote(t.name));
+    if (!names.insert(t.name).second) return fail(errc::duplicate_key, "tensor " + quote(t.name));
+    const auto torch = detail::pickle::torch_name_of(t.dtype);
+    if (!torch) {
+      return fail(codec_errc::unknown_dtype,
+                  "tensor " + quote(t.name) + ": .pt has no dtype " + std::string(codec::name(t.dtype)));
+    }
+    if (t.storage.size() % codec::size_of(t.dtype) != 0) {
+      return fail(checkpoint_errc::shape_size_mismatch, "tensor " + quote(t.name) + ": storage of " +
+                                                            std::to_string(t.storage.size()) + " bytes");
+    }
+    std::vector<std::uint64_t> strides(t.strides.begin(), t.strides.end());
+    if (strides.empty()) strides = contiguous_strides(t.shape);
+    if (auto r = check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), opt.limits.max_dims); !r) {
+      return fail(r.error(), "tensor " + quote(t.name));
+    }
+    const auto [it, fresh] =
+        storage_of.emplace(key_of(t, torch->is_dtype), static_cast<std::uint32_t>(storages.size()));
+    if (fresh) storages.push_back({t.storage, t.dtype, torch->is_dtype});
+    tensor_storage[i] = it->second;
+  }
+
+  // data.pkl: {name: _rebuild_tensor_v2(storage, offset, size, stride,
+  // False, OrderedDict()), ...}, or _rebuild_tensor_v3(..., dtype) over an
+  // UntypedStorage for dtypes without a storage class.
+  pickler p;
+  p.op('}');  // EMPTY_DICT
+  p.op('(');  // MARK
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const tensor_ref& t = tensors[i];
+    const auto torch = *detail::pickle::torch_name_of(t.dtype);
+    const storage_plan& s = storages[tensor_storage[i]];
+    p.text(t.name);
+    p.global("torch._utils", torch.is_dtype ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
+    p.op('(');
+    p.op('(');  // the persistent id ('storage', type, key, 'cpu', numel)
+    p.short_text("storage");
+    if (s.untyped) {
+      p.global("torch.storage", "UntypedStorage");
+    } else {
+      p.global(torch.module, torch.name);
+    }
+    p.text(std::to_string(tensor_storage[i]));
+    p.short_text("cpu");
+    p.integer(s.untyped ? s.bytes.size() : s.bytes.size() / codec::size_of(s.dtype));
+    p.op('t');
+    p.op('Q');  // BINPERSID
+    p.integer(t.offset);
+    p.tuple(t.shape);
+    p.tuple(t.strides.empty() ? std::span<const std::uint64_t>(contiguous_strides(t.shape)) : t.strides);
+    p.op(0x89);  // NEWFALSE: requires_grad
+    p.global("collections", "OrderedDict");
+    p.op(')');  // EMPTY_TUPLE
+    p.op('R');  // REDUCE: the backward hooks, an empty OrderedDict
+    if (torch.is_dtype) p.global(torch.module, torch.name);
+    p.op('t');
+    p.op('R');
+  }
+  p.op('u');  // SETITEMS
+  const std::vector<std::byte> pickle = p.take();
+
+  FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
+  std::vector<detail::zip_written> records;
+  records.reserve(storages.size() + 3);
+  // A stored record of `size` bytes that `emit` hands over (twice: the
+  // CRC goes in the local header, before the bytes).
+  const auto add = [&](std::string name, std::uint64_t size, const auto& emit) -> result<void, error> {
+    detail::zip_written r;
+    r.name = "archive/" + std::move(name);
+    r.offset = out.size();
+    r.size = r.compressed = size;
+    FERRY_TRY(emit([&](std::span<const std::byte> b) -> result<void, error> {
+      r.crc = detail::zip_crc32(b, r.crc);
+      return {};
+    }));
+    FERRY_TRY(out.write(detail::zip_local_header(r)));
+    FERRY_TRY(emit([&](std::span<const std::byte> b) { return out.write(b); }));
+    records.push_back(std::move(r));
+    return {};
+  };
+  const auto bytes_of = [](std::span<const std::byte> b) {
+    return [b](const auto& sink) { return sink(b); };
+  };
+  FERRY_TRY(add("data.pkl", pickle.size(), bytes_of(pickle)));
+  FERRY_TRY(add("byteorder", 6, bytes_of(std::as_bytes(std::span("little", 6)))));
+  std::vector<std::byte> buffer;
+  for (std::size_t k = 0; k < storages.size(); ++k) {
+    const storage_plan& s = storages[k];
+    const std::size_t width = codec::order_width(s.dtype);
+    // Little-endian, converted a piece at a time on a big-endian host.
+    const auto emit = [&](const auto& sink) -> result<void, error> {
+      if (wire::host_order == wire::byte_order::little || width == 1) return sink(s.bytes);
+      buffer.resize(std::min(convert_chunk, s.bytes.size()));
+      for (std::size_t at = 0; at < s.bytes.size();) {
+        const std::size_t n = std::min(buffer.size(), s.bytes.size() - at);
+        wire::convert(s.bytes.subspan(at, n), wire::host_order, std::span(buffer).first(n), wire::byte_order::little,
+                      width);
+        FERRY_TRY(sink(std::span<const std::byte>(buffer).first(n)));
+        at += n;
+      }
+      return {};
+    };
+    FERRY_TRY(add("data/" + std::to_string(k), s.bytes.size(), emit));
+  }
+  FERRY_TRY(add("version", 2, bytes_of(std::as_bytes(std::span("3\n", 2)))));
+  FERRY_TRY(out.write(detail::zip_central_directory(records, out.size())));
+  return out.commit();
+}
+
+}  // namespace ferry::checkpoint
