@@ -1,7 +1,8 @@
 // Write then read: the input describes tensors (dtype, shape, a view over a
 // possibly shared storage, bytes) and a byte order; whatever the writer
-// accepts must read back bit for bit, with sharing, from the .ferry file and
-// (with copies) from the safetensors export.
+// accepts must read back bit for bit, with sharing, from the .ferry file,
+// from the .pt export (save_pt) and (with copies) from the safetensors
+// export.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/checkpoint/pytorch.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/writer.h"
@@ -114,6 +116,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto [it, fresh] = storage_seen.emplace(specs[i].storage, t->storage().get());
     FUZZ_CHECK(fresh || it->second == t->storage().get());  // sharing comes back
     held.push_back(std::move(*t));
+  }
+
+  // On to .pt, every tensor (torch has a name for every ferry dtype).
+  {
+    const auto pt = folder() / "f.pt";
+    std::vector<ckpt::tensor_ref> refs_back;
+    for (const auto& t : held) refs_back.push_back(t.ref());
+    ckpt::pt_options po;
+    po.sync = false;
+    FUZZ_CHECK(ckpt::save_pt(pt, refs_back, po).has_value());
+    auto p = ckpt::open(pt);
+    FUZZ_CHECK(p.has_value());
+    FUZZ_CHECK(p->tensors().size() == held.size());
+    FUZZ_CHECK(p->verify().has_value());
+    for (const auto& t : held) {
+      auto u = p->get(t.name());
+      FUZZ_CHECK(u.has_value());
+      FUZZ_CHECK(u->dtype() == t.dtype() && u->info().strides == t.info().strides);
+      FUZZ_CHECK(u->contiguous_copy() == t.contiguous_copy());
+    }
   }
 
   // On to safetensors, the tensors of the dtypes it has (C32, C128 and the
