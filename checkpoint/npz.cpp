@@ -1,7 +1,7 @@
 // NumPy .npz files (npy.h): the zip of .npy records read (records checked
 // by detail/zip.h, deflated ones inflated with zlib) and written by
-// save_npz() (a sequential zip writer: docs/gguf-and-numpy.md says why it
-// is not libzip).
+// save_npz() (over zip.cpp's sequential zip writer: docs/gguf-and-numpy.md
+// says why it is not libzip).
 #include <zlib.h>
 
 #include <algorithm>
@@ -307,31 +307,22 @@ result<void, error> save_npz(const std::filesystem::path& target, std::span<cons
   for (const tensor_ref& t : tensors) {
     auto payload = detail::prepare_npy(t, opt.order, opt.limits);
     if (!payload) return payload.error().wrap(file + ": tensor " + quote(t.name));
+    std::string name = std::string(t.name) + ".npy";
+    if (!opt.compress) {
+      FERRY_TRY_ASSIGN(auto r, detail::write_stored_record(out, std::move(name), payload->size(),
+                                                           [&](const detail::zip_sink& sink) { return payload->emit(sink); }));
+      records.push_back(std::move(r));
+      continue;
+    }
     detail::zip_written r;
-    r.name = std::string(t.name) + ".npy";
+    r.name = std::move(name);
     r.offset = out.size();
     r.size = payload->size();
-    std::vector<std::byte> deflated;
-    if (opt.compress) {
-      r.method = 8;
-      FERRY_TRY_ASSIGN(deflated, deflate_payload(*payload, opt.level, r.crc));
-      r.compressed = deflated.size();
-    } else {
-      // Two passes over the bytes: the CRC goes in the header before them
-      // (no data descriptor, which some readers mishandle for stored
-      // records).
-      r.compressed = r.size;
-      FERRY_TRY(payload->emit([&](std::span<const std::byte> b) -> result<void, error> {
-        r.crc = detail::zip_crc32(b, r.crc);
-        return {};
-      }));
-    }
+    r.method = 8;
+    FERRY_TRY_ASSIGN(auto deflated, deflate_payload(*payload, opt.level, r.crc));
+    r.compressed = deflated.size();
     FERRY_TRY(out.write(detail::zip_local_header(r)));
-    if (opt.compress) {
-      FERRY_TRY(out.write(deflated));
-    } else {
-      FERRY_TRY(payload->emit([&](std::span<const std::byte> b) { return out.write(b); }));
-    }
+    FERRY_TRY(out.write(deflated));
     records.push_back(std::move(r));
   }
   FERRY_TRY(out.write(detail::zip_central_directory(records, out.size())));

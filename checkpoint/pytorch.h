@@ -84,8 +84,9 @@
 // limits::max_metadata_bytes [limit_exceeded], nesting by
 // limits::max_pickle_depth [depth_exceeded].
 //
-// WRITING (save_pt). The file torch.save(state_dict) writes: a flat dict of
-// the tensors by name, in order, in a zip of stored records named
+// WRITING (save_pt). The file torch.save(state_dict) writes, but for the
+// container: a plain dict (not an OrderedDict) of the tensors by name, in
+// order, in a zip of stored records named
 // archive/...: data.pkl (a protocol 2 pickle), byteorder ("little"),
 // data/<k> for each storage k = 0, 1, ... in order of first use, version
 // ("3\n"); each record's data on a 64-byte boundary (detail/zip.h's
@@ -93,9 +94,10 @@
 // written little-endian on every host. Refs whose storage spans are equal
 // (same address and size) share one storage where torch lets them (one
 // dtype with a storage class; or dtypes without one, such as float8 views
-// of one buffer, of one element size), each keeping its offset, shape and
-// strides (tied weights stay tied, views stay views); other refs over one
-// span get a copy each.
+// of one buffer, of one element size and byte-swap unit), each keeping its
+// offset, shape and strides (tied weights stay tied, views stay views);
+// other refs over one span get a copy each. Offsets and strides MUST be
+// below 2^63 (a pickle's integers are signed) [shape_overflow].
 // A dtype with a torch storage class (FloatStorage...: f64 f32 f16 bf16
 // i64 i32 i16 i8 u8 bool c64 c128) is written as torch.save writes it,
 // _rebuild_tensor_v2 over that class, which every torch since 1.6 reads;
@@ -103,7 +105,8 @@
 // _rebuild_tensor_v3 over a torch.storage.UntypedStorage with the dtype
 // global (torch.uint16...), which torch 1.13 cannot read (it has neither
 // those dtypes nor v3). Metadata is not written: a state dict holds
-// tensors only.
+// tensors only (so a .pt's torch.bits* tensors, read as U8/U16 with their
+// names in "pytorch.raw_dtypes", are written back as uint8/uint16).
 #pragma once
 
 #include "ferry/checkpoint/reader.h"
@@ -125,10 +128,11 @@ struct pt_options {
 
 /// Writes `tensors` as a .pt file (WRITING above), atomically
 /// (base::atomic_file): the target keeps its old content on any error.
-/// Errors: bad_name, duplicate_key, unknown_dtype (a dtype torch has no
-/// name for), shape_size_mismatch (a storage that is not whole elements),
-/// view_out_of_bounds, shape_overflow, limit_exceeded, io_error; each
-/// names the file and the tensor.
+/// Errors, each naming the file (and the tensor, but for limit_exceeded on
+/// the count and io_error): bad_name, duplicate_key, shape_size_mismatch
+/// (a storage that is not whole elements), view_out_of_bounds,
+/// shape_overflow, limit_exceeded, io_error; and unknown_dtype for a dtype
+/// torch has no name for, which no ferry dtype is today.
 [[nodiscard]] result<void, error> save_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                           const pt_options& opt = {});
 

@@ -1,7 +1,9 @@
 // save_pt(): tensors as torch.save writes a state dict (pytorch.h says
 // what the file holds): a zip of stored records, data.pkl first, written
 // in one sequential pass (detail/zip.h's writer) and published atomically.
-#include <functional>
+#include <algorithm>
+#include <cassert>
+#include <climits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -20,7 +22,8 @@ constexpr std::size_t convert_chunk = std::size_t{1} << 20;
 
 // A protocol 2 pickle, written forward: the opcodes torch.save's Pickler
 // uses for a state dict, with each global and repeated string memoized
-// once (BINPUT) and fetched after (BINGET), as Python's Pickler does.
+// once (BINPUT) and fetched after (BINGET), as Python's Pickler does. The
+// memo holds a few globals and two strings: one-byte slots suffice.
 class pickler {
  public:
   pickler() { op(0x80), op(2); }  // PROTO 2
@@ -29,14 +32,16 @@ class pickler {
     const auto b = wire::to_bytes<std::uint32_t>(v, wire::byte_order::little);
     out_.insert(out_.end(), b.begin(), b.end());
   }
+  // Requires: v <= INT64_MAX (save_pt checks offsets and strides).
   void integer(std::uint64_t v) {
+    assert(v <= static_cast<std::uint64_t>(INT64_MAX));
     if (v < 0x100) {
       op('K'), op(static_cast<std::uint8_t>(v));  // BININT1
     } else if (v < 0x10000) {
       op('M'), op(static_cast<std::uint8_t>(v)), op(static_cast<std::uint8_t>(v >> 8));  // BININT2
     } else if (v < 0x80000000) {
       op('J'), u32(static_cast<std::uint32_t>(v));  // BININT
-    } else {  // LONG1: 8 bytes, two's complement (v < 2^63, check_view's bound)
+    } else {  // LONG1: 8 bytes, two's complement, positive below 2^63
       op(0x8a), op(8);
       const auto b = wire::to_bytes<std::uint64_t>(v, wire::byte_order::little);
       out_.insert(out_.end(), b.begin(), b.end());
@@ -44,36 +49,12 @@ class pickler {
   }
   void text(std::string_view s) {
     op('X'), u32(static_cast<std::uint32_t>(s.size()));  // BINUNICODE (names are below 4 GiB)
-    const auto b = std::as_bytes(std::span(s));
-    out_.insert(out_.end(), b.begin(), b.end());
-  }
-  // A string or global made once and fetched from the memo after.
-  void memoized(const std::string& key, const std::function<void()>& make) {
-    if (const auto it = memo_.find(key); it != memo_.end()) {
-      if (it->second < 0x100) {
-        op('h'), op(static_cast<std::uint8_t>(it->second));  // BINGET
-      } else {
-        op('j'), u32(it->second);  // LONG_BINGET
-      }
-      return;
-    }
-    make();
-    const auto slot = static_cast<std::uint32_t>(memo_.size());
-    memo_.emplace(key, slot);
-    if (slot < 0x100) {
-      op('q'), op(static_cast<std::uint8_t>(slot));  // BINPUT
-    } else {
-      op('r'), u32(slot);  // LONG_BINPUT
-    }
+    append(s);
   }
   void global(std::string_view module, std::string_view name) {
     memoized(std::string(module) + "\n" + std::string(name), [&] {
       op('c');  // GLOBAL "module\nname\n"
-      for (const std::string_view part : {module, name}) {
-        const auto b = std::as_bytes(std::span(part));
-        out_.insert(out_.end(), b.begin(), b.end());
-        op('\n');
-      }
+      append(module), op('\n'), append(name), op('\n');
     });
   }
   void short_text(std::string_view s) {
@@ -90,8 +71,25 @@ class pickler {
   }
 
  private:
+  void append(std::string_view s) {
+    const auto b = std::as_bytes(std::span(s));
+    out_.insert(out_.end(), b.begin(), b.end());
+  }
+  // A string or global made once, then fetched from the memo.
+  void memoized(const std::string& key, const auto& make) {
+    if (const auto it = memo_.find(key); it != memo_.end()) {
+      op('h'), op(it->second);  // BINGET
+      return;
+    }
+    make();
+    assert(memo_.size() < 0x100);
+    const auto slot = static_cast<std::uint8_t>(memo_.size());
+    memo_.emplace(key, slot);
+    op('q'), op(slot);  // BINPUT
+  }
+
   std::vector<std::byte> out_;
-  std::map<std::string, std::uint32_t> memo_;
+  std::map<std::string, std::uint8_t> memo_;
 };
 
 // One storage of the file: the refs' bytes it holds, written once.
@@ -119,13 +117,18 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
                             const pt_options& opt) {
   const std::string file = target.string();
   const auto fail = [&](error_code c, std::string_view what) { return error(c, file + ": " + std::string(what)); };
-  if (tensors.size() > opt.limits.max_tensors) return fail(errc::limit_exceeded, "tensors");
+  if (tensors.size() > opt.limits.max_tensors) {
+    return fail(errc::limit_exceeded,
+                std::to_string(tensors.size()) + " tensors, over max_tensors " + std::to_string(opt.limits.max_tensors));
+  }
 
-  // Check every ref and group them by storage (equal spans of one dtype),
-  // in order of first appearance, before anything is written.
+  // Check every ref and group them by storage (key_of), in order of first
+  // appearance, before anything is written.
   std::map<storage_key, std::uint32_t> storage_of;
   std::vector<storage_plan> storages;
   std::vector<std::uint32_t> tensor_storage(tensors.size());
+  std::vector<detail::pickle::torch_name> torch_names(tensors.size());
+  std::vector<std::vector<std::uint64_t>> strides(tensors.size());
   std::set<std::string_view> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const tensor_ref& t = tensors[i];
@@ -136,14 +139,23 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
       return fail(codec_errc::unknown_dtype,
                   "tensor " + quote(t.name) + ": .pt has no dtype " + std::string(codec::name(t.dtype)));
     }
-    if (t.storage.size() % codec::size_of(t.dtype) != 0) {
-      return fail(checkpoint_errc::shape_size_mismatch, "tensor " + quote(t.name) + ": storage of " +
-                                                            std::to_string(t.storage.size()) + " bytes");
+    torch_names[i] = *torch;
+    const std::size_t width = codec::size_of(t.dtype);
+    if (t.storage.size() % width != 0) {
+      return fail(checkpoint_errc::shape_size_mismatch,
+                  "tensor " + quote(t.name) + ": a storage of " + std::to_string(t.storage.size()) +
+                      " bytes is not whole " + std::to_string(width) + "-byte elements");
     }
-    std::vector<std::uint64_t> strides(t.strides.begin(), t.strides.end());
-    if (strides.empty()) strides = contiguous_strides(t.shape);
-    if (auto r = check_view(t.dtype, t.shape, strides, t.offset, t.storage.size(), opt.limits.max_dims); !r) {
+    strides[i].assign(t.strides.begin(), t.strides.end());
+    if (strides[i].empty()) strides[i] = contiguous_strides(t.shape);
+    if (auto r = check_view(t.dtype, t.shape, strides[i], t.offset, t.storage.size(), opt.limits.max_dims); !r) {
       return fail(r.error(), "tensor " + quote(t.name));
+    }
+    // check_view() bounds what a tensor reaches, not a stride over an
+    // extent of 1 or the offset of an empty tensor: a pickle int is signed.
+    constexpr auto max = static_cast<std::uint64_t>(INT64_MAX);
+    if (t.offset > max || std::ranges::any_of(strides[i], [](std::uint64_t s) { return s > max; })) {
+      return fail(checkpoint_errc::shape_overflow, "tensor " + quote(t.name) + ": an offset or stride over 2^63 - 1");
     }
     const auto [it, fresh] =
         storage_of.emplace(key_of(t, torch->is_dtype), static_cast<std::uint32_t>(storages.size()));
@@ -159,7 +171,7 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
   p.op('(');  // MARK
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const tensor_ref& t = tensors[i];
-    const auto torch = *detail::pickle::torch_name_of(t.dtype);
+    const auto& torch = torch_names[i];
     const storage_plan& s = storages[tensor_storage[i]];
     p.text(t.name);
     p.global("torch._utils", torch.is_dtype ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
@@ -178,7 +190,7 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
     p.op('Q');  // BINPERSID
     p.integer(t.offset);
     p.tuple(t.shape);
-    p.tuple(t.strides.empty() ? std::span<const std::uint64_t>(contiguous_strides(t.shape)) : t.strides);
+    p.tuple(strides[i]);
     p.op(0x89);  // NEWFALSE: requires_grad
     p.global("collections", "OrderedDict");
     p.op(')');  // EMPTY_TUPLE
@@ -193,24 +205,13 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
   FERRY_TRY_ASSIGN(auto out, base::atomic_file::create(target, opt.sync, opt.sync && opt.direct));
   std::vector<detail::zip_written> records;
   records.reserve(storages.size() + 3);
-  // A stored record of `size` bytes that `emit` hands over (twice: the
-  // CRC goes in the local header, before the bytes).
-  const auto add = [&](std::string name, std::uint64_t size, const auto& emit) -> result<void, error> {
-    detail::zip_written r;
-    r.name = "archive/" + std::move(name);
-    r.offset = out.size();
-    r.size = r.compressed = size;
-    FERRY_TRY(emit([&](std::span<const std::byte> b) -> result<void, error> {
-      r.crc = detail::zip_crc32(b, r.crc);
-      return {};
-    }));
-    FERRY_TRY(out.write(detail::zip_local_header(r)));
-    FERRY_TRY(emit([&](std::span<const std::byte> b) { return out.write(b); }));
+  const auto add = [&](std::string name, std::uint64_t size, const detail::zip_emit& emit) -> result<void, error> {
+    FERRY_TRY_ASSIGN(auto r, detail::write_stored_record(out, "archive/" + std::move(name), size, emit));
     records.push_back(std::move(r));
     return {};
   };
   const auto bytes_of = [](std::span<const std::byte> b) {
-    return [b](const auto& sink) { return sink(b); };
+    return [b](const detail::zip_sink& sink) { return sink(b); };
   };
   FERRY_TRY(add("data.pkl", pickle.size(), bytes_of(pickle)));
   FERRY_TRY(add("byteorder", 6, bytes_of(std::as_bytes(std::span("little", 6)))));
@@ -219,7 +220,7 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
     const storage_plan& s = storages[k];
     const std::size_t width = codec::order_width(s.dtype);
     // Little-endian, converted a piece at a time on a big-endian host.
-    const auto emit = [&](const auto& sink) -> result<void, error> {
+    const auto emit = [&](const detail::zip_sink& sink) -> result<void, error> {
       if (wire::host_order == wire::byte_order::little || width == 1) return sink(s.bytes);
       buffer.resize(std::min(convert_chunk, s.bytes.size()));
       for (std::size_t at = 0; at < s.bytes.size();) {

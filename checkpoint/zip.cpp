@@ -475,4 +475,19 @@ std::vector<std::byte> zip_central_directory(std::span<const zip_written> record
   return out;
 }
 
+result<zip_written, error> write_stored_record(base::atomic_file& out, std::string name, std::uint64_t size,
+                                              const zip_emit& emit) {
+  zip_written r;
+  r.name = std::move(name);
+  r.offset = out.size();
+  r.size = r.compressed = size;
+  FERRY_TRY(emit([&](std::span<const std::byte> b) -> result<void, error> {
+    r.crc = zip_crc32(b, r.crc);
+    return {};
+  }));
+  FERRY_TRY(out.write(zip_local_header(r)));
+  FERRY_TRY(emit([&](std::span<const std::byte> b) { return out.write(b); }));
+  return r;
+}
+
 }  // namespace ferry::checkpoint::detail

@@ -380,12 +380,12 @@ void save(const std::string& path, const std::vector<entry>& entries, const std:
   const python_tensors in(entries, storage_objects);
   const auto wanted = parse_order(order);
   write_unlocked([&]() -> ferry::result<void, ferry::error> {
-    if (format == "safetensors" || format == "pt") {
-      if (wanted && *wanted != ferry::wire::byte_order::little) {
-        return ferry::error(ferry::errc::bad_value,
-                            path + (format == "pt" ? ": ferry writes .pt" : ": safetensors is") + " little-endian only");
-      }
-      if (format == "pt") return ckpt::save_pt(path, in.refs);
+    if ((format == "safetensors" || format == "pt") && wanted && *wanted != ferry::wire::byte_order::little) {
+      return ferry::error(ferry::errc::bad_value, path + ": " + (format == "pt" ? ".pt" : format) +
+                                                      " files are little-endian only");
+    }
+    if (format == "pt") return ckpt::save_pt(path, in.refs);
+    if (format == "safetensors") {
       ckpt::safetensors_options so;
       so.alignment = alignment;
       so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);

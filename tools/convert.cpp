@@ -199,11 +199,9 @@ int convert(const std::string& in, const std::string& out, const convert_options
     return usage_error(out + ": --shard-size writes .ferry or .safetensors sets only");
   }
   if (o.nested_arrays && format != out_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
-  if (format == out_format::pt && !o.order.empty() && o.order != "little") {
-    return usage_error(out + ": ferry writes .pt files little-endian (torch.load swaps them on big-endian hosts)");
-  }
-  if (format == out_format::safetensors && !o.order.empty() && o.order != "little") {
-    return fail(ferry::error(ferry::errc::bad_value, out + ": safetensors is little-endian only"));
+  if ((format == out_format::safetensors || format == out_format::pt) && !o.order.empty() && o.order != "little") {
+    return fail(ferry::error(ferry::errc::bad_value,
+                             out + (format == out_format::pt ? ": .pt" : ": safetensors") + " files are little-endian only"));
   }
   auto opened = open_checkpoint(in, o.read);
   if (!opened) return fail(opened.error());

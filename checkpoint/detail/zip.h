@@ -1,6 +1,7 @@
 // ferry/checkpoint/detail/zip.h: INTERNAL. The zip container of PyTorch
-// .pt files and NumPy .npz files, read for its records by offset; .pt
-// records are stored, .npz ones stored or deflated (inflated by npz.cpp).
+// .pt files and NumPy .npz files, read for its records by offset (.pt
+// records are stored, .npz ones stored or deflated: inflated by npz.cpp)
+// and written in one sequential pass (save_pt, save_npz).
 // Not part of the API (pytorch.h states the rules; docs/checkpoint-format.md
 // repeats them).
 //
@@ -58,6 +59,7 @@
 #include <vector>
 
 #include "ferry/base/error.h"
+#include "ferry/base/file.h"
 #include "ferry/checkpoint/options.h"
 
 namespace ferry::checkpoint::detail {
@@ -155,6 +157,18 @@ struct zip_written {
 /// map it; ZIP64 fields only where a size needs them; dated 1980-01-01
 /// 00:00, so equal inputs give equal files.
 [[nodiscard]] std::vector<std::byte> zip_local_header(const zip_written& r);
+
+/// Hands a stored record's bytes, in order, to the sink it is given.
+using zip_sink = std::function<result<void, error>(std::span<const std::byte>)>;
+using zip_emit = std::function<result<void, error>(const zip_sink&)>;
+
+/// Appends the stored record `name` of `size` bytes to `out`: its local
+/// header, then the bytes `emit` hands over. `emit` is called twice, so
+/// that the CRC-32 goes in the header before the bytes (no data
+/// descriptor, which some readers mishandle for stored records). Returns
+/// the record, for the directory.
+[[nodiscard]] result<zip_written, error> write_stored_record(base::atomic_file& out, std::string name,
+                                                             std::uint64_t size, const zip_emit& emit);
 
 /// The central directory of `records`, written at `dir_offset` after
 /// them, then the ZIP64 end record and locator (where a size, an offset or

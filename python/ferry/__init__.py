@@ -10,7 +10,9 @@
 
 Reads .ferry, .safetensors, PyTorch .pt files (torch.save's zip format,
 read as data: nothing in the file is run), NumPy .npy/.npz and llama.cpp's
-GGUF, in either byte order. Writes all of them but .pt, atomically. Tensors are views of the file's mapping, not copies, when the
+GGUF, in either byte order. Writes each of them, atomically (.pt as
+torch.save writes a state dict, for torch.load(weights_only=True)).
+Tensors are views of the file's mapping, not copies, when the
 file's byte order is the machine's; numpy arrays are read-only, torch
 tensors writable (each over a private copy-on-write mapping). bf16 and
 float8 become numpy uint16 and uint8 arrays of their bits.
@@ -375,7 +377,7 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
     safetensors or .pt, which are little-endian; default this machine's). alignment: where each storage starts (.ferry, safetensors:
     default 64; GGUF: general.alignment, default 32). Views of one torch
     storage or one numpy base array are written once and stay views
-    (.ferry); safetensors cannot share, so `shared` says what to do there:
+    (.ferry, .pt); safetensors cannot share, so `shared` says what to do there:
     'refuse' (ferry.Error naming the tensors), 'copy' (each tensor's own
     bytes), or 'alias' (once, named in the metadata as Hugging Face does).
     metadata: {str: str} (other values stored as their JSON text); for

@@ -145,11 +145,54 @@ TEST_F(PytorchWrite, RecordsAreTorchSavesAligned) {
                                              "archive/data/1", "archive/version"}));
 }
 
+// Each width of pickle integer (BININT1, BININT2, BININT, LONG1): offsets
+// of 300 and 70000 elements, strides of 2^31 and 2^40 over extents of 1;
+// empty tensors (their own empty storages, a 0 x 3 view, a 0-d one is not
+// empty); and a file of no tensors.
+TEST_F(PytorchWrite, IntegersOfEveryWidthAndEmptyTensors) {
+  std::vector<std::int16_t> big(70001);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::int16_t>(i * 7);
+  const auto storage = std::as_bytes(std::span(big));
+  const std::uint64_t s1[] = {1}, s13[] = {1, 3}, st13[] = {std::uint64_t{1} << 31, 1}, s11[] = {1, 1},
+                      st11[] = {std::uint64_t{1} << 40, 5}, s03[] = {0, 3};
+  const tensor_ref refs[] = {
+      {"at300", dtype::i16, s1, {}, 300, storage},
+      {"at70000", dtype::i16, s1, {}, 70000, storage},
+      {"wide", dtype::i16, s13, st13, 7, storage},
+      {"wider", dtype::i16, s11, st11, 9, storage},
+      {"empty", dtype::f32, s03, {}, 0, {}},
+      {"empty_view", dtype::i16, s03, {}, 0, storage},
+  };
+  auto r = write_and_open(refs);
+  ASSERT_TRUE(r) << r.error();
+  const auto expect = [&](const char* name, std::vector<std::int16_t> want) {
+    const auto t = r->get(name);
+    ASSERT_TRUE(t) << t.error();
+    const auto got = t->contiguous_copy();
+    ASSERT_EQ(got.size(), want.size() * 2) << name;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << name;
+  };
+  expect("at300", {static_cast<std::int16_t>(2100)});
+  expect("at70000", {static_cast<std::int16_t>(70000 * 7)});
+  expect("wide", {49, 56, 63});
+  expect("wider", {63});
+  expect("empty", {});
+  expect("empty_view", {});
+  EXPECT_EQ(r->find("wide")->strides, (std::vector<std::uint64_t>{std::uint64_t{1} << 31, 1}));
+  EXPECT_EQ(r->find("wider")->strides, (std::vector<std::uint64_t>{std::uint64_t{1} << 40, 5}));
+  EXPECT_EQ(r->find("at70000")->offset, 70000u);
+  EXPECT_EQ(r->find("empty")->shape, (std::vector<std::uint64_t>{0, 3}));
+
+  auto none = write_and_open({}, "none.pt");
+  ASSERT_TRUE(none) << none.error();
+  EXPECT_TRUE(none->tensors().empty());
+}
+
 // A refused tensor leaves no file, and the target keeps what it held.
 TEST_F(PytorchWrite, RefusalsNameTheTensorAndWriteNothing) {
   spit(dir_ / "m.pt", std::as_bytes(std::span("old", 3)));
   std::vector<float> x(4);
-  const std::uint64_t s4[] = {4}, s5[] = {5}, st[] = {1};
+  const std::uint64_t s4[] = {4}, s5[] = {5}, st[] = {1}, s1[] = {1}, huge[] = {std::uint64_t{1} << 63}, s0[] = {0};
   const auto storage = std::as_bytes(std::span(x));
   const std::vector<std::pair<std::vector<tensor_ref>, error_code>> cases = {
       {{{"a", dtype::f32, s4, {}, 0, storage}, {"a", dtype::f32, s4, {}, 0, storage}}, errc::duplicate_key},
@@ -157,6 +200,8 @@ TEST_F(PytorchWrite, RefusalsNameTheTensorAndWriteNothing) {
       {{{"big", dtype::f32, s5, {}, 0, storage}}, checkpoint_errc::view_out_of_bounds},
       {{{"past", dtype::f32, s4, st, 1, storage}}, checkpoint_errc::view_out_of_bounds},
       {{{"odd", dtype::f32, s4, {}, 0, storage.first(15)}}, checkpoint_errc::shape_size_mismatch},
+      {{{"stride", dtype::f32, s1, huge, 0, storage}}, checkpoint_errc::shape_overflow},
+      {{{"offset", dtype::f32, s0, {}, std::uint64_t{1} << 63, storage}}, checkpoint_errc::shape_overflow},
   };
   for (const auto& [refs, code] : cases) {
     const auto s = save_pt(dir_ / "m.pt", refs);
@@ -170,8 +215,7 @@ TEST_F(PytorchWrite, RefusalsNameTheTensorAndWriteNothing) {
   EXPECT_EQ(files, 1u);
 }
 
-// Many tensors: the memo's LONG_BINGET slots and the ZIP64 record count
-// (over 65535 records).
+// Many tensors: the ZIP64 record count (over 65535 records).
 TEST_F(PytorchWrite, SeventyThousandTensors) {
   constexpr std::size_t n = 70000;
   std::vector<std::int64_t> values(n);
