@@ -445,17 +445,7 @@ result<npy_payload, error> prepare_npy(const tensor_ref& t, wire::byte_order ord
 result<void, error> detail::npy_payload::emit(
     const std::function<result<void, error>(std::span<const std::byte>)>& sink) const {
   FERRY_TRY(sink(header));
-  if (order == wire::host_order || width == 1) return sink(data);
-  // Converted a piece at a time: the piece stays in cache between the
-  // swap and the write.
-  constexpr std::size_t piece = std::size_t{1} << 20;  // a multiple of every width
-  std::vector<std::byte> buf(std::min(piece, data.size()));
-  for (std::size_t at = 0; at < data.size(); at += piece) {
-    const std::size_t k = std::min(piece, data.size() - at);
-    wire::convert(data.subspan(at, k), wire::host_order, std::span(buf).first(k), order, width);
-    FERRY_TRY(sink(std::span<const std::byte>(buf).first(k)));
-  }
-  return {};
+  return emit_in_order(data, width, order, sink);
 }
 
 result<void, error> save_npy(const std::filesystem::path& target, const tensor_ref& tensor, const npy_options& opt) {

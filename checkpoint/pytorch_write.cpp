@@ -12,13 +12,10 @@
 #include "ferry/checkpoint/detail/pickle.h"
 #include "ferry/checkpoint/detail/zip.h"
 #include "ferry/checkpoint/pytorch.h"
-#include "ferry/wire/bulk.h"
 #include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint {
 namespace {
-
-constexpr std::size_t convert_chunk = std::size_t{1} << 20;
 
 // A protocol 2 pickle, written forward: the opcodes torch.save's Pickler
 // uses for a state dict, with each global and repeated string memoized
@@ -215,24 +212,11 @@ result<void, error> save_pt(const std::filesystem::path& target, std::span<const
   };
   FERRY_TRY(add("data.pkl", pickle.size(), bytes_of(pickle)));
   FERRY_TRY(add("byteorder", 6, bytes_of(std::as_bytes(std::span("little", 6)))));
-  std::vector<std::byte> buffer;
   for (std::size_t k = 0; k < storages.size(); ++k) {
     const storage_plan& s = storages[k];
-    const std::size_t width = codec::order_width(s.dtype);
-    // Little-endian, converted a piece at a time on a big-endian host.
-    const auto emit = [&](const detail::zip_sink& sink) -> result<void, error> {
-      if (wire::host_order == wire::byte_order::little || width == 1) return sink(s.bytes);
-      buffer.resize(std::min(convert_chunk, s.bytes.size()));
-      for (std::size_t at = 0; at < s.bytes.size();) {
-        const std::size_t n = std::min(buffer.size(), s.bytes.size() - at);
-        wire::convert(s.bytes.subspan(at, n), wire::host_order, std::span(buffer).first(n), wire::byte_order::little,
-                      width);
-        FERRY_TRY(sink(std::span<const std::byte>(buffer).first(n)));
-        at += n;
-      }
-      return {};
-    };
-    FERRY_TRY(add("data/" + std::to_string(k), s.bytes.size(), emit));
+    FERRY_TRY(add("data/" + std::to_string(k), s.bytes.size(), [&](const detail::zip_sink& sink) {
+      return detail::emit_in_order(s.bytes, codec::order_width(s.dtype), wire::byte_order::little, sink);
+    }));
   }
   FERRY_TRY(add("version", 2, bytes_of(std::as_bytes(std::span("3\n", 2)))));
   FERRY_TRY(out.write(detail::zip_central_directory(records, out.size())));

@@ -9,6 +9,7 @@
 
 #include "ferry/base/require.h"
 #include "ferry/checkpoint/error.h"
+#include "ferry/wire/bulk.h"
 #include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint::detail {
@@ -488,6 +489,19 @@ result<zip_written, error> write_stored_record(base::atomic_file& out, std::stri
   FERRY_TRY(out.write(zip_local_header(r)));
   FERRY_TRY(emit([&](std::span<const std::byte> b) { return out.write(b); }));
   return r;
+}
+
+result<void, error> emit_in_order(std::span<const std::byte> data, std::size_t width, wire::byte_order order,
+                                  const zip_sink& sink) {
+  if (order == wire::host_order || width == 1) return sink(data);
+  constexpr std::size_t piece = std::size_t{1} << 20;  // a multiple of every width
+  std::vector<std::byte> buf(std::min(piece, data.size()));
+  for (std::size_t at = 0; at < data.size(); at += piece) {
+    const std::size_t k = std::min(piece, data.size() - at);
+    wire::convert(data.subspan(at, k), wire::host_order, std::span(buf).first(k), order, width);
+    FERRY_TRY(sink(std::span<const std::byte>(buf).first(k)));
+  }
+  return {};
 }
 
 }  // namespace ferry::checkpoint::detail

@@ -61,6 +61,7 @@
 #include "ferry/base/error.h"
 #include "ferry/base/file.h"
 #include "ferry/checkpoint/options.h"
+#include "ferry/wire/byte_order.h"
 
 namespace ferry::checkpoint::detail {
 
@@ -161,6 +162,13 @@ struct zip_written {
 /// Hands a stored record's bytes, in order, to the sink it is given.
 using zip_sink = std::function<result<void, error>(std::span<const std::byte>)>;
 using zip_emit = std::function<result<void, error>(const zip_sink&)>;
+
+/// Hands `data` (host order) to `sink` in byte order `order`, converted a
+/// MiB at a time (the piece stays in cache between the swap and the
+/// write), or whole when nothing needs converting. `width`: the unit of
+/// byte order (codec::order_width).
+[[nodiscard]] result<void, error> emit_in_order(std::span<const std::byte> data, std::size_t width,
+                                                wire::byte_order order, const zip_sink& sink);
 
 /// Appends the stored record `name` of `size` bytes to `out`: its local
 /// header, then the bytes `emit` hands over. `emit` is called twice, so
