@@ -6,7 +6,7 @@
 
 #include "ferry/checkpoint/detail/mapped_file.h"
 #include "ferry/checkpoint/error.h"
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 #include "ferry/codec/crc32c.h"
 
 namespace ferry::checkpoint::detail {
@@ -16,8 +16,8 @@ std::uint32_t checksum_extend(checksum_kind kind, std::uint32_t crc, std::span<c
 }
 
 fetch_checksums checksums_on_fetch(const storage_info& st, fetch_checks checks, bool first_fetch) noexcept {
-  // The format's own (a .ferry storage's CRC32C), every one the file holds
-  // (a .pt record's CRC-32 too), or none.
+  // The storage's own CRC32C, every one it carries (a zip record's
+  // CRC-32 too), or none.
   return {first_fetch && st.crc32c && checks != fetch_checks::none,
           first_fetch && st.crc32 && checks == fetch_checks::every_checksum};
 }

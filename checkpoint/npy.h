@@ -76,7 +76,7 @@
 // "arr_0", the name numpy.savez gives an unnamed array, so
 // `ferry convert a.npy b.npz` gives what np.savez("b.npz", a) gives.
 //
-// .NPZ FILE: a zip (detail/zip.h gives every field checked) whose every
+// .NPZ FILE: a zip (zip/zip.h gives every field checked) whose every
 // record is called <name>.npy and holds a .npy file as above; the tensor is
 // <name> (1..max_name_bytes bytes of UTF-8 [bad_name]; Python's zipfile
 // writes UTF-8 names with flag bit 11, ASCII ones without). A zip is an

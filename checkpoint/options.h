@@ -44,7 +44,7 @@ struct limits {
   /// Memo slots a pickle may fill (BINPUT, MEMOIZE). The memo is sparse,
   /// so a large slot number costs no more than a small one.
   std::size_t max_pickle_memo = std::size_t{1} << 20;
-  /// Bytes the pickle's values may take in memory (detail/pickle.h counts
+  /// Bytes the pickle's values may take in memory (pytorch/pickle.h counts
   /// them: 128 per value on 64-bit hosts, 112 on 32-bit ones, a pointer
   /// per item of a container, each stack and memo slot). A one-byte
   /// opcode can make a value, so without this bound a pickle within

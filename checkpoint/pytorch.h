@@ -5,7 +5,7 @@
 // repeats these rules for people writing another decoder; MUST and MAY as
 // in RFC 2119, the error of a broken rule in brackets.
 //
-// CONTAINER: a zip (detail/zip.h gives every field checked). torch.save
+// CONTAINER: a zip (zip/zip.h gives every field checked). torch.save
 // writes records stored (method 0), each record's data on a 64-byte
 // boundary (its local header padded by an extra field of id 0x4246, "FB"),
 // ZIP64 end records, and sizes and CRC-32 after the data (flag bit 3);
@@ -21,7 +21,7 @@
 // [not_a_checkpoint]; one with `P/constants.pkl` or records under `P/code/`
 // is a TorchScript archive [unsupported_pytorch], told before any record's
 // method is looked at (torch.jit.save deflates its code).
-//   P/data.pkl          the pickle (detail/pickle.h), protocol 2 from
+//   P/data.pkl          the pickle (pytorch/pickle.h), protocol 2 from
 //                       torch.save (3 to 5 accepted), at most
 //                       limits::max_pickle_bytes [limit_exceeded]
 //   P/data/<key>        one storage's bytes, in the writer's byte order
@@ -47,7 +47,7 @@
 // size [element_size_mismatch]. A storage of a type ferry cannot hold
 // (quantized) is codec_errc::unknown_dtype naming the tensor. The
 // storage class is torch.UntypedStorage or, as torch.save writes it
-// since 2.0, torch.storage.UntypedStorage; detail/pickle.h lists every
+// since 2.0, torch.storage.UntypedStorage; pytorch/pickle.h lists every
 // dtype.
 // Offsets that are not a multiple of the element size (a zip rewritten
 // without padding) are read into aligned memory; aligned storages in the
@@ -89,7 +89,7 @@
 // order, in a zip of stored records named
 // archive/...: data.pkl (a protocol 2 pickle), byteorder ("little"),
 // data/<k> for each storage k = 0, 1, ... in order of first use, version
-// ("3\n"); each record's data on a 64-byte boundary (detail/zip.h's
+// ("3\n"); each record's data on a 64-byte boundary (zip/zip.h's
 // writer), CRC-32s in the headers, ZIP64 where sizes need it. Storages are
 // written little-endian on every host. Refs whose storage spans are equal
 // (same address and size) share one storage where torch lets them (one

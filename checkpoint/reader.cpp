@@ -1,15 +1,13 @@
-// The reader: a checkpoint opened (its format told by detect_format(),
-// detail/detect.h), its storages fetched through the mapped file
-// (detail/mapped_file.h), checked (detail/checksum.h), converted to host
-// order and cached while a tensor holds them.
+// The reader: a checkpoint opened (its format told and parsed through the
+// format table, detail/formats.h), its storages fetched through the mapped
+// file (detail/mapped_file.h) or the format's storage_source
+// (detail/parsed.h), checked (detail/checksum.h), converted to host order
+// and cached while a tensor holds them. Names no format.
 #include "ferry/checkpoint/reader.h"
-
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -22,22 +20,17 @@
 #include <vector>
 
 #include "ferry/checkpoint/detail/checksum.h"
-#include "ferry/checkpoint/detail/detect.h"
-#include "ferry/checkpoint/detail/gguf.h"
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/detail/formats.h"
+#include "ferry/checkpoint/detail/fresh_storage.h"
 #include "ferry/checkpoint/detail/mapped_file.h"
-#include "ferry/checkpoint/detail/npy.h"
 #include "ferry/checkpoint/detail/parsed.h"
-#include "ferry/checkpoint/detail/set.h"
-#include "ferry/codec/crc32c.h"
 #include "ferry/wire/bulk.h"
-#include "ferry/wire/cursor.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 using detail::file_error;
-using detail::head_format;
+using detail::fresh_storage;
 using detail::mapped_file;
 using detail::mapping;
 using detail::parsed_file;
@@ -70,150 +63,18 @@ class copied_storage final : public storage_buffer {
   std::vector<std::byte> data_;
 };
 
-// Memory a storage is written into whole (a deflated record inflated, a
-// foreign-order storage converted), allocated without being zeroed: pages
-// are committed only as they are written, so a deflated stream that ends
-// short of its declared size costs only what it produced. From 2 MiB on it
-// is aligned to 2 MiB and offered transparent huge pages (as NumPy does for
-// its arrays): a 4 KiB page fault each, on a VM, cost more than converting
-// the bytes (formats_bench, swapped .npy: 1.0 s for 256 MiB before).
-class fresh_storage final : public storage_buffer {
- public:
-  fresh_storage(std::size_t n, bool expose) : data_(allocate(n)) {
-    bytes_ = {data_.get(), n};
-    if (expose) mutable_ = {data_.get(), n};
-  }
-  [[nodiscard]] std::span<std::byte> writable() noexcept { return {data_.get(), bytes_.size()}; }
-
- private:
-  static constexpr std::size_t huge = std::size_t{2} << 20;
-  struct release {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
-  static std::unique_ptr<std::byte, release> allocate(std::size_t n) {
-    // aligned_alloc wants a size that is a multiple of the alignment;
-    // malloc's own alignment suits every element below 2 MiB.
-    const std::size_t size = n < huge ? std::max<std::size_t>(n, 1) : (n + huge - 1) / huge * huge;
-    auto* p = static_cast<std::byte*>(n < huge ? std::malloc(size) : std::aligned_alloc(huge, size));
-    if (p == nullptr) throw std::bad_alloc();
-    if (n >= huge) ::madvise(p, size, MADV_HUGEPAGE);  // advice only: refused where THP is off
-    return std::unique_ptr<std::byte, release>(p);
-  }
-  std::unique_ptr<std::byte, release> data_;
-};
-
-// A file opened and told apart by its first bytes.
-struct sniffed {
-  mapped_file file;
-  std::array<std::byte, header_size> head{};  // the file's first bytes (all of it when shorter)
-  head_format format = head_format::unknown;
-};
-
-result<sniffed, error> sniff(const std::filesystem::path& path) {
-  FERRY_TRY_ASSIGN(auto file, mapped_file::open(path));
-  sniffed s{std::move(file)};
-  const auto have = static_cast<std::size_t>(std::min<std::uint64_t>(s.file.size(), header_size));
-  int sys_errno = 0;
-  if (auto r = s.file.read(0, std::span(s.head).first(have), sys_errno); !r) return file_error(path, r.error(), sys_errno);
-  s.format = detail::detect_format(std::span(s.head).first(have), s.file.size());
-  return s;
-}
-
-// `r`, its error's context put after the file's name: for the decoders
-// whose contexts do not name the file.
-result<parsed_file, error> in_file(const std::filesystem::path& path, result<parsed_file, error> r) {
-  if (!r) return r.error().wrap(path.string());
-  return r;
-}
-
-// A zip_read_at over the file.
-detail::zip_read_at zip_reader(const mapped_file& f) {
-  return [&f](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
-    int read_errno = 0;
-    if (auto r = f.read(offset, out, read_errno); !r) return error(r.error(), {}, read_errno);
-    return {};
-  };
-}
-
-// The structure of one file, checked by its format's decoder; never a set.
-// An index met here is a shard that is an index (one naming itself, or two
-// naming each other): refused, so opening a set never recurses. Every
-// branch's errors name the file.
-result<parsed_file, error> parse_file(const sniffed& s, const std::filesystem::path& path, const read_options& opt) {
-  const std::span<const std::byte, header_size> head(s.head);
-  switch (s.format) {
-    case head_format::ferry_file:
-      return detail::parse_ferry(s.file.fd(), s.file.size(), path, head, opt.lim);  // names the file itself
-    case head_format::pytorch_zip: {
-      // A .pt file or an .npz, told apart by the records' names.
-      // (Draft: parse_pytorch reads the directory again.)
-      const auto read = zip_reader(s.file);
-      auto dir = detail::read_zip_directory(s.file.size(), read, opt.lim);
-      if (!dir) return dir.error().wrap(path.string());
-      // A zip of no records is an .npz (np.savez() of nothing) when it is
-      // nothing but its end records; a .pt file always has records.
-      const bool empty_npz = dir->entries.empty() && dir->offset == 0;
-      if (empty_npz || (!dir->entries.empty() && detail::looks_like_npz(*dir))) {
-        return in_file(path, detail::parse_npz(std::move(*dir), read, opt));
-      }
-      return in_file(path, detail::parse_pytorch(s.file.size(), read, opt));
-    }
-    case head_format::npy:
-      return in_file(path, detail::parse_npy(s.file.size(), zip_reader(s.file), opt));
-    case head_format::gguf:
-      return in_file(path, detail::parse_gguf(s.file.size(), zip_reader(s.file), opt));
-    case head_format::safetensors:
-      // The header's length: the head's first 8 bytes (it holds header_size).
-      return in_file(path, detail::parse_safetensors(s.file.fd(), s.file.size(),
-                                                     *wire::reader(head).read_le<std::uint64_t>(), opt.lim));
-    case head_format::pytorch_legacy:
-      return file_error(path, checkpoint_errc::unsupported_pytorch, 0,
-                        "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
-    case head_format::ferry_set_index:
-    case head_format::safetensors_index:
-      return file_error(path, checkpoint_errc::bad_shard, 0, "a set's index, not a shard");
-    case head_format::truncated:
-      return file_error(path, errc::truncated);  // too short to be any format
-    case head_format::unknown:
-      break;
-  }
-  return file_error(path, checkpoint_errc::not_a_checkpoint);
-}
-
-// A set's index, checked, and its shards opened, each by
-// detail::open_shard(), which opens no set. Errors name the index.
-result<parsed_file, error> parse_set(const sniffed& s, const std::filesystem::path& path, const read_options& opt,
-                                     std::unique_ptr<detail::shard_set>& set) {
-  parsed_file index;
-  if (s.format == head_format::ferry_set_index) {
-    FERRY_TRY_ASSIGN(auto container, detail::read_ferry_container(s.file.fd(), s.file.size(), path, s.head, opt.lim));
-    FERRY_TRY_ASSIGN(set, detail::open_set(path, std::move(container), opt, index));
-    return index;
-  }
-  // A Hugging Face sharded safetensors index: JSON, read whole.
-  if (s.file.size() > opt.lim.max_header_bytes) return file_error(path, errc::limit_exceeded, 0, "index");
-  std::string json(static_cast<std::size_t>(s.file.size()), '\0');
-  int sys_errno = 0;
-  if (auto r = s.file.read(0, std::as_writable_bytes(std::span(json)), sys_errno); !r) {
-    return file_error(path, r.error(), sys_errno);
-  }
-  FERRY_TRY_ASSIGN(set, detail::open_hf_set(path, json, opt, index));
-  return index;
-}
-
 }  // namespace
 
 struct reader::state {
   std::filesystem::path path;
   read_options opt;
-  mapped_file mapped;
+  std::optional<mapped_file> mapped;  // empty: a directory, whose format's source reads it
   parsed_file file;
   std::unordered_map<std::string_view, std::size_t> by_name;
   // The tensors over each storage, in file order: storage i's are
   // over_storage[over_start[i] .. over_start[i + 1]).
   std::vector<std::uint32_t> over_start, over_storage;
   std::vector<std::uint32_t> first_tensor_of;  // per storage, for error messages
-  std::unique_ptr<detail::shard_set> set;      // a set's shards, when `path` is its index
 
   mutable std::mutex mu;
   mutable std::vector<std::weak_ptr<const storage_buffer>> cache;
@@ -223,9 +84,8 @@ struct reader::state {
   mutable std::vector<bool> verified;
   mutable std::uint64_t loaded = 0;
 
-  state(const std::filesystem::path& p, const read_options& o, mapped_file m, parsed_file f,
-        std::unique_ptr<detail::shard_set> s)
-      : path(p), opt(o), mapped(std::move(m)), file(std::move(f)), set(std::move(s)) {
+  state(const std::filesystem::path& p, const read_options& o, std::optional<mapped_file> m, parsed_file f)
+      : path(p), opt(o), mapped(std::move(m)), file(std::move(f)) {
     first_tensor_of.assign(file.storages.size(), UINT32_MAX);
     over_start.assign(file.storages.size() + 1, 0);
     by_name.reserve(file.tensors.size());
@@ -245,10 +105,11 @@ struct reader::state {
     verified.assign(file.storages.size(), false);
   }
 
-  // The reader of a file opened and checked (for an index: its shards open).
-  static reader make(const std::filesystem::path& path, const read_options& opt, mapped_file m, parsed_file f,
-                     std::unique_ptr<detail::shard_set> set) {
-    return reader(std::make_unique<state>(path, opt, std::move(m), std::move(f), std::move(set)));
+  // The reader of a checkpoint opened and checked.
+  static result<reader, error> make(detail::source s, const read_options& opt, bool shard) {
+    FERRY_TRY_ASSIGN(auto parsed, detail::parse(s, opt, shard));
+    const std::filesystem::path path = s.path();
+    return reader(std::make_unique<state>(path, opt, std::move(s).take_file(), std::move(parsed)));
   }
 
   error storage_error(std::uint32_t i, error_code c, int sys_errno = 0) const {
@@ -264,50 +125,31 @@ struct reader::state {
   // once.
   result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check, unsigned threads) const {
     const storage_info& st = file.storages[i];
-    if (set) return set->load(i, st.nbytes, opt.copy_on_write);  // the shards check their CRCs
+    if (file.source) {  // the format's own way, where it has one
+      const std::function<error(error_code, int)> fail = [&](error_code c, int e) { return storage_error(i, c, e); };
+      const detail::load_request r{i, check, opt.copy_on_write, opt, mapped ? &*mapped : nullptr, path, fail};
+      FERRY_TRY_ASSIGN(auto own, file.source->load(file, r));
+      if (own) return own;
+    }
     if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
     const auto n = static_cast<std::size_t>(st.nbytes);
     // The unit of byte order, and of alignment: an element, or each part of
     // a complex one.
     const std::size_t width = codec::order_width(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
-    // A GGUF storage of quantized blocks (dtype u8) swaps field by field
-    // (ggml_types.h's swap table) rather than as elements.
-    const std::optional<ggml_type> blocks = gguf_blocks(i);
-    const bool swap = order != wire::host_order && (width > 1 || blocks);
-    if (!file.npz.empty()) {
-      const detail::npz_source& src = file.npz[i];
-      // Stored .npz records are mapped below; their CRC-32 covers the .npy
-      // header too, so every_checksum checks the whole record here.
-      if (src.method == 0 && check && opt.checks == fetch_checks::every_checksum) {
-        auto crc = detail::npz_record_crc32(src, zip_reader(mapped));
-        if (!crc) return crc.error().wrap(path.string());
-        if (*crc != src.crc32) return storage_error(i, checkpoint_errc::crc32_mismatch);
-      }
-      if (src.method == 8) {  // deflated: inflated into memory, CRC-32 always checked
-        std::shared_ptr<fresh_storage> o;
-        try {
-          o = std::make_shared<fresh_storage>(n, opt.copy_on_write);
-        } catch (const std::bad_alloc&) {
-          return storage_error(i, checkpoint_errc::out_of_memory);
-        }
-        if (auto r = detail::inflate_npz_data(src, zip_reader(mapped), o->writable()); !r) {
-          return r.error().wrap(path.string());
-        }
-        if (swap) wire::convert_in_place(o->writable(), width, order, wire::host_order);
-        return std::shared_ptr<const storage_buffer>(std::move(o));
-      }
-    }
-    // .ferry and safetensors storages start aligned; a .pt record re-zipped
-    // by another tool may not, and its elements are then copied to aligned
-    // memory (a mapping starts where the page does).
+    // Storages of blocks (the source's block_bytes()) swap field by field
+    // rather than as elements.
+    const bool swap = order != wire::host_order && (width > 1 || block_bytes(i) > 0);
+    // A storage that does not start on its element's alignment in the file
+    // (a zip record placed by another tool) is copied to aligned memory:
+    // a mapping starts where the page does.
     const bool aligned = st.offset % width == 0;
     const auto checks = detail::checksums_on_fetch(st, opt.checks, check);
     std::shared_ptr<storage_buffer> buf;
     if (n > 0 && swap) {
       // Another byte order: read into fresh memory and converted there
       // (read_stored). Converting from a mapping of the file instead cost a
-      // page fault per 4 KiB read: a 1 GiB .npy took 658 ms, 174 ms read
+      // page fault per 4 KiB read: a 1 GiB storage took 658 ms, 174 ms read
       // (one thread), 115 ms with one thread per core (2-core VM,
       // bench/formats_bench); converting in place in a private mapping
       // costs a copy-on-write fault a page, worse still.
@@ -324,7 +166,7 @@ struct reader::state {
     std::span<const std::byte> stored;
     int map_errno = 0;
     if (n > 0 && aligned) {
-      if (auto v = mapped.view(st.offset, n, map_errno, !checks.any(), opt.copy_on_write)) {
+      if (auto v = mapped->view(st.offset, n, map_errno, !checks.any(), opt.copy_on_write)) {
         stored = v.bytes;
         buf = std::make_shared<mapped_storage>(std::move(v), opt.copy_on_write);
       }
@@ -340,7 +182,7 @@ struct reader::state {
         return storage_error(i, checkpoint_errc::out_of_memory);
       }
       int sys_errno = 0;
-      if (auto r = mapped.read(st.offset, o->writable(), sys_errno); !r) return storage_error(i, r.error(), sys_errno);
+      if (auto r = mapped->read(st.offset, o->writable(), sys_errno); !r) return storage_error(i, r.error(), sys_errno);
       stored = o->writable();
       buf = std::move(o);
     }
@@ -353,16 +195,16 @@ struct reader::state {
   // checksummed under `checks` and converted to host order while it is in
   // the cache. From 64 MiB on, without checksums to chain, up to
   // `threads` threads (0: one per core, at most 8) take a share of the
-  // pieces (a .npy holds one large array). A storage not in the page cache
+  // pieces (a file may hold one large array). A storage not in the page cache
   // is asked for whole first (posix_fadvise), as a mapping is.
   result<void, error> read_stored(std::uint32_t i, std::span<std::byte> out, detail::fetch_checksums checks,
                                   unsigned threads = 0) const {
     const storage_info& st = file.storages[i];
-    mapped.will_need(st.offset, out.size());
+    mapped->will_need(st.offset, out.size());
     const std::size_t width = codec::order_width(st.dtype);
     const wire::byte_order order = st.order.value_or(file.order);
-    const std::optional<ggml_type> blocks = gguf_blocks(i);
-    const std::size_t unit = blocks ? info(*blocks).block_bytes : codec::size_of(st.dtype);
+    const std::size_t block = block_bytes(i);
+    const std::size_t unit = block > 0 ? block : codec::size_of(st.dtype);
     const std::size_t piece = std::max<std::size_t>((std::size_t{1} << 20) / unit, 1) * unit;
     std::uint32_t crc32c = 0, zip_crc32 = 0;
     // Pieces [first, last) of `out`; the checksums only from one thread.
@@ -371,11 +213,11 @@ struct reader::state {
         const std::size_t at = k * piece;
         const auto chunk = out.subspan(at, std::min(piece, out.size() - at));
         int sys_errno = 0;
-        if (auto r = mapped.read(st.offset + at, chunk, sys_errno); !r) return storage_error(i, r.error(), sys_errno);
+        if (auto r = mapped->read(st.offset + at, chunk, sys_errno); !r) return storage_error(i, r.error(), sys_errno);
         if (checks.crc32c) crc32c = detail::checksum_extend(detail::checksum_kind::crc32c, crc32c, chunk);
         if (checks.zip_crc32) zip_crc32 = detail::checksum_extend(detail::checksum_kind::zip_crc32, zip_crc32, chunk);
         if (order == wire::host_order) continue;
-        if (blocks) swap_blocks_in_place(*blocks, chunk, order, wire::host_order);
+        if (block > 0) file.source->blocks_to_host(i, chunk, order);
         else if (width > 1) wire::convert_in_place(chunk, width, order, wire::host_order);
       }
       return {};
@@ -410,13 +252,8 @@ struct reader::state {
     return {};
   }
 
-  // The ggml type of GGUF storage i when it holds quantized blocks.
-  std::optional<ggml_type> gguf_blocks(std::uint32_t i) const noexcept {
-    if (!file.gguf) return std::nullopt;
-    const ggml_type t = file.gguf->tensors[i].type;
-    if (!info(t).quantized) return std::nullopt;
-    return t;
-  }
+  // The bytes of storage i's blocks, when it holds blocks (0: elements).
+  std::size_t block_bytes(std::uint32_t i) const noexcept { return file.source ? file.source->block_bytes(i) : 0; }
 
   // Whether [from, to) of the file is zero (padding): through the file's
   // window, else read in small pieces. Errors name storage i (UINT32_MAX:
@@ -431,12 +268,12 @@ struct reader::state {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, piece_bytes));
       int map_errno = 0;
       bool ok = false;
-      if (const auto v = mapped.view(from, n, map_errno, false)) {
+      if (const auto v = mapped->view(from, n, map_errno, false)) {
         ok = zero(v.bytes);
       } else {
         std::array<std::byte, piece_bytes> piece;  // NOLINT: filled by the read
         int sys_errno = 0;
-        if (auto r = mapped.read(from, std::span(piece).first(n), sys_errno); !r) {
+        if (auto r = mapped->read(from, std::span(piece).first(n), sys_errno); !r) {
           return storage_error(i, r.error(), sys_errno);
         }
         ok = zero(std::span(piece).first(n));
@@ -472,20 +309,6 @@ reader::reader(reader&&) noexcept = default;
 reader& reader::operator=(reader&&) noexcept = default;
 reader::~reader() = default;
 
-std::string_view format_name(file_format f) noexcept {
-  switch (f) {
-    case file_format::ferry: return "ferry";
-    case file_format::safetensors: return "safetensors";
-    case file_format::pytorch: return "pytorch";
-    case file_format::ferry_set: return "ferry-set";
-    case file_format::safetensors_sharded: return "safetensors-sharded";
-    case file_format::npy: return "npy";
-    case file_format::npz: return "npz";
-    case file_format::gguf: return "gguf";
-  }
-  return "unknown";
-}
-
 result<reader, error> reader::open(const std::filesystem::path& path, const limits& lim) {
   read_options opt;
   opt.lim = lim;
@@ -493,32 +316,34 @@ result<reader, error> reader::open(const std::filesystem::path& path, const limi
 }
 
 result<reader, error> reader::open(const std::filesystem::path& path, const read_options& opt) {
-  FERRY_TRY_ASSIGN(auto s, sniff(path));
-  std::unique_ptr<detail::shard_set> set;
-  auto parsed = detail::is_set_index(s.format) ? parse_set(s, path, opt, set) : parse_file(s, path, opt);
-  if (!parsed) return std::move(parsed).error();
-  return state::make(path, opt, std::move(s.file), std::move(*parsed), std::move(set));
+  FERRY_TRY_ASSIGN(auto s, detail::source::open(path));
+  return state::make(std::move(s), opt, false);
 }
 
 result<reader, error> detail::open_shard(const std::filesystem::path& path, const read_options& opt) {
-  FERRY_TRY_ASSIGN(auto s, sniff(path));
-  FERRY_TRY_ASSIGN(auto parsed, parse_file(s, path, opt));
-  return reader::state::make(path, opt, std::move(s.file), std::move(parsed), nullptr);
+  FERRY_TRY_ASSIGN(auto s, detail::source::open(path));
+  return reader::state::make(std::move(s), opt, true);
 }
+
+const detail::parsed_file& detail::parsed_of(const reader& r) noexcept { return r.s_->file; }
 
 const std::filesystem::path& reader::path() const noexcept { return s_->path; }
 file_format reader::format() const noexcept { return s_->file.format; }
 wire::byte_order reader::order() const noexcept { return s_->file.order; }
 std::uint32_t reader::alignment() const noexcept { return s_->file.alignment; }
-std::uint64_t reader::file_size() const noexcept { return s_->set ? s_->set->total_size : s_->mapped.size(); }
+std::uint64_t reader::file_size() const noexcept {
+  if (s_->file.source) {
+    if (const auto n = s_->file.source->total_size()) return *n;
+  }
+  return s_->mapped ? s_->mapped->size() : 0;
+}
 std::uint32_t reader::manifest_crc32c() const noexcept { return s_->file.manifest_crc32c; }
 std::span<const reader> reader::shards() const noexcept {
-  return s_->set ? std::span<const reader>(s_->set->shards) : std::span<const reader>();
+  return s_->file.source ? s_->file.source->shards() : std::span<const reader>();
 }
 std::span<const tensor_info> reader::tensors() const noexcept { return s_->file.tensors; }
 std::span<const storage_info> reader::storages() const noexcept { return s_->file.storages; }
 const std::map<std::string, std::string>& reader::metadata() const noexcept { return s_->file.metadata; }
-const gguf_header* reader::gguf() const noexcept { return s_->file.gguf.get(); }
 
 const tensor_info* reader::find(std::string_view name) const noexcept {
   const auto it = s_->by_name.find(name);
@@ -562,7 +387,7 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
   std::vector<std::optional<error>> errors(n);
   std::atomic<std::size_t> next{0};
   // `threads` in all: as many storages at once as there are to load, and
-  // the rest of the budget to each (a foreign-order .npy is one storage).
+  // the rest of the budget to each (a file of one foreign-order array is one storage).
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   const unsigned budget = threads;
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(n, 1)));
@@ -601,33 +426,27 @@ result<std::vector<tensor>, error> reader::get_all(unsigned threads) const {
 }
 
 result<void, error> reader::verify(const std::function<void(std::uint64_t)>& progress) const {
-  if (s_->set) return s_->set->verify(progress);
-  const auto& st = s_->file.storages;
-  if (!s_->file.npz.empty()) {  // each record's CRC-32, over its .npy header and data (inflated if deflated)
-    std::uint64_t done = 0;
-    for (std::uint32_t i = 0; i < st.size(); ++i) {
-      auto crc = detail::npz_record_crc32(s_->file.npz[i], zip_reader(s_->mapped));
-      if (!crc) return crc.error().wrap(s_->path.string());
-      if (*crc != s_->file.npz[i].crc32) return s_->storage_error(i, checkpoint_errc::crc32_mismatch);
-      done += st[i].nbytes;
-      if (progress) progress(done);
+  const parsed_file& file = s_->file;
+  if (file.source) {  // the format's own checks, where it has them
+    if (auto own = file.source->verify(file, s_->mapped ? &*s_->mapped : nullptr, s_->path, progress)) {
+      return std::move(*own);
     }
-    return {};
   }
-  const bool ferry_format = s_->file.format == file_format::ferry;
+  const auto& st = file.storages;
+  const mapped_file& mapped = *s_->mapped;  // a format without a file verifies through its source
   std::uint64_t done = 0;
   const auto report = [&](std::uint64_t n) {
     if (progress) progress(done + n);
   };
-  std::uint64_t end = header_size;
+  std::uint64_t end = file.data_begin;
   for (std::uint32_t i = 0; i < st.size(); ++i) {
-    if (ferry_format) {
+    if (file.zero_gaps) {
       FERRY_TRY(s_->check_zero(end, st[i].offset, i));
     }
     const auto fail = [&](error_code c, int sys_errno) { return s_->storage_error(i, c, sys_errno); };
     if (const auto sum = detail::checksum_of(st[i])) {
       FERRY_TRY_ASSIGN(const auto crc,
-                       detail::file_checksum(s_->mapped, st[i].offset, st[i].nbytes, sum->kind, fail, report));
+                       detail::file_checksum(mapped, st[i].offset, st[i].nbytes, sum->kind, fail, report));
       if (crc != sum->value) return s_->storage_error(i, sum->mismatch);
       if (sum->kind == detail::checksum_kind::crc32c) {  // a fetch need not check it again
         std::lock_guard lock(s_->mu);
@@ -638,17 +457,17 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
     done += st[i].nbytes;
     if (progress) progress(done);
   }
-  if (ferry_format) {
-    FERRY_TRY(s_->check_zero(end, s_->file.data_end, st.empty() ? UINT32_MAX : static_cast<std::uint32_t>(st.size() - 1)));
+  if (file.zero_gaps) {
+    FERRY_TRY(s_->check_zero(end, file.data_end, st.empty() ? UINT32_MAX : static_cast<std::uint32_t>(st.size() - 1)));
   }
-  // .pt: the records that are not storages (data.pkl, version, ...).
-  for (const auto& r : s_->file.other_records) {
+  // The zip records that are not storages (a pickle, a version record, ...).
+  for (const auto& r : file.other_records) {
     const auto fail = [&](error_code c, int sys_errno) {
       return file_error(s_->path, c, sys_errno, "record " + quote(r.name));
     };
     if (r.crc32 == 0) continue;  // saved without CRC-32
     FERRY_TRY_ASSIGN(const auto crc,
-                     detail::file_checksum(s_->mapped, r.data_offset, r.size, detail::checksum_kind::zip_crc32, fail, {}));
+                     detail::file_checksum(mapped, r.data_offset, r.size, detail::checksum_kind::zip_crc32, fail, {}));
     if (crc != r.crc32) return fail(checkpoint_errc::crc32_mismatch, 0);
   }
   return {};
@@ -657,10 +476,14 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
 result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte> out) const {
   const auto fail = [&](error_code c) { return error(c, detail::tensor_context(s_->path.string(), t.name)); };
   if (!t.is_contiguous() || out.size() != t.nbytes()) return fail(errc::bad_value);
-  if (s_->set) return s_->set->read_into(t, out);
-  const storage_info& st = s_->file.storages[t.storage];
-  if (t.offset != 0 || out.size() != st.nbytes || s_->file.format == file_format::pytorch ||
-      s_->file.format == file_format::npz) {
+  const parsed_file& file = s_->file;
+  if (file.source) {
+    if (auto own = file.source->read_into(t, out)) return std::move(*own);
+  }
+  const storage_info& st = file.storages[t.storage];
+  // Straight into `out` when the stored bytes are the elements and a
+  // CRC32C (or no checksum) covers them: a zip CRC-32 is checked on get().
+  if (t.offset != 0 || out.size() != st.nbytes || st.crc32 || (file.source && !file.source->direct_reads())) {
     FERRY_TRY_ASSIGN(auto whole, get(t));
     if (!out.empty()) std::memcpy(out.data(), whole.bytes().data(), out.size());
     return {};

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "ferry/base/error.h"
+#include "ferry/checkpoint/formats.h"
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/tensor.h"
 #include "ferry/wire/byte_order.h"
@@ -49,16 +50,13 @@
 namespace ferry::checkpoint {
 
 struct gguf_header;
-
-/// ferry_set: the index of a sharded checkpoint (set.h);
-/// safetensors_sharded: a Hugging Face `model.safetensors.index.json`;
-/// npy, npz: NumPy's (npy.h).
-/// gguf: llama.cpp's (gguf.h).
-enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, safetensors_sharded, npy, npz, gguf };
-
-/// "ferry", "safetensors", "pytorch", "ferry-set", "safetensors-sharded",
-/// "npy", "npz" or "gguf".
-[[nodiscard]] std::string_view format_name(file_format f) noexcept;
+class reader;
+namespace detail {
+struct parsed_file;
+/// What the reader's format found in its file (detail/parsed.h): for
+/// the format folders that define a member of reader (reader::gguf()).
+[[nodiscard]] const parsed_file& parsed_of(const reader& r) noexcept;
+}  // namespace detail
 
 /// Where a storage lies in the file.
 struct storage_info {
@@ -170,6 +168,7 @@ class reader {
 
  private:
   explicit reader(std::unique_ptr<state> s) noexcept;
+  friend const detail::parsed_file& detail::parsed_of(const reader& r) noexcept;
   std::unique_ptr<state> s_;
 };
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "../tests/checkpoint/pt_builder.h"
-#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/pytorch/internal.h"
 #include "fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

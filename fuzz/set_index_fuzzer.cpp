@@ -6,7 +6,7 @@
 // typed error or opens a set whose tensors all fetch at their size.
 #include <vector>
 
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/codec/crc32c.h"
 #include "fuzz_check.h"

@@ -3,9 +3,9 @@
 // checksum of a range of a file computed without mapping it whole. Not
 // part of the API.
 //
-//   CRC32C       a .ferry storage's (format.h), checked on first fetch and
-//                by verify(); a mismatch is errc::checksum_mismatch.
-//   zip CRC-32   a .pt record's (zlib's polynomial), checked by verify(),
+//   CRC32C       a storage's own (storage_info::crc32c), checked on first
+//                fetch and by verify(); a mismatch is errc::checksum_mismatch.
+//   zip CRC-32   a zip record's (zlib's polynomial), checked by verify(),
 //                and on fetch only with fetch_checks::every_checksum; a
 //                mismatch is checkpoint_errc::crc32_mismatch.
 #pragma once
@@ -46,7 +46,7 @@ struct fetch_checksums {
                                          fetch_checksums which) noexcept;
 
 /// The checksum verify() checks storage `st` against: its CRC32C, else its
-/// zip CRC-32, else none (a safetensors storage, a .pt record saved
+/// zip CRC-32, else none (a format without checksums, a zip record saved
 /// without CRC-32).
 struct stored_checksum {
   checksum_kind kind;

@@ -1,72 +1,110 @@
-// ferry/checkpoint/detail/parsed.h: INTERNAL. What a reader knows of a file
-// once its structure is checked; built by the .ferry parser (ferry_file.cpp),
-// the safetensors parser (safetensors.cpp) and the .pt parser
-// (pytorch.cpp), the .npy/.npz parsers (npy.cpp, npz.cpp) and the GGUF
-// parser (gguf.cpp). Not part of the API.
+// ferry/checkpoint/detail/parsed.h: INTERNAL. The one description of a
+// checkpoint that every format's parser builds (detail/formats.h) and the
+// reader serves (reader.cpp): its tensors and storages, where each storage
+// lies, what verify() checks beyond the storages' checksums, and, for a
+// format whose storages are not byte ranges of one file, the storage_source
+// that fetches them. Not part of the API.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "ferry/base/file.h"
-#include "ferry/checkpoint/detail/layout.h"
-#include "ferry/checkpoint/detail/zip.h"
-#include "ferry/checkpoint/format.h"
+#include "ferry/checkpoint/detail/mapped_file.h"
+#include "ferry/checkpoint/formats.h"
 #include "ferry/checkpoint/options.h"
 #include "ferry/checkpoint/reader.h"
-#include "ferry/checkpoint/safetensors.h"
+#include "ferry/checkpoint/zip/zip.h"
 
 namespace ferry::checkpoint::detail {
 
-/// Where an .npz tensor's bytes lie (npy.h): its zip record, and the
-/// array data inside the record after the .npy header.
-struct npz_source {
-  std::uint16_t method = 0;              ///< 0 stored, 8 deflated
-  std::uint64_t record_offset = 0;       ///< the record's first (compressed) byte in the file
-  std::uint64_t compressed_size = 0;
-  std::uint64_t record_size = 0;         ///< uncompressed: the .npy header and data
-  std::uint32_t crc32 = 0;               ///< of the uncompressed record
-  std::uint64_t header_bytes = 0;        ///< the .npy header: data starts here in the record
-  std::string name;                      ///< the zip record's name, for errors
+struct parsed_file;
+
+/// What the reader passes a storage_source for one storage.
+struct load_request {
+  std::uint32_t storage = 0;
+  bool check = false;  ///< the first fetch: the storage's checksums are due
+  bool copy_on_write = false;
+  const read_options& opt;
+  const mapped_file* file = nullptr;  ///< the checkpoint's file; null for a directory
+  const std::filesystem::path& path;
+  /// An error about the storage, named by its first tensor.
+  const std::function<error(error_code, int)>& storage_error;
+};
+
+/// How a format's storages are fetched when they are not a byte range of
+/// the file in the file's (or their own) byte order: compressed records,
+/// blocks that swap field by field, pieces in other files. The reader asks
+/// this first; every default means "the reader's own way".
+class storage_source {
+ public:
+  virtual ~storage_source() = default;
+  /// Storage `r.storage` in host order; null when the reader's read of
+  /// its range serves (after whatever this source checked first).
+  [[nodiscard]] virtual result<std::shared_ptr<const storage_buffer>, error> load(const parsed_file& f,
+                                                                                  const load_request& r) const;
+  /// reader::verify() when this format checks more than, or other than,
+  /// each storage's checksums; nullopt: the reader's own.
+  [[nodiscard]] virtual std::optional<result<void, error>> verify(
+      const parsed_file& f, const mapped_file* file, const std::filesystem::path& path,
+      const std::function<void(std::uint64_t)>& progress) const;
+  /// reader::read_into() of contiguous tensor `t`; nullopt: the reader's own.
+  [[nodiscard]] virtual std::optional<result<void, error>> read_into(const tensor_info& t,
+                                                                     std::span<std::byte> out) const;
+  /// Whether a storage's bytes in the file are its elements (false: the
+  /// reader reads into a caller's memory through load()).
+  [[nodiscard]] virtual bool direct_reads() const noexcept { return true; }
+  /// The bytes of one block when storage i holds blocks that change byte
+  /// order field by field (0: elements of its dtype), and that change.
+  [[nodiscard]] virtual std::size_t block_bytes(std::uint32_t i) const noexcept;
+  virtual void blocks_to_host(std::uint32_t i, std::span<std::byte> blocks, wire::byte_order from) const noexcept;
+  /// The files this checkpoint's storages lie in, when they are other
+  /// checkpoints (reader::shards()), and their bytes in all.
+  [[nodiscard]] virtual std::span<const reader> shards() const noexcept { return {}; }
+  [[nodiscard]] virtual std::optional<std::uint64_t> total_size() const noexcept { return std::nullopt; }
 };
 
 struct parsed_file {
-  file_format format = file_format::ferry;
+  file_format format{};
   wire::byte_order order = wire::byte_order::little;
   std::uint32_t alignment = 64;
-  std::uint64_t data_end = 0;  ///< where the storage area ends (.ferry: the manifest)
   std::vector<tensor_info> tensors;
   std::vector<storage_info> storages;
   std::map<std::string, std::string> metadata;
-  /// .pt: the zip records that are not storages (data.pkl, version, ...),
-  /// whose CRC-32 verify() checks too.
+  /// verify(): every byte from data_begin to data_end that no storage
+  /// covers must be zero (a format whose padding is zero by rule).
+  bool zero_gaps = false;
+  std::uint64_t data_begin = 0;
+  std::uint64_t data_end = 0;  ///< where the storage area ends
+  /// verify(): the zip records that are not storages (a pickle, a version
+  /// record, ...), each checked against its CRC-32.
   std::vector<zip_record> other_records;
-  /// .ferry: the trailer's manifest_crc32c (what a set's index records).
+  /// The CRC32C of the file's own description, which a set's index records
+  /// of its shards (reader::manifest_crc32c()); 0 where there is none.
   std::uint32_t manifest_crc32c = 0;
-  /// .npz: per storage, its record (empty for every other format).
-  std::vector<npz_source> npz;
-  /// GGUF: the header, typed (gguf.h); storage i is tensor i. Null for
-  /// every other format.
-  std::shared_ptr<const gguf_header> gguf;
+  /// How storages are fetched when not as byte ranges of the file; null:
+  /// they are.
+  std::shared_ptr<const storage_source> source;
 };
 
-/// A .ferry file's (or set index's) header and trailer, checked, and its
-/// manifest's bytes, their CRC checked: what every .ferry file shares.
-struct ferry_container {
-  trailer_fields trailer;
-  std::vector<std::byte> manifest;
-};
+/// "tensor 'fc.weight'": a tensor named in an error whose file is named
+/// before it.
+[[nodiscard]] inline std::string tensor_what(std::string_view name) { return "tensor " + quote(name); }
 
-/// Reads the container of a .ferry file of `size` bytes whose first
-/// header_size bytes are `head` (ferry_file.cpp).
-result<ferry_container, error> read_ferry_container(int fd, std::uint64_t size, const std::filesystem::path& path,
-                                                    std::span<const std::byte, header_size> head, const limits& lim);
+/// "model.bin: tensor 'fc.weight'", the context of every tensor's error.
+[[nodiscard]] inline std::string tensor_context(std::string_view file, std::string_view name) {
+  return std::string(file) + ": " + tensor_what(name);
+}
+
+/// Reads of `f` whose errors carry no context (the parsers' way to read).
+[[nodiscard]] zip_read_at file_reader(const mapped_file& f);
 
 /// Reads exactly `out.size()` bytes at `offset`. Errors: io_error, truncated.
 result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept;
@@ -74,45 +112,13 @@ result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out,
 /// An error whose context is `file` (and `: what`).
 error file_error(const std::filesystem::path& file, error_code c, int sys_errno = 0, std::string_view what = {});
 
-/// Parses a .ferry file of `size` bytes whose first header_size bytes are
-/// `head` (ferry_file.cpp).
-result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::filesystem::path& path,
-                                       std::span<const std::byte, header_size> head, const limits& lim);
+/// `r`, its error's context put after the file's name: for the decoders
+/// whose contexts do not name the file.
+result<parsed_file, error> in_file(const std::filesystem::path& path, result<parsed_file, error> r);
 
-/// Parses a safetensors header. `file_size` is the file's length; the first
-/// 8 bytes, the header's length, are `header_length`.
-result<parsed_file, error> parse_safetensors(int fd, std::uint64_t file_size, std::uint64_t header_length,
-                                             const limits& lim);
-
-/// Parses a header in memory (the fuzzer's and the tests' entry, and what
-/// parse_safetensors() calls). `data_size` is the bytes after the header.
-result<parsed_file, error> parse_safetensors_header(std::string_view json, std::uint64_t data_offset,
-                                                    std::uint64_t data_size, const limits& lim);
-
-/// Parses a PyTorch .pt file of `size` bytes read through `read`
-/// (pytorch.h). Contexts do not name the file.
-result<parsed_file, error> parse_pytorch(std::uint64_t size, const zip_read_at& read, const read_options& opt);
-
-/// save_safetensors() without the commit: the file written in its
-/// temporary, for callers that publish several files together.
-result<base::atomic_file, error> stage_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
-                                                   const std::map<std::string, std::string>& metadata,
-                                                   const safetensors_options& opt);
-
-/// A Hugging Face sharded safetensors index (safetensors.h): the shards'
-/// file names and which holds each tensor, in the index's order.
-struct hf_index {
-  std::vector<std::string> files;
-  std::vector<std::pair<std::string, std::uint32_t>> weights;  ///< name, index into files
-  std::map<std::string, std::string> metadata;
-};
-
-/// Parses an index's JSON (the fuzzer's and the tests' entry).
-result<hf_index, error> parse_hf_index(std::string_view json, const limits& lim);
-
-/// Whether `head` (a file's first bytes) starts a legacy torch.save file
-/// (before PyTorch 1.6, or _use_new_zipfile_serialization=False): a pickle
-/// of the magic number 0x1950a86a20f9469cfc6c, in any pickle protocol.
-[[nodiscard]] bool legacy_pytorch(std::span<const std::byte> head) noexcept;
+/// Opens a checkpoint that is one file of a set (a shard) with the reader's
+/// machinery; a file that names other files (an index) is refused
+/// (bad_shard), so opening a set never recurses.
+result<reader, error> open_shard(const std::filesystem::path& path, const read_options& opt);
 
 }  // namespace ferry::checkpoint::detail

@@ -16,7 +16,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/detail/parsed.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/checkpoint/torch/optimizer_key.h"
 #include "ferry/checkpoint/reader.h"
 #include "ferry/checkpoint/writer.h"

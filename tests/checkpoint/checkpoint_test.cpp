@@ -7,7 +7,7 @@
 #include <numeric>
 #include <optional>
 
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/codec/crc32c.h"
 #include "helpers.h"
 #include "pt_builder.h"

@@ -2,7 +2,7 @@
 // read correctly or fails with exactly the error its position calls for.
 #include <gtest/gtest.h>
 
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "helpers.h"
 
 namespace ferry::checkpoint::testing {

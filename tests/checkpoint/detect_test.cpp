@@ -1,5 +1,6 @@
-// detect_format(): the kind of a checkpoint told from its first bytes, one
-// head of each kind and the edges between them (detail/detect.h).
+// The format table's probes (detail/formats.h): the kind of a checkpoint
+// told from its first bytes, one head of each kind and the edges between
+// them, each written to a file and opened as the reader opens it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,16 +11,16 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/checkpoint/detail/detect.h"
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/detail/formats.h"
+#include "ferry/checkpoint/error.h"
+#include "helpers.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/checkpoint/format.h"
 #include "ferry/checkpoint/set.h"
 
 namespace ferry::checkpoint::testing {
 namespace {
 
-using detail::detect_format;
-using detail::head_format;
 
 std::vector<std::byte> bytes(std::string_view s) {
   std::vector<std::byte> out(s.size());
@@ -27,11 +28,30 @@ std::vector<std::byte> bytes(std::string_view s) {
   return out;
 }
 
-// The kind of a file that is `file` whole (the head is its first bytes).
-head_format kind_of(const std::vector<std::byte>& file) {
-  const std::size_t have = std::min(file.size(), header_size);
-  return detect_format(std::span(file).first(have), file.size());
+// `file` written to a scratch file and opened as the reader opens it
+// (the file is removed at once: the source holds it open).
+detail::source opened(const std::vector<std::byte>& file) {
+  const fs::path path = fs::temp_directory_path() / ("ferry-detect-test-" + std::to_string(::getpid()));
+  spit(path, file);
+  auto s = detail::source::open(path);
+  fs::remove(path);
+  if (!s) std::abort();
+  return std::move(*s);
 }
+
+// The kind of a file that is `file` whole: the name of the format whose
+// probe says yes, else "truncated" or "unknown" as detail::parse() says.
+std::string kind_of(const std::vector<std::byte>& file) {
+  const detail::source s = opened(file);
+  if (const detail::format_ops* f = detail::probe(s, {})) return std::string(f->name);
+  const auto parsed = detail::parse(s, {});
+  if (parsed.error().code() == errc::truncated) return "truncated";
+  EXPECT_EQ(parsed.error().code(), checkpoint_errc::not_a_checkpoint);
+  return "unknown";
+}
+
+// The error of parsing a file that is `file` whole.
+error_code parse_error(const std::vector<std::byte>& file) { return detail::parse(opened(file), {}).error().code(); }
 
 std::vector<std::byte> ferry_head(std::uint8_t flags) {
   const auto h = detail::encode_header({wire::byte_order::little, min_alignment, flags});
@@ -54,52 +74,53 @@ std::vector<std::byte> safetensors_file(std::string_view json) {
 }
 
 TEST(DetectFormat, AFerryFileAndASetIndex) {
-  EXPECT_EQ(kind_of(ferry_head(0)), head_format::ferry_file);
-  EXPECT_EQ(kind_of(ferry_head(set_index_flag)), head_format::ferry_set_index);
+  EXPECT_EQ(kind_of(ferry_head(0)), "ferry");
+  EXPECT_EQ(kind_of(ferry_head(set_index_flag)), "ferry-set");
   // Any other flags are still .ferry: its decoder refuses them.
-  EXPECT_EQ(kind_of(ferry_head(0x80)), head_format::ferry_file);
+  EXPECT_EQ(kind_of(ferry_head(0x80)), "ferry");
 }
 
 TEST(DetectFormat, AFerryFileShorterThanItsHeaderIsTruncated) {
   for (const std::size_t n : {std::size_t{1}, std::size_t{3}, sizeof file_magic, std::size_t{9}, header_size - 1}) {
     auto file = ferry_head(0);
     file.resize(n);
-    EXPECT_EQ(kind_of(file), head_format::truncated) << n << " bytes";
+    EXPECT_EQ(kind_of(file), "ferry") << n << " bytes";  // the .ferry parser says truncated
+    EXPECT_EQ(parse_error(file), errc::truncated) << n << " bytes";
   }
   // A prefix of the magic that then differs is not .ferry.
   auto file = ferry_head(0);
   file[5] = std::byte{'x'};
-  EXPECT_EQ(kind_of(file), head_format::unknown);
+  EXPECT_EQ(kind_of(file), "unknown");
 }
 
 TEST(DetectFormat, AZipIsTakenForATorchSaveFile) {
   auto file = bytes(std::string_view("PK\x03\x04", 4));
-  EXPECT_EQ(kind_of(file), head_format::pytorch_zip);
+  EXPECT_EQ(kind_of(file), "pytorch");
   file.resize(300);
-  EXPECT_EQ(kind_of(file), head_format::pytorch_zip);
-  EXPECT_EQ(kind_of(bytes(std::string_view("PK\x05\x06", 4))), head_format::truncated);  // an empty zip's end record
+  EXPECT_EQ(kind_of(file), "pytorch");
+  EXPECT_EQ(kind_of(bytes(std::string_view("PK\x05\x06", 4))), "truncated");  // an empty zip's end record
 }
 
 TEST(DetectFormat, ALegacyTorchSaveFile) {
   // Protocol 2: PROTO 2, LONG1 of 10 bytes, torch.save's magic number.
   auto file = bytes(std::string_view("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15));
-  EXPECT_EQ(kind_of(file), head_format::pytorch_legacy);
+  EXPECT_EQ(kind_of(file), "pytorch-legacy");
   // Protocol 0: the number in decimal.
-  EXPECT_EQ(kind_of(bytes("L119547037146038801333356L\n.")), head_format::pytorch_legacy);
+  EXPECT_EQ(kind_of(bytes("L119547037146038801333356L\n.")), "pytorch-legacy");
   // Another pickle is not one.
   file[4] = std::byte{0x6d};
-  EXPECT_EQ(kind_of(file), head_format::unknown);
+  EXPECT_EQ(kind_of(file), "unknown");
 }
 
 TEST(DetectFormat, ASafetensorsFile) {
-  EXPECT_EQ(kind_of(safetensors_file("{}")), head_format::safetensors);
+  EXPECT_EQ(kind_of(safetensors_file("{}")), "safetensors");
   EXPECT_EQ(kind_of(safetensors_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})")),
-            head_format::safetensors);
+            "safetensors");
   // A header length past the end is still safetensors (its decoder says
   // truncated) unless byte 0 is '{' too.
   auto file = safetensors_file("{}");
   file[1] = std::byte{0x10};
-  EXPECT_EQ(kind_of(file), head_format::safetensors);
+  EXPECT_EQ(kind_of(file), "safetensors");
 }
 
 TEST(DetectFormat, BraceAtBytes0And8IsSafetensorsOnlyWhenTheLengthFits) {
@@ -111,47 +132,55 @@ TEST(DetectFormat, BraceAtBytes0And8IsSafetensorsOnlyWhenTheLengthFits) {
   ASSERT_EQ(json.size(), 123u);
   ASSERT_EQ(file[0], std::byte{'{'});
   ASSERT_EQ(file[8], std::byte{'{'});
-  EXPECT_EQ(kind_of(file), head_format::safetensors);
+  EXPECT_EQ(kind_of(file), "safetensors");
   // The same first bytes, the file too short for that length: JSON.
-  EXPECT_EQ(kind_of(std::vector<std::byte>(file.begin(), file.begin() + 100)), head_format::safetensors_index);
+  EXPECT_EQ(kind_of(std::vector<std::byte>(file.begin(), file.begin() + 100)), "safetensors-sharded");
   // JSON whose byte 8 is '{'.
-  EXPECT_EQ(kind_of(bytes(R"({"a":   {"b": 1}})")), head_format::safetensors_index);
+  EXPECT_EQ(kind_of(bytes(R"({"a":   {"b": 1}})")), "safetensors-sharded");
 }
 
 TEST(DetectFormat, AHuggingFaceIndex) {
   EXPECT_EQ(kind_of(bytes(R"({"metadata": {}, "weight_map": {"w": "model-00001-of-00002.safetensors"}})")),
-            head_format::safetensors_index);
-  EXPECT_EQ(kind_of(bytes(" \t\r\n{\"weight_map\": {}}")), head_format::safetensors_index);
-  EXPECT_EQ(kind_of(bytes("{}")), head_format::safetensors_index);
-  EXPECT_EQ(kind_of(bytes("  {")), head_format::safetensors_index);
+            "safetensors-sharded");
+  EXPECT_EQ(kind_of(bytes(" \t\r\n{\"weight_map\": {}}")), "safetensors-sharded");
+  EXPECT_EQ(kind_of(bytes("{}")), "safetensors-sharded");
+  EXPECT_EQ(kind_of(bytes("  {")), "safetensors-sharded");
   // Whitespace beyond the head: not told.
-  EXPECT_EQ(kind_of(bytes(std::string(header_size, ' ') + "{}")), head_format::unknown);
+  EXPECT_EQ(kind_of(bytes(std::string(header_size, ' ') + "{}")), "unknown");
 }
 
 TEST(DetectFormat, ShortFilesAreTruncatedAndOthersUnknown) {
-  EXPECT_EQ(kind_of({}), head_format::truncated);
-  EXPECT_EQ(kind_of(bytes("12345678")), head_format::truncated);
-  EXPECT_EQ(kind_of(bytes("[1, 2, 3]")), head_format::unknown);  // 9 bytes
-  EXPECT_EQ(kind_of(bytes("<!DOCTYPE html><html><body>Not Found</body></html>")), head_format::unknown);
-  EXPECT_EQ(kind_of(bytes("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 12\n")), head_format::unknown);
+  EXPECT_EQ(kind_of({}), "truncated");
+  EXPECT_EQ(kind_of(bytes("12345678")), "truncated");
+  EXPECT_EQ(kind_of(bytes("[1, 2, 3]")), "unknown");  // 9 bytes
+  EXPECT_EQ(kind_of(bytes("<!DOCTYPE html><html><body>Not Found</body></html>")), "unknown");
+  EXPECT_EQ(kind_of(bytes("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 12\n")), "unknown");
 }
 
 TEST(DetectFormat, Gguf) {
-  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\x03\0\0\0", 8))), head_format::gguf);
-  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\0\0\0\x03", 8))), head_format::gguf);  // big-endian
-  EXPECT_EQ(kind_of(bytes(std::string_view("FUGG\0\0\0\x03", 8))), head_format::gguf);  // gguf-py's old big-endian magic
-  EXPECT_EQ(kind_of(bytes("GGUF")), head_format::gguf);                                  // the parser says truncated
-  EXPECT_EQ(kind_of(bytes("GGU")), head_format::truncated);
-  EXPECT_EQ(detail::head_format_name(head_format::gguf), "gguf");
+  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\x03\0\0\0", 8))), "gguf");
+  EXPECT_EQ(kind_of(bytes(std::string_view("GGUF\0\0\0\x03", 8))), "gguf");  // big-endian
+  EXPECT_EQ(kind_of(bytes(std::string_view("FUGG\0\0\0\x03", 8))), "gguf");  // gguf-py's old big-endian magic
+  EXPECT_EQ(kind_of(bytes("GGUF")), "gguf");                                  // the parser says truncated
+  EXPECT_EQ(kind_of(bytes("GGU")), "truncated");
 }
 
+using DetectFormatDirectory = scratch_dir;
+
 TEST(DetectFormat, SetIndexesAreTheKindsThatNameOtherFiles) {
-  for (const auto f : {head_format::ferry_file, head_format::ferry_set_index, head_format::pytorch_zip,
-                       head_format::pytorch_legacy, head_format::npy, head_format::gguf, head_format::safetensors,
-                       head_format::safetensors_index, head_format::truncated, head_format::unknown}) {
-    EXPECT_EQ(detail::is_set_index(f), f == head_format::ferry_set_index || f == head_format::safetensors_index)
-        << detail::head_format_name(f);
+  for (const detail::format_ops* f : detail::formats()) {
+    EXPECT_EQ(f->names_other_files, f->name == "ferry-set" || f->name == "safetensors-sharded") << f->name;
+    if (f->name != "pytorch-legacy") {
+      EXPECT_EQ(format_name(f->id), f->name);
+    }
   }
+}
+
+TEST_F(DetectFormatDirectory, ANoFormatClaimsIsNotAFile) {
+  auto s = detail::source::open(dir_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(detail::probe(*s, {}), nullptr);
+  EXPECT_EQ(detail::parse(*s, {}).error().sys_errno(), EISDIR);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ferry/checkpoint/detail/ggml_tables.h"
+#include "ferry/checkpoint/gguf/ggml_tables.h"
 #include "ferry/checkpoint/ggml_types.h"
 
 namespace ferry::checkpoint::testing {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "ferry/checkpoint/detail/gguf.h"
+#include "ferry/checkpoint/gguf/internal.h"
 #include "ferry/checkpoint/gguf.h"
 #include "helpers.h"
 #include "../test_bytes.h"

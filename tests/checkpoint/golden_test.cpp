@@ -12,7 +12,7 @@
 
 #include <cstdlib>
 
-#include "ferry/checkpoint/detail/layout.h"
+#include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/codec/crc32c.h"
 #include "helpers.h"
 

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 #include "ferry/wire/bulk.h"
 
 #include "npy_helpers.h"

@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 
 #include "npy_helpers.h"
 

@@ -14,7 +14,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 #include "ferry/checkpoint/npy.h"
 #include "ferry/wire/bulk.h"
 #include "helpers.h"

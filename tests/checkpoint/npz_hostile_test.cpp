@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 #include "ferry/wire/bulk.h"
 
 #include "npy_helpers.h"

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <fstream>
 
-#include "ferry/checkpoint/detail/parsed.h"
-#include "ferry/checkpoint/detail/pickle.h"
+#include "ferry/checkpoint/pytorch/internal.h"
+#include "ferry/checkpoint/pytorch/pickle.h"
 #include "helpers.h"
 #include "pt_builder.h"
 

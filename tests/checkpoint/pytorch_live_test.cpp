@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "ferry/checkpoint/detail/parsed.h"
-#include "ferry/checkpoint/detail/pickle.h"
+#include "ferry/checkpoint/pytorch/internal.h"
+#include "ferry/checkpoint/pytorch/pickle.h"
 #include "ferry/checkpoint/pytorch.h"
 #include "helpers.h"
 #include "pt_expected.h"

@@ -5,7 +5,7 @@
 #include <bit>
 #include <cstring>
 
-#include "ferry/checkpoint/detail/zip.h"
+#include "ferry/checkpoint/zip/zip.h"
 #include "ferry/checkpoint/pytorch.h"
 #include "helpers.h"
 

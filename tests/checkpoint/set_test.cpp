@@ -5,8 +5,8 @@
 
 #include <numeric>
 
-#include "ferry/checkpoint/detail/layout.h"
-#include "ferry/checkpoint/detail/set.h"
+#include "ferry/checkpoint/ferry/layout.h"
+#include "ferry/checkpoint/set/internal.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/set.h"
 #include "helpers.h"

@@ -1,0 +1,139 @@
+// The format table (detail/formats.h): every format ferry reads, in the
+// order their probes are tried, and what the reader needs to call them.
+// Adding a format: its folder, one line here, one enumerator in formats.h.
+#include "ferry/checkpoint/detail/formats.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+
+#include "ferry/checkpoint/error.h"
+
+namespace ferry::checkpoint {
+namespace detail {
+
+// Each defined in its format's folder (<folder>/format.cpp).
+extern const format_ops ferry_format, ferry_set_format, npz_format, pytorch_format, pytorch_legacy_format, npy_format,
+    gguf_format, safetensors_format, safetensors_index_format;
+
+namespace {
+
+// The order matters where heads overlap: an .npz is a zip that a .pt file
+// is too (npz's probe reads the directory), and a safetensors header is
+// JSON after 8 bytes where an index is JSON from the first.
+constexpr std::array<const format_ops*, 9> table{
+    &ferry_format, &ferry_set_format,  &npz_format,         &pytorch_format,           &pytorch_legacy_format,
+    &npy_format,   &gguf_format,       &safetensors_format, &safetensors_index_format,
+};
+
+}  // namespace
+
+std::span<const format_ops* const> formats() noexcept { return table; }
+
+const format_ops* probe(const source& s, const read_options& opt) noexcept {
+  for (const format_ops* f : table) {
+    if (f->probe(s, opt)) return f;
+  }
+  return nullptr;
+}
+
+result<parsed_file, error> parse(const source& s, const read_options& opt, bool shard) {
+  const format_ops* f = probe(s, opt);
+  if (f == nullptr) {
+    if (s.is_directory()) return error::from_errno(EISDIR, s.path().string());
+    // Fewer than 9 bytes can start no format whose head says so.
+    if (!s.is_directory() && s.size() < 9) return s.fail(errc::truncated);
+    return s.fail(checkpoint_errc::not_a_checkpoint);
+  }
+  if (shard && f->names_other_files) return s.fail(checkpoint_errc::bad_shard, 0, "a set's index, not a shard");
+  return f->parse(s, opt);
+}
+
+result<source, error> source::open(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    source s(path, std::nullopt);
+    return s;
+  }
+  FERRY_TRY_ASSIGN(auto file, mapped_file::open(path));
+  source s(path, std::move(file));
+  s.have_ = static_cast<std::size_t>(std::min<std::uint64_t>(s.file_->size(), header_size));
+  int sys_errno = 0;
+  if (auto r = s.file_->read(0, std::span(s.head_).first(s.have_), sys_errno); !r) {
+    return file_error(path, r.error(), sys_errno);
+  }
+  return s;
+}
+
+zip_read_at file_reader(const mapped_file& f) {
+  return [&f](std::uint64_t offset, std::span<std::byte> out) -> result<void, error> {
+    int read_errno = 0;
+    if (auto r = f.read(offset, out, read_errno); !r) return error(r.error(), {}, read_errno);
+    return {};
+  };
+}
+
+zip_read_at source::read_at() const { return file_reader(*file_); }
+
+const result<zip_directory, error>& source::zip(const limits& lim) const {
+  if (!zip_) zip_.emplace(read_zip_directory(size(), read_at(), lim));
+  return *zip_;
+}
+
+result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept {
+  while (!out.empty()) {
+    const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      sys_errno = errno;
+      return errc::io_error;
+    }
+    if (n == 0) return errc::truncated;  // the file shrank under us
+    out = out.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+error file_error(const std::filesystem::path& file, error_code c, int sys_errno, std::string_view what) {
+  std::string ctx = file.string();
+  if (!what.empty()) ctx += ": " + std::string(what);
+  return error(c, std::move(ctx), sys_errno);
+}
+
+result<parsed_file, error> in_file(const std::filesystem::path& path, result<parsed_file, error> r) {
+  if (!r) return r.error().wrap(path.string());
+  return r;
+}
+
+result<std::shared_ptr<const storage_buffer>, error> storage_source::load(const parsed_file&, const load_request&) const {
+  return std::shared_ptr<const storage_buffer>();
+}
+
+std::optional<result<void, error>> storage_source::verify(const parsed_file&, const mapped_file*,
+                                                          const std::filesystem::path&,
+                                                          const std::function<void(std::uint64_t)>&) const {
+  return std::nullopt;
+}
+
+std::optional<result<void, error>> storage_source::read_into(const tensor_info&, std::span<std::byte>) const {
+  return std::nullopt;
+}
+
+std::size_t storage_source::block_bytes(std::uint32_t) const noexcept { return 0; }
+
+void storage_source::blocks_to_host(std::uint32_t, std::span<std::byte>, wire::byte_order) const noexcept {}
+
+}  // namespace detail
+
+std::string_view format_name(file_format f) noexcept {
+  for (const detail::format_ops* o : detail::table) {
+    if (o->id == f) return o->name;
+  }
+  return "unknown";
+}
+
+}  // namespace ferry::checkpoint

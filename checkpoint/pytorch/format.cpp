@@ -1,0 +1,35 @@
+// PyTorch's formats in the table (detail/formats.h): a torch.save zip
+// (read.cpp), and the legacy pickle stream torch.save wrote before 1.6,
+// told apart to be refused with advice.
+#include "ferry/checkpoint/detail/formats.h"
+#include "ferry/checkpoint/error.h"
+#include "ferry/checkpoint/pytorch/internal.h"
+
+namespace ferry::checkpoint::detail {
+
+// Any zip the .npz probe before it left: a .pt file, or a zip of
+// something else that parse_pytorch() tells apart and refuses.
+extern const format_ops pytorch_format{
+    file_format::pytorch,
+    "pytorch",
+    false,
+    [](const source& s, const read_options&) { return zip_head(s.head(), s.size()); },
+    [](const source& s, const read_options& opt) -> result<parsed_file, error> {
+      const auto& dir = s.zip(opt.lim);
+      if (!dir) return dir.error().wrap(s.path().string());
+      return in_file(s.path(), parse_pytorch(*dir, s.read_at(), opt));
+    },
+};
+
+extern const format_ops pytorch_legacy_format{
+    file_format::pytorch,
+    "pytorch-legacy",
+    false,
+    [](const source& s, const read_options&) { return legacy_pytorch(s.head()); },
+    [](const source& s, const read_options&) -> result<parsed_file, error> {
+      return s.fail(checkpoint_errc::unsupported_pytorch, 0,
+                    "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
+    },
+};
+
+}  // namespace ferry::checkpoint::detail
