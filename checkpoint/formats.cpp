@@ -10,6 +10,7 @@
 #include <array>
 #include <cerrno>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/error.h"
 
 namespace ferry::checkpoint {
@@ -107,6 +108,40 @@ error file_error(const std::filesystem::path& file, error_code c, int sys_errno,
 result<parsed_file, error> in_file(const std::filesystem::path& path, result<parsed_file, error> r) {
   if (!r) return r.error().wrap(path.string());
   return r;
+}
+
+result<void, error> check_tiling(std::size_t n,
+                                 const std::function<std::pair<std::uint64_t, std::uint64_t>(std::size_t)>& range,
+                                 const std::function<std::string(std::size_t)>& who, const tiling& t) {
+  const auto pad = [&](std::uint64_t at, std::uint64_t& out) { return align_up(at, t.align, out); };
+  std::uint64_t expected = 0;        // where range i must start: where i - 1 ends, padded
+  std::uint64_t last_end = t.begin;  // where range i - 1 ends
+  if (!pad(t.begin, expected)) return make_error(checkpoint_errc::bad_layout, t.area, ": padding past 2^64");
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [offset, bytes] = range(i);
+    if (offset != expected) {
+      if (i == 0) return make_error(checkpoint_errc::bad_layout, who(i), ": starts at ", offset, ", not at ", expected);
+      return make_error(checkpoint_errc::bad_layout, who(i), ": starts at ", offset,
+                        offset < expected ? " and overlaps " : " and leaves a hole after ", who(i - 1),
+                        ", which ends (padded) at ", expected);
+    }
+    if (offset > t.end || bytes > t.end - offset) {
+      return make_error(t.past_end, who(i), ": ", bytes, " bytes at ", offset, " run past the ", t.area, "'s end at ",
+                        t.end);
+    }
+    last_end = offset + bytes;
+    if (!pad(last_end, expected)) return make_error(checkpoint_errc::bad_layout, who(i), ": padding past 2^64");
+  }
+  // last_end <= t.end here.
+  if (t.end > expected) {
+    return make_error(t.after_last, t.area, ": ", t.end - expected, " bytes after the last storage's end (padded) at ",
+                      expected);
+  }
+  if (t.padded_end && t.end < expected) {
+    return make_error(checkpoint_errc::bad_layout, t.area, ": ends at ", t.end, ", before the last storage's padded end at ",
+                      expected);
+  }
+  return {};
 }
 
 result<std::shared_ptr<const storage_buffer>, error> storage_source::load(const parsed_file&, const load_request&) const {

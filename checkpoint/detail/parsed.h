@@ -94,6 +94,32 @@ struct parsed_file {
   std::shared_ptr<const storage_source> source;
 };
 
+/// How a format lays its storages out one after another in a data area,
+/// for check_tiling().
+struct tiling {
+  std::uint64_t begin = 0;  ///< the first storage starts here
+  std::uint64_t end = 0;    ///< the data area ends here (the file's end, or what follows the data)
+  std::uint64_t align = 1;  ///< each storage starts where the one before ends, rounded up to this (a power of two)
+  /// Whether `end` must be the last storage's end rounded up to `align`;
+  /// else it may be anywhere from the last storage's end to that (a file
+  /// whose last padding was left out).
+  bool padded_end = true;
+  error_code past_end = errc::truncated;         ///< a storage that runs past `end`
+  error_code after_last = errc::trailing_bytes;  ///< `end` past the last storage (padded)
+  std::string_view area = "data";                ///< what `end` ends, for that error
+};
+
+/// Checks that `n` byte ranges, range(i) = {offset, bytes}, in this order,
+/// tile the area `t` describes: the first starts at t.begin, each next one
+/// where the one before ends rounded up to t.align, and the area ends
+/// where the last one does. `who(i)` names range i in errors (the
+/// context, whole: a file's name first where the format's errors carry it).
+/// Errors: bad_layout (a range that starts elsewhere: it overlaps the one
+/// before or leaves a hole after it), t.past_end, t.after_last.
+[[nodiscard]] result<void, error> check_tiling(std::size_t n,
+                                               const std::function<std::pair<std::uint64_t, std::uint64_t>(std::size_t)>& range,
+                                               const std::function<std::string(std::size_t)>& who, const tiling& t);
+
 /// "tensor 'fc.weight'": a tensor named in an error whose file is named
 /// before it.
 [[nodiscard]] inline std::string tensor_what(std::string_view name) { return "tensor " + quote(name); }

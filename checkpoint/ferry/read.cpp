@@ -73,7 +73,6 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
   // Storages: packed in file order from the first aligned offset.
   if (m->storages.size() > lim.max_tensors) return fail(errc::limit_exceeded, "storages");
   std::unordered_map<const storage_record*, std::uint32_t> index_of;
-  std::uint64_t end = header_size;
   for (std::size_t i = 0; i < m->storages.size(); ++i) {
     // The context, built on failure only: "<file>: storage <i>".
     const auto sfail = [&](error_code c) { return make_error(c, path.string(), ": storage ", i); };
@@ -82,18 +81,21 @@ result<parsed_file, error> parse_ferry(int fd, std::uint64_t size, const std::fi
     if (!index_of.emplace(s, static_cast<std::uint32_t>(i)).second) return sfail(checkpoint_errc::bad_layout);
     auto dtype = codec::dtype_from_code(s->dtype);
     if (!dtype) return sfail(dtype.error());
-    std::uint64_t start = 0;
-    if (!align_up(end, align, start) || s->offset != start || s->nbytes > t.manifest_offset - start) {
-      return sfail(checkpoint_errc::bad_layout);
-    }
     if (s->nbytes % codec::size_of(*dtype) != 0) return sfail(checkpoint_errc::shape_size_mismatch);
-    end = start + s->nbytes;
     out.storages.push_back({s->offset, s->nbytes, *dtype, s->crc32c, std::nullopt, std::nullopt});
   }
-  std::uint64_t manifest_start = 0;
-  if (!align_up(end, align, manifest_start) || manifest_start != t.manifest_offset) {
-    return fail(checkpoint_errc::bad_layout, "manifest");
-  }
+  // Packed in file order from the first aligned offset to the manifest.
+  tiling area;
+  area.begin = header_size;
+  area.end = t.manifest_offset;
+  area.align = align;
+  area.past_end = checkpoint_errc::bad_layout;
+  area.after_last = checkpoint_errc::bad_layout;
+  const std::string manifest_what = path.string() + ": manifest";
+  area.area = manifest_what;
+  FERRY_TRY(check_tiling(
+      out.storages.size(), [&](std::size_t i) { return std::pair(out.storages[i].offset, out.storages[i].nbytes); },
+      [&](std::size_t i) { return path.string() + ": storage " + std::to_string(i); }, area));
 
   if (m->tensors.size() > lim.max_tensors) return fail(errc::limit_exceeded, "tensors");
   std::unordered_set<std::string_view> seen;

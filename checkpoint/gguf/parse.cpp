@@ -349,35 +349,27 @@ result<void, error> check_layout(gguf_header& h, std::uint64_t file_size) {
   const std::uint64_t align = h.alignment;
   FERRY_REQUIRE(h.header_bytes <= UINT64_MAX - align, errc::truncated, "gguf header");  // file sizes never come close
   h.data_offset = detail::gguf_pad(h.header_bytes, align);
-  std::uint64_t expected = 0;  // where the next tensor starts, from data_offset
-  std::uint64_t end = h.header_bytes;
-  const std::string* previous = nullptr;
-  for (const gguf_tensor& t : h.tensors) {
-    const std::string who = "gguf tensor " + quote(t.name);
-    FERRY_REQUIRE(t.offset % align == 0, checkpoint_errc::misaligned_tensor, who, ": offset ", t.offset,
-                  " is not a multiple of the alignment ", align);
-    if (t.offset != expected) {
-      if (previous == nullptr) {
-        return make_error(checkpoint_errc::bad_layout, who, ": offset ", t.offset, ", the first tensor's must be 0");
-      }
-      return make_error(checkpoint_errc::bad_layout, who, ": offset ", t.offset,
-                        t.offset < expected ? " overlaps tensor " : " leaves a hole after tensor ", quote(*previous),
-                        ", which ends (padded) at ", expected);
-    }
-    // expected <= the padded sum of sizes, each checked below against the file.
-    FERRY_REQUIRE(h.data_offset <= file_size && t.nbytes <= file_size - h.data_offset &&
-                      t.offset <= file_size - h.data_offset - t.nbytes,
-                  errc::truncated, who, ": data at ", h.data_offset, " + ", t.offset, ", ", t.nbytes,
-                  " bytes, past the end of the file (", file_size, " bytes)");
-    end = h.data_offset + t.offset + t.nbytes;
-    expected = detail::gguf_pad(t.offset + t.nbytes, align);  // <= file_size + align: no overflow
-    previous = &t.name;
+  const auto who = [&](std::size_t i) { return "gguf tensor " + quote(h.tensors[i].name); };
+  for (std::size_t i = 0; i < h.tensors.size(); ++i) {
+    FERRY_REQUIRE(h.tensors[i].offset % align == 0, checkpoint_errc::misaligned_tensor, who(i), ": offset ",
+                  h.tensors[i].offset, " is not a multiple of the alignment ", align);
   }
-  const std::uint64_t padded_end = h.tensors.empty() ? h.data_offset : h.data_offset + expected;
-  FERRY_REQUIRE(file_size >= end, errc::truncated, "gguf header");  // end <= file_size for every tensor above
-  FERRY_REQUIRE(file_size <= padded_end, errc::trailing_bytes, "gguf: ", file_size - padded_end,
-                " bytes after the last tensor's padding (at ", padded_end, ")");
-  return {};
+  if (h.tensors.empty()) {  // the file may end anywhere in the header's padding
+    FERRY_REQUIRE(file_size >= h.header_bytes, errc::truncated, "gguf header");
+    FERRY_REQUIRE(file_size <= h.data_offset, errc::trailing_bytes, "gguf: ", file_size - h.data_offset,
+                  " bytes after the header's padding (at ", h.data_offset, ")");
+    return {};
+  }
+  // Offsets count from the data area's start; the last tensor's padding
+  // may be left out.
+  FERRY_REQUIRE(h.data_offset <= file_size, errc::truncated, "gguf header");
+  detail::tiling area;
+  area.end = file_size - h.data_offset;
+  area.align = align;
+  area.padded_end = false;
+  area.area = "gguf data";
+  return detail::check_tiling(
+      h.tensors.size(), [&](std::size_t i) { return std::pair(h.tensors[i].offset, h.tensors[i].nbytes); }, who, area);
 }
 
 }  // namespace

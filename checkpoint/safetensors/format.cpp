@@ -1,5 +1,5 @@
 // safetensors in the table (detail/formats.h): a .safetensors file
-// (safetensors.cpp) and a Hugging Face sharded index, JSON naming the
+// (read.cpp, write.cpp) and a Hugging Face sharded index, JSON naming the
 // shards (index.cpp), whose storages are the shards' (shard_set).
 #include <algorithm>
 

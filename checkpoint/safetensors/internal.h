@@ -1,6 +1,7 @@
 // ferry/checkpoint/safetensors/internal.h: INTERNAL. The safetensors
-// parser (safetensors.cpp) and the Hugging Face index (index.cpp), for the
-// format's format.cpp, the fuzzers and the tests. Not part of the API.
+// parser (read.cpp), the writer (write.cpp) and the Hugging Face index
+// (index.cpp), for the format's format.cpp, the fuzzers and the tests.
+// Not part of the API.
 #pragma once
 
 #include <cstdint>
