@@ -162,7 +162,33 @@ std::size_t storage_source::block_bytes(std::uint32_t) const noexcept { return 0
 
 void storage_source::blocks_to_host(std::uint32_t, std::span<std::byte>, wire::byte_order) const noexcept {}
 
+result<void, error> little_endian_only(const std::filesystem::path& target, std::string_view what,
+                                      const save_options& opt) {
+  if (opt.order.value_or(wire::byte_order::little) == wire::byte_order::little) return {};
+  return make_error(errc::bad_value, target.string(), ": ", what, " files are little-endian only");
+}
+
 }  // namespace detail
+
+result<file_format, error> format_to_write(std::string_view name, std::string_view path) {
+  for (const detail::format_ops* o : detail::table) {
+    if (o->suffixes.empty()) continue;  // not written by ferry, or written beside another (a set's index)
+    if (!name.empty() && name == o->name) return o->id;
+    for (const std::string_view s : o->suffixes) {
+      if (name.empty() ? path.ends_with(s) : name == s.substr(1)) return o->id;
+    }
+  }
+  if (!name.empty()) return make_error(errc::bad_value, "no format ", quote(name), " to write");
+  return file_format::ferry;
+}
+
+result<void, error> save(file_format f, const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                         const std::map<std::string, std::string>& metadata, const save_options& opt) {
+  for (const detail::format_ops* o : detail::table) {
+    if (o->id == f && o->write != nullptr) return o->write(target, tensors, metadata, opt);
+  }
+  return make_error(errc::bad_value, target.string(), ": ", format_name(f), " is not written by save()");
+}
 
 std::string_view format_name(file_format f) noexcept {
   for (const detail::format_ops* o : detail::table) {

@@ -5,8 +5,8 @@
 //     .format .order .keys() .info(name) .metadata() .gguf_metadata() .verify()
 //     .get(name, dequantize) -> numpy array     .load(dequantize) -> {name: numpy array}
 //     .storages(dequantize) -> ([(name, dtype, shape, strides, offset, storage)], [uint8 array])
-//   save(path, entries, storages, metadata, format, order, alignment, shared)   .ferry, safetensors, .pt
-//   save_numpy(path, entries, storages, format, order, compress)               .npy, .npz
+//   save(path, entries, storages, metadata, format, order, alignment, shared, compress)
+//                                         .ferry, safetensors, .pt, .npy, .npz (checkpoint::save)
 //   save_gguf(path, entries, storages, metadata, order, ggml_types)            GGUF (gguf_values.h)
 //   dtypes                                       {name: code, bytes, numpy and torch names}
 //   cpu_info() -> {version, cpu_features, enabled_cpu_features, kernels}   base/cpu.h
@@ -374,46 +374,24 @@ void write_unlocked(F&& write) {
   }());
 }
 
+// Any format the table's writers write (checkpoint::save()): .ferry,
+// safetensors, .pt, .npy (exactly one tensor), .npz.
 void save(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
           const std::map<std::string, std::string>& metadata, const std::string& format,
-          const std::optional<std::string>& order, std::uint32_t alignment, const std::string& shared) {
+          const std::optional<std::string>& order, std::uint32_t alignment, const std::string& shared, bool compress) {
   const python_tensors in(entries, storage_objects);
-  const auto wanted = parse_order(order);
-  write_unlocked([&]() -> ferry::result<void, ferry::error> {
-    if ((format == "safetensors" || format == "pt") && wanted && *wanted != ferry::wire::byte_order::little) {
-      return ferry::error(ferry::errc::bad_value, path + ": " + (format == "pt" ? ".pt" : format) +
-                                                      " files are little-endian only");
-    }
-    if (format == "pt") return ckpt::save_pt(path, in.refs);
-    if (format == "safetensors") {
-      ckpt::safetensors_options so;
-      so.alignment = alignment;
-      so.shared = ckpt::safetensors_options::policy_from_name(shared).value_or(so.shared);
-      return ckpt::save_safetensors(path, in.refs, metadata, so);
-    }
-    ckpt::write_options wo;
-    wo.order = wanted.value_or(ferry::wire::host_order);
-    wo.alignment = alignment;
-    FERRY_TRY_ASSIGN(auto w, ckpt::writer::create(path, wo));
-    std::vector<std::optional<ckpt::storage_id>> written(in.buffers.size());
-    for (std::size_t i = 0; i < in.refs.size(); ++i) FERRY_TRY(w.add_shared(in.refs[i], written[std::get<5>(entries[i])]));
-    for (const auto& [k, v] : metadata) FERRY_TRY(w.set_metadata(k, v));
-    return w.commit();
-  });
-}
-
-// .npy (exactly one tensor) or .npz.
-void save_numpy(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
-                const std::string& format, const std::optional<std::string>& order, bool compress) {
-  const python_tensors in(entries, storage_objects);
-  ckpt::npy_options opt;
-  opt.order = parse_order(order).value_or(ferry::wire::host_order);
-  opt.compress = compress;
-  if (format == "npy" && in.refs.size() != 1) {
+  const auto chosen = ckpt::format_to_write(format, path);
+  if (!chosen) throw py::value_error(chosen.error().what());
+  if (*chosen == ckpt::file_format::npy && in.refs.size() != 1) {
     throw py::value_error(path + ": a .npy file holds one array, not " + std::to_string(in.refs.size()) +
                           " (save an .npz)");
   }
-  write_unlocked([&] { return format == "npy" ? ckpt::save_npy(path, in.refs[0], opt) : ckpt::save_npz(path, in.refs, opt); });
+  ckpt::save_options opt;
+  opt.order = parse_order(order);
+  opt.alignment = alignment;
+  opt.shared = shared;
+  opt.compress = compress;
+  write_unlocked([&] { return ckpt::save(*chosen, path, in.refs, metadata, opt); });
 }
 
 // A tensor of raw quantized blocks (a uint8 array whose last extent counts
@@ -492,9 +470,7 @@ PYBIND11_MODULE(_ferry, m) {
   m.attr("dtypes") = dtype_table();
   m.def("cpu_info", &cpu_info);
   m.def("save", &save, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
-        py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"));
-  m.def("save_numpy", &save_numpy, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("format"),
-        py::arg("order"), py::arg("compress"));
+        py::arg("format"), py::arg("order"), py::arg("alignment"), py::arg("shared"), py::arg("compress"));
   m.def("save_gguf", &save_gguf, py::arg("path"), py::arg("entries"), py::arg("storages"), py::arg("metadata"),
         py::arg("order"), py::arg("ggml_types"), py::arg("nested_arrays"));
 }

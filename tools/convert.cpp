@@ -34,20 +34,7 @@
 namespace ferry::tools {
 namespace {
 
-enum class out_format { ferry, safetensors, pt, gguf, npy, npz };
-
-// --format, else OUT's suffix, else .ferry.
-out_format format_of(const std::string& out, const std::string& flag) {
-  const std::string_view f = flag;
-  if (f == "safetensors" || (f.empty() && (out.ends_with(".safetensors") || out.ends_with(".index.json")))) {
-    return out_format::safetensors;
-  }
-  if (f == "pt" || (f.empty() && (out.ends_with(".pt") || out.ends_with(".pth")))) return out_format::pt;
-  if (f == "gguf" || (f.empty() && out.ends_with(".gguf"))) return out_format::gguf;
-  if (f == "npy" || (f.empty() && out.ends_with(".npy"))) return out_format::npy;
-  if (f == "npz" || (f.empty() && out.ends_with(".npz"))) return out_format::npz;
-  return out_format::ferry;
-}
+using out_format = ckpt::file_format;
 
 // The input's tensors as a writer takes them: host order, floating storages
 // cast (--cast), quantized GGUF tensors dequantized (--cast) or as their
@@ -193,16 +180,15 @@ int usage_error(const std::string& what) {
 }  // namespace
 
 int convert(const std::string& in, const std::string& out, const convert_options& o) {
-  const out_format format = format_of(out, o.format);
+  // --format, else OUT's suffix, else .ferry (the format table's choice).
+  const auto chosen = ckpt::format_to_write(o.format, out);
+  if (!chosen) return usage_error(chosen.error().what());
+  const out_format format = *chosen;
   if (out.ends_with(".index.json") && o.shard_size == 0) return usage_error(out + ": an index of shards needs --shard-size");
   if (o.shard_size > 0 && format != out_format::ferry && format != out_format::safetensors) {
     return usage_error(out + ": --shard-size writes .ferry or .safetensors sets only");
   }
   if (o.nested_arrays && format != out_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
-  if ((format == out_format::safetensors || format == out_format::pt) && !o.order.empty() && o.order != "little") {
-    return fail(ferry::error(ferry::errc::bad_value,
-                             out + (format == out_format::pt ? ": .pt" : ": safetensors") + " files are little-endian only"));
-  }
   auto opened = open_checkpoint(in, o.read);
   if (!opened) return fail(opened.error());
   const auto order = ferry::wire::byte_order_from_name(o.order);
@@ -247,18 +233,13 @@ int convert(const std::string& in, const std::string& out, const convert_options
     bar.finish();
     if (!refs) return fail(refs.error());
     result<void, error> w;
-    if (format == out_format::safetensors) {
+    if (format == out_format::safetensors && o.shard_size > 0) {
       ckpt::safetensors_options so;
       so.alignment = o.alignment;
       so.shared = ckpt::safetensors_options::policy_from_name(o.shared).value_or(so.shared);
-      if (o.shard_size > 0) {
-        const std::string index = out.ends_with(".index.json") ? out : out + ".index.json";
-        if (auto s = ckpt::save_safetensors_sharded(index, *refs, o.shard_size, r.metadata(), so); !s) return fail(s.error());
-        return 0;
-      }
-      w = ckpt::save_safetensors(out, *refs, r.metadata(), so);
-    } else if (format == out_format::pt) {
-      w = ckpt::save_pt(out, *refs);
+      const std::string index = out.ends_with(".index.json") ? out : out + ".index.json";
+      if (auto s = ckpt::save_safetensors_sharded(index, *refs, o.shard_size, r.metadata(), so); !s) return fail(s.error());
+      return 0;
     } else if (format == out_format::gguf) {
       std::vector<std::vector<std::byte>> gathered;
       auto tensors = gguf_tensors(r, *refs, gathered);
@@ -267,11 +248,13 @@ int convert(const std::string& in, const std::string& out, const convert_options
       go.order = order.value_or(ferry::wire::host_order);
       go.nested_arrays = o.nested_arrays;
       w = ckpt::save_gguf(out, gguf_metadata(r, o), *tensors, go);
-    } else {
-      ckpt::npy_options no;
-      no.order = order.value_or(ferry::wire::host_order);
-      no.compress = o.compress;
-      w = format == out_format::npy ? ckpt::save_npy(out, refs->front(), no) : ckpt::save_npz(out, *refs, no);
+    } else {  // through the format table's writer
+      ckpt::save_options so;
+      so.order = order;
+      so.alignment = o.alignment;
+      so.compress = o.compress;
+      so.shared = o.shared;
+      w = ckpt::save(format, out, *refs, r.metadata(), so);
     }
     return w ? 0 : fail(w.error());
   }

@@ -73,7 +73,18 @@ struct format_ops {
   bool (*probe)(const source& s, const read_options& opt) = nullptr;
   /// The structure of `s`, checked; every error names the file.
   result<parsed_file, error> (*parse)(const source& s, const read_options& opt) = nullptr;
+  /// The suffixes its files are written with (".safetensors"), for
+  /// format_to_write().
+  std::span<const std::string_view> suffixes;
+  /// Writes it (save()); null where ferry writes it another way or not.
+  result<void, error> (*write)(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                               const std::map<std::string, std::string>& metadata, const save_options& opt) = nullptr;
 };
+
+/// save()'s refusal of a big-endian order for a format that is
+/// little-endian only ("<target>: <what> files are little-endian only").
+[[nodiscard]] result<void, error> little_endian_only(const std::filesystem::path& target, std::string_view what,
+                                                     const save_options& opt);
 
 /// Every format, in the order their probes are tried.
 [[nodiscard]] std::span<const format_ops* const> formats() noexcept;

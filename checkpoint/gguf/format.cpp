@@ -7,6 +7,13 @@
 
 namespace ferry::checkpoint::detail {
 
+namespace {
+
+// Written by save_gguf() (typed tensors and metadata), not save().
+constexpr std::string_view gguf_suffixes[] = {".gguf"};
+
+}  // namespace
+
 // "GGUF", or gguf-py's old big-endian "FUGG".
 extern const format_ops gguf_format{
     file_format::gguf,
@@ -19,6 +26,8 @@ extern const format_ops gguf_format{
     [](const source& s, const read_options& opt) {
       return in_file(s.path(), parse_gguf(s.size(), s.read_at(), opt));
     },
+    gguf_suffixes,
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

@@ -2,10 +2,43 @@
 // .npz (npz.cpp), a zip whose every record is a .npy.
 #include <cstring>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/formats.h"
 #include "ferry/checkpoint/numpy/internal.h"
 
 namespace ferry::checkpoint::detail {
+
+namespace {
+
+constexpr std::string_view npy_suffixes[] = {".npy"};
+constexpr std::string_view npz_suffixes[] = {".npz"};
+
+npy_options numpy_options(const save_options& opt) {
+  npy_options no;
+  no.order = opt.order.value_or(wire::host_order);
+  no.compress = opt.compress;
+  no.sync = opt.sync;
+  no.direct = opt.direct;
+  no.limits = opt.limits;
+  return no;
+}
+
+// NumPy's formats hold no metadata: it is dropped.
+result<void, error> write_npy(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                              const std::map<std::string, std::string>&, const save_options& opt) {
+  if (tensors.size() != 1) {
+    return make_error(errc::bad_value, target.string(), ": a .npy file holds one array, not ", tensors.size(),
+                      " (save an .npz)");
+  }
+  return save_npy(target, tensors.front(), numpy_options(opt));
+}
+
+result<void, error> write_npz(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                              const std::map<std::string, std::string>&, const save_options& opt) {
+  return save_npz(target, tensors, numpy_options(opt));
+}
+
+}  // namespace
 
 extern const format_ops npy_format{
     file_format::npy,
@@ -17,6 +50,8 @@ extern const format_ops npy_format{
     [](const source& s, const read_options& opt) {
       return in_file(s.path(), parse_npy(s.size(), s.read_at(), opt));
     },
+    npy_suffixes,
+    write_npy,
 };
 
 // A zip whose records are all .npy (a .pt file is told by its data.pkl),
@@ -36,6 +71,8 @@ extern const format_ops npz_format{
       zip_directory dir = *s.zip(opt.lim);  // read by the probe
       return in_file(s.path(), parse_npz(std::move(dir), s.read_at(), opt));
     },
+    npz_suffixes,
+    write_npz,
 };
 
 }  // namespace ferry::checkpoint::detail

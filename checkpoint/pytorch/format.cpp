@@ -3,9 +3,27 @@
 // told apart to be refused with advice.
 #include "ferry/checkpoint/detail/formats.h"
 #include "ferry/checkpoint/error.h"
+#include "ferry/checkpoint/pytorch.h"
 #include "ferry/checkpoint/pytorch/internal.h"
 
 namespace ferry::checkpoint::detail {
+
+namespace {
+
+constexpr std::string_view pt_suffixes[] = {".pt", ".pth"};
+
+// torch.save's layout holds no metadata: it is dropped.
+result<void, error> write_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                          const std::map<std::string, std::string>&, const save_options& opt) {
+  FERRY_TRY(little_endian_only(target, ".pt", opt));
+  pt_options po;
+  po.sync = opt.sync;
+  po.direct = opt.direct;
+  po.limits = opt.limits;
+  return save_pt(target, tensors, po);
+}
+
+}  // namespace
 
 // Any zip the .npz probe before it left: a .pt file, or a zip of
 // something else that parse_pytorch() tells apart and refuses.
@@ -19,6 +37,8 @@ extern const format_ops pytorch_format{
       if (!dir) return dir.error().wrap(s.path().string());
       return in_file(s.path(), parse_pytorch(*dir, s.read_at(), opt));
     },
+    pt_suffixes,
+    write_pt,
 };
 
 extern const format_ops pytorch_legacy_format{
@@ -30,6 +50,8 @@ extern const format_ops pytorch_legacy_format{
       return s.fail(checkpoint_errc::unsupported_pytorch, 0,
                     "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
     },
+    {},  // never written
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

@@ -3,6 +3,7 @@
 // shards (index.cpp), whose storages are the shards' (shard_set).
 #include <algorithm>
 
+#include "ferry/base/require.h"
 #include "ferry/checkpoint/detail/formats.h"
 #include "ferry/checkpoint/safetensors/internal.h"
 #include "ferry/checkpoint/set/internal.h"
@@ -14,6 +15,22 @@ namespace {
 
 // The first 8 bytes as the header's length (little-endian).
 std::uint64_t header_length(std::span<const std::byte> head) { return *wire::reader(head).read_le<std::uint64_t>(); }
+
+constexpr std::string_view safetensors_suffixes[] = {".safetensors", ".index.json"};
+
+result<void, error> write_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                          const std::map<std::string, std::string>& metadata, const save_options& opt) {
+  FERRY_TRY(little_endian_only(target, "safetensors", opt));
+  safetensors_options so;
+  if (opt.alignment != 0) so.alignment = opt.alignment;
+  const auto shared = safetensors_options::policy_from_name(opt.shared);
+  if (!shared) return make_error(errc::bad_value, target.string(), ": no shared-storage policy ", quote(opt.shared));
+  so.shared = *shared;
+  so.sync = opt.sync;
+  so.direct = opt.direct;
+  so.limits = opt.limits;
+  return save_safetensors(target, tensors, metadata, so);
+}
 
 }  // namespace
 
@@ -32,6 +49,8 @@ extern const format_ops safetensors_format{
     [](const source& s, const read_options& opt) {
       return in_file(s.path(), parse_safetensors(s.file().fd(), s.size(), header_length(s.head()), opt.lim));
     },
+    safetensors_suffixes,
+    write_safetensors,
 };
 
 // JSON: the first byte that is not JSON whitespace is '{'.
@@ -59,6 +78,8 @@ extern const format_ops safetensors_index_format{
       index.source = std::move(set);
       return index;
     },
+    {},       // written beside its shards: save_safetensors_sharded() (safetensors.h)
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

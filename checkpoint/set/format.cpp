@@ -19,6 +19,8 @@ extern const format_ops ferry_set_format{
       index.source = std::move(set);
       return index;
     },
+    {},       // written beside its shards: save_set() (set.h)
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

@@ -432,9 +432,7 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
                     entries[-1] = _retyped(entries[-1], dtype, np.asarray(t).dtype.itemsize)
     if dtypes:
         raise KeyError(f"dtypes= names tensors that are not saved: {sorted(dtypes)}")
-    if format in ("npy", "npz"):
-        _ferry.save_numpy(path, entries, storages.buffers, format, order, compress)
-    elif format == "gguf":
+    if format == "gguf":
         meta = dict(metadata or {})
         if alignment is not None:
             if "general.alignment" in meta:
@@ -443,5 +441,5 @@ def save(path, tensors, metadata=None, *, format=None, order=None, alignment=Non
         _ferry.save_gguf(path, entries, storages.buffers, meta, order, ggml_types, nested_arrays)
     else:
         meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
-        _ferry.save(path, entries, storages.buffers, meta, format, order, 64 if alignment is None else alignment,
-                    shared)
+        _ferry.save(path, entries, storages.buffers, meta, format, order, 0 if alignment is None else alignment,
+                    shared, compress)
