@@ -34,7 +34,7 @@ constexpr std::array<const format_ops*, 9> table{
 
 std::span<const format_ops* const> formats() noexcept { return table; }
 
-const format_ops* probe(const source& s, const read_options& opt) noexcept {
+const format_ops* probe(const source& s, const read_options& opt) {
   for (const format_ops* f : table) {
     if (f->probe(s, opt)) return f;
   }
@@ -46,7 +46,7 @@ result<parsed_file, error> parse(const source& s, const read_options& opt, bool 
   if (f == nullptr) {
     if (s.is_directory()) return error::from_errno(EISDIR, s.path().string());
     // Fewer than 9 bytes can start no format whose head says so.
-    if (!s.is_directory() && s.size() < 9) return s.fail(errc::truncated);
+    if (s.size() < 9) return s.fail(errc::truncated);
     return s.fail(checkpoint_errc::not_a_checkpoint);
   }
   if (shard && f->names_other_files) return s.fail(checkpoint_errc::bad_shard, 0, "a set's index, not a shard");
@@ -82,6 +82,13 @@ zip_read_at source::read_at() const { return file_reader(*file_); }
 const result<zip_directory, error>& source::zip(const limits& lim) const {
   if (!zip_) zip_.emplace(read_zip_directory(size(), read_at(), lim));
   return *zip_;
+}
+
+result<zip_directory, error> source::take_zip(const limits& lim) const {
+  (void)zip(lim);
+  auto taken = std::move(*zip_);
+  zip_.reset();
+  return taken;
 }
 
 result<void> pread_exact(int fd, std::uint64_t offset, std::span<std::byte> out, int& sys_errno) noexcept {
@@ -126,8 +133,7 @@ result<void, error> check_tiling(std::size_t n,
                         ", which ends (padded) at ", expected);
     }
     if (offset > t.end || bytes > t.end - offset) {
-      return make_error(t.past_end, who(i), ": ", bytes, " bytes at ", offset, " run past the ", t.area, "'s end at ",
-                        t.end);
+      return make_error(t.past_end, who(i), ": ", bytes, " bytes at ", offset, " run past the data's end at ", t.end);
     }
     last_end = offset + bytes;
     if (!pad(last_end, expected)) return make_error(checkpoint_errc::bad_layout, who(i), ": padding past 2^64");
@@ -182,12 +188,29 @@ result<file_format, error> format_to_write(std::string_view name, std::string_vi
   return file_format::ferry;
 }
 
-result<void, error> save(file_format f, const std::filesystem::path& target, std::span<const tensor_ref> tensors,
-                         const std::map<std::string, std::string>& metadata, const save_options& opt) {
+namespace {
+
+// The table's writer of `f`, or null.
+const detail::format_ops* writer_of(file_format f) noexcept {
   for (const detail::format_ops* o : detail::table) {
-    if (o->id == f && o->write != nullptr) return o->write(target, tensors, metadata, opt);
+    if (o->id == f && o->write != nullptr) return o;
   }
-  return make_error(errc::bad_value, target.string(), ": ", format_name(f), " is not written by save()");
+  return nullptr;
+}
+
+}  // namespace
+
+result<void, error> check_save(file_format f, const std::filesystem::path& target, const save_options& opt) {
+  const detail::format_ops* o = writer_of(f);
+  if (o == nullptr) return make_error(errc::bad_value, target.string(), ": ", format_name(f), " is not written by save_as()");
+  return o->check != nullptr ? o->check(target, opt) : result<void, error>();
+}
+
+result<void, error> save_as(file_format f, const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                            const std::map<std::string, std::string>& metadata, const save_options& opt) {
+  FERRY_TRY(check_save(f, target, opt));  // refuses a format without a writer
+  const detail::format_ops* o = writer_of(f);
+  return o != nullptr ? o->write(target, tensors, metadata, opt) : result<void, error>();
 }
 
 std::string_view format_name(file_format f) noexcept {

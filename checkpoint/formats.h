@@ -29,7 +29,7 @@ enum class file_format : std::uint8_t { ferry, safetensors, pytorch, ferry_set, 
 /// "npy", "npz" or "gguf": the table's name of `f`.
 [[nodiscard]] std::string_view format_name(file_format f) noexcept;
 
-/// How save() writes, whatever the format: each format's writer takes what
+/// How save_as() writes, whatever the format: each format's writer takes what
 /// applies to it and refuses what cannot (bad_value, saying why).
 struct save_options {
   /// Byte order of the data; empty: the host's (little-endian formats:
@@ -51,12 +51,20 @@ struct save_options {
 /// Errors: bad_value (a name no writable format has).
 [[nodiscard]] result<file_format, error> format_to_write(std::string_view name, std::string_view path);
 
+/// Whether format `f` can be written to `target` with `opt`, asked before
+/// the tensors are read (save_as() asks it too). Errors: bad_value, saying
+/// why (a little-endian-only format asked for big-endian, an unknown
+/// sharing policy, a format save_as() does not write).
+[[nodiscard]] result<void, error> check_save(file_format f, const std::filesystem::path& target,
+                                             const save_options& opt);
+
 /// Writes `tensors` (storages shared where their bytes are: the same
 /// pointer and size) and `metadata` as format `f`, atomically, through the
 /// format's writer in the table. Errors: bad_value for a format written
 /// another way (GGUF's typed tensors: save_gguf()), and each writer's own.
-[[nodiscard]] result<void, error> save(file_format f, const std::filesystem::path& target,
-                                       std::span<const tensor_ref> tensors,
-                                       const std::map<std::string, std::string>& metadata, const save_options& opt = {});
+[[nodiscard]] result<void, error> save_as(file_format f, const std::filesystem::path& target,
+                                          std::span<const tensor_ref> tensors,
+                                          const std::map<std::string, std::string>& metadata,
+                                          const save_options& opt = {});
 
 }  // namespace ferry::checkpoint

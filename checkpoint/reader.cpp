@@ -125,13 +125,14 @@ struct reader::state {
   // once.
   result<std::shared_ptr<const storage_buffer>, error> load(std::uint32_t i, bool check, unsigned threads) const {
     const storage_info& st = file.storages[i];
+    if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
     if (file.source) {  // the format's own way, where it has one
       const std::function<error(error_code, int)> fail = [&](error_code c, int e) { return storage_error(i, c, e); };
-      const detail::load_request r{i, check, opt.copy_on_write, opt, mapped ? &*mapped : nullptr, path, fail};
+      const detail::load_request r{i, check, opt, mapped ? &*mapped : nullptr, path, fail};
       FERRY_TRY_ASSIGN(auto own, file.source->load(file, r));
       if (own) return own;
     }
-    if (st.nbytes > SIZE_MAX / 2) return storage_error(i, checkpoint_errc::storage_too_large);
+    if (!mapped) return storage_error(i, checkpoint_errc::not_a_checkpoint);  // a directory's source must load it
     const auto n = static_cast<std::size_t>(st.nbytes);
     // The unit of byte order, and of alignment: an element, or each part of
     // a complex one.
@@ -433,7 +434,8 @@ result<void, error> reader::verify(const std::function<void(std::uint64_t)>& pro
     }
   }
   const auto& st = file.storages;
-  const mapped_file& mapped = *s_->mapped;  // a format without a file verifies through its source
+  if (!s_->mapped) return file_error(s_->path, checkpoint_errc::not_a_checkpoint, 0, "no file to verify");
+  const mapped_file& mapped = *s_->mapped;
   std::uint64_t done = 0;
   const auto report = [&](std::uint64_t n) {
     if (progress) progress(done + n);
@@ -483,7 +485,8 @@ result<void, error> reader::read_into(const tensor_info& t, std::span<std::byte>
   const storage_info& st = file.storages[t.storage];
   // Straight into `out` when the stored bytes are the elements and a
   // CRC32C (or no checksum) covers them: a zip CRC-32 is checked on get().
-  if (t.offset != 0 || out.size() != st.nbytes || st.crc32 || (file.source && !file.source->direct_reads())) {
+  if (t.offset != 0 || out.size() != st.nbytes || st.crc32 || !s_->mapped ||
+      (file.source && !file.source->direct_reads())) {
     FERRY_TRY_ASSIGN(auto whole, get(t));
     if (!out.empty()) std::memcpy(out.data(), whole.bytes().data(), out.size());
     return {};

@@ -54,8 +54,9 @@ struct tensor_ref {
   std::span<const std::uint64_t> strides;
   std::uint64_t offset = 0;
   /// All of the storage the tensor views, in host order. In one call that
-  /// takes several refs (save(), save_safetensors()), refs whose storage
-  /// spans are equal (same address and size) share one storage.
+  /// takes several refs (save(), save_as(), save_pt()), refs whose storage
+  /// spans are equal (same address and size) share one storage where their
+  /// elements have one layout (size and byte-order unit).
   std::span<const std::byte> storage;
 };
 

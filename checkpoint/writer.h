@@ -14,7 +14,8 @@
 // returns the storage's id. A tensor over an already written storage (the
 // output weight tied to the embedding, a view of a tensor) is added with
 // that id: its bytes are not written again. save() finds the sharing itself:
-// refs whose storage spans are equal share one storage. (add() cannot: a
+// refs whose storage spans are equal and whose elements have one layout
+// share one storage. (add() cannot: a
 // caller that reuses one buffer for successive tensors passes equal spans
 // for different data.) The manifest and trailer are written by commit(),
 // which publishes the file atomically (base::atomic_file): until then the
@@ -98,7 +99,8 @@ class writer {
 
 /// Writes `tensors` and `metadata` as a .ferry file: writer in one call.
 /// Refs whose storage spans are equal (same address and size, not empty)
-/// share one storage in the file.
+/// and whose elements have one layout (size, byte-order unit) share one
+/// storage in the file.
 [[nodiscard]] result<void, error> save(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                        const std::map<std::string, std::string>& metadata = {},
                                        const write_options& opt = {});

@@ -34,12 +34,9 @@
 
 #include "ferry/base/cpu.h"
 #include "ferry/codec/kernels.h"
+#include "ferry/checkpoint/formats.h"
 #include "ferry/checkpoint/gguf.h"
-#include "ferry/checkpoint/npy.h"
-#include "ferry/checkpoint/pytorch.h"
 #include "ferry/checkpoint/reader.h"
-#include "ferry/checkpoint/safetensors.h"
-#include "ferry/checkpoint/writer.h"
 #include "gguf_values.h"
 
 namespace py = pybind11;
@@ -374,7 +371,7 @@ void write_unlocked(F&& write) {
   }());
 }
 
-// Any format the table's writers write (checkpoint::save()): .ferry,
+// Any format the table's writers write (checkpoint::save_as()): .ferry,
 // safetensors, .pt, .npy (exactly one tensor), .npz.
 void save(const std::string& path, const std::vector<entry>& entries, const std::vector<py::buffer>& storage_objects,
           const std::map<std::string, std::string>& metadata, const std::string& format,
@@ -391,7 +388,7 @@ void save(const std::string& path, const std::vector<entry>& entries, const std:
   opt.alignment = alignment;
   opt.shared = shared;
   opt.compress = compress;
-  write_unlocked([&] { return ckpt::save(*chosen, path, in.refs, metadata, opt); });
+  write_unlocked([&] { return ckpt::save_as(*chosen, path, in.refs, metadata, opt); });
 }
 
 // A tensor of raw quantized blocks (a uint8 array whose last extent counts

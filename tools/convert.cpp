@@ -25,16 +25,13 @@
 #include "cli.h"
 #include "error.h"
 #include "ferry/checkpoint/cast.h"
-#include "ferry/checkpoint/npy.h"
-#include "ferry/checkpoint/pytorch.h"
+#include "ferry/checkpoint/formats.h"
 #include "ferry/checkpoint/safetensors.h"
 #include "ferry/checkpoint/set.h"
 #include "ferry/checkpoint/writer.h"
 
 namespace ferry::tools {
 namespace {
-
-using out_format = ckpt::file_format;
 
 // The input's tensors as a writer takes them: host order, floating storages
 // cast (--cast), quantized GGUF tensors dequantized (--cast) or as their
@@ -180,24 +177,34 @@ int usage_error(const std::string& what) {
 }  // namespace
 
 int convert(const std::string& in, const std::string& out, const convert_options& o) {
-  // --format, else OUT's suffix, else .ferry (the format table's choice).
-  const auto chosen = ckpt::format_to_write(o.format, out);
+  // --format, else OUT's suffix (the format table's choice; an index of
+  // shards is safetensors'), else .ferry.
+  auto chosen = ckpt::format_to_write(o.format, out);
+  if (o.format.empty() && out.ends_with(".index.json")) chosen = ckpt::file_format::safetensors;
   if (!chosen) return usage_error(chosen.error().what());
-  const out_format format = *chosen;
+  const ckpt::file_format format = *chosen;
+  const auto order = ferry::wire::byte_order_from_name(o.order);
+  ckpt::save_options so;  // for the table's writers (all but GGUF, sets and the streamed .ferry)
+  so.order = order;
+  so.alignment = o.alignment;
+  so.compress = o.compress;
+  so.shared = o.shared;
   if (out.ends_with(".index.json") && o.shard_size == 0) return usage_error(out + ": an index of shards needs --shard-size");
-  if (o.shard_size > 0 && format != out_format::ferry && format != out_format::safetensors) {
+  if (o.shard_size > 0 && format != ckpt::file_format::ferry && format != ckpt::file_format::safetensors) {
     return usage_error(out + ": --shard-size writes .ferry or .safetensors sets only");
   }
-  if (o.nested_arrays && format != out_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
+  if (o.nested_arrays && format != ckpt::file_format::gguf) return usage_error(out + ": --nested-arrays is for .gguf outputs");
+  if (format != ckpt::file_format::gguf) {  // before reading anything
+    if (auto c = ckpt::check_save(format, out, so); !c) return fail(c.error());
+  }
   auto opened = open_checkpoint(in, o.read);
   if (!opened) return fail(opened.error());
-  const auto order = ferry::wire::byte_order_from_name(o.order);
   progress_bar bar("convert", total_storage_bytes(*opened));
 
   // GGUF -> GGUF: the byte-order conversion, every field and block kept. It
   // reads the header again: this reader's copy goes first, so that a large
   // header is held once.
-  if (format == out_format::gguf && opened->format() == ckpt::file_format::gguf && o.cast.empty() &&
+  if (format == ckpt::file_format::gguf && opened->format() == ckpt::file_format::gguf && o.cast.empty() &&
       !o.alignment_given) {
     ckpt::read_options ropt;
     ropt.gguf_order = opened->order();  // as open_checkpoint() found it (or --gguf-order said)
@@ -215,32 +222,34 @@ int convert(const std::string& in, const std::string& out, const convert_options
   if (!o.cast.empty()) cast_to = o.cast == "bf16" ? ferry::codec::dtype::bf16
                                  : o.cast == "f16"  ? ferry::codec::dtype::f16
                                                     : ferry::codec::dtype::f32;
-  if (format != out_format::gguf && !cast_to) {
+  if (format != ckpt::file_format::gguf && !cast_to) {
     for (const auto& t : r.tensors()) {
       if (!is_quantized(r, t)) continue;
       return fail(ferry::error(tools_errc::quantized_tensor, in + ": tensor " + quote(t.name) + " is " +
                                                                  std::string(ckpt::info(gguf_tensor_of(r, t)->type).name)));
     }
   }
-  if (format == out_format::npy && r.tensors().size() != 1) {
+  if (format == ckpt::file_format::npy && r.tensors().size() != 1) {
     return fail(ferry::error(tools_errc::npy_holds_one_array,
                              out + ": " + in + " has " + std::to_string(r.tensors().size()) + " tensors"));
   }
   fetcher f(r, cast_to);
 
-  if (format != out_format::ferry) {
+  if (format != ckpt::file_format::ferry) {
     auto refs = fetch_all(r, f, bar);
     bar.finish();
     if (!refs) return fail(refs.error());
     result<void, error> w;
-    if (format == out_format::safetensors && o.shard_size > 0) {
-      ckpt::safetensors_options so;
-      so.alignment = o.alignment;
-      so.shared = ckpt::safetensors_options::policy_from_name(o.shared).value_or(so.shared);
+    if (format == ckpt::file_format::safetensors && o.shard_size > 0) {
+      ckpt::safetensors_options sharded;  // the policy was checked by check_save()
+      sharded.alignment = o.alignment;
+      sharded.shared = *ckpt::safetensors_options::policy_from_name(o.shared);
       const std::string index = out.ends_with(".index.json") ? out : out + ".index.json";
-      if (auto s = ckpt::save_safetensors_sharded(index, *refs, o.shard_size, r.metadata(), so); !s) return fail(s.error());
+      if (auto s = ckpt::save_safetensors_sharded(index, *refs, o.shard_size, r.metadata(), sharded); !s) {
+        return fail(s.error());
+      }
       return 0;
-    } else if (format == out_format::gguf) {
+    } else if (format == ckpt::file_format::gguf) {
       std::vector<std::vector<std::byte>> gathered;
       auto tensors = gguf_tensors(r, *refs, gathered);
       if (!tensors) return fail(tensors.error());
@@ -249,12 +258,7 @@ int convert(const std::string& in, const std::string& out, const convert_options
       go.nested_arrays = o.nested_arrays;
       w = ckpt::save_gguf(out, gguf_metadata(r, o), *tensors, go);
     } else {  // through the format table's writer
-      ckpt::save_options so;
-      so.order = order;
-      so.alignment = o.alignment;
-      so.compress = o.compress;
-      so.shared = o.shared;
-      w = ckpt::save(format, out, *refs, r.metadata(), so);
+      w = ckpt::save_as(format, out, *refs, r.metadata(), so);
     }
     return w ? 0 : fail(w.error());
   }

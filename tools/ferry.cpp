@@ -68,6 +68,7 @@ int verify(const std::string& path, const read_flags& flags) {
     case ckpt::file_format::npy: std::cout << " (.npy has no checksums: structure checked)\n"; break;
     case ckpt::file_format::npz: std::cout << ", every zip CRC-32 matches\n"; break;
     case ckpt::file_format::gguf: std::cout << " (GGUF has no checksums: structure checked)\n"; break;
+    default: std::cout << " (" << ckpt::format_name(r->format()) << ": structure and checksums checked)\n"; break;
   }
   return flush_stdout();
 }

@@ -7,8 +7,9 @@
 // the reader serves. Not part of the API.
 //
 // A format's folder (checkpoint/<format>/) holds its format.cpp, which
-// defines its format_ops and storage_source, beside the parser, the
-// writer and the checks of its own (docs/tour.md, "Adding a format").
+// defines its format_ops, beside its parser, writer, checks and, where its
+// storages are not byte ranges of one file, its storage_source
+// (detail/parsed.h) (docs/tour.md, "Adding a format").
 #pragma once
 
 #include <array>
@@ -45,6 +46,9 @@ class source {
   [[nodiscard]] zip_read_at read_at() const;
   /// The file's zip directory, read once for every format that asks.
   [[nodiscard]] const result<zip_directory, error>& zip(const limits& lim) const;
+  /// zip(), moved out for the parser that keeps it (the source is then
+  /// done with it).
+  [[nodiscard]] result<zip_directory, error> take_zip(const limits& lim) const;
   /// An error about this checkpoint: its context `path` (and `: what`).
   [[nodiscard]] error fail(error_code c, int sys_errno = 0, std::string_view what = {}) const {
     return file_error(path_, c, sys_errno, what);
@@ -68,20 +72,23 @@ struct format_ops {
   /// Whether its checkpoints name other files that are checkpoints (a
   /// set's index): refused as a set's shard.
   bool names_other_files = false;
-  /// Whether `s` is this format's, told from its head, size, a directory's
-  /// entries or a zip's directory; reads nothing else. First yes wins.
+  /// Whether `s` is this format's, told from its head and size, its zip
+  /// directory, or (a directory) the files it holds. First yes wins.
   bool (*probe)(const source& s, const read_options& opt) = nullptr;
   /// The structure of `s`, checked; every error names the file.
   result<parsed_file, error> (*parse)(const source& s, const read_options& opt) = nullptr;
   /// The suffixes its files are written with (".safetensors"), for
   /// format_to_write().
   std::span<const std::string_view> suffixes;
-  /// Writes it (save()); null where ferry writes it another way or not.
+  /// Writes it (save_as()); null where ferry writes it another way or not.
   result<void, error> (*write)(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                const std::map<std::string, std::string>& metadata, const save_options& opt) = nullptr;
+  /// Refuses the options it cannot write (check_save()), before any
+  /// tensor is read; null: it takes them all.
+  result<void, error> (*check)(const std::filesystem::path& target, const save_options& opt) = nullptr;
 };
 
-/// save()'s refusal of a big-endian order for a format that is
+/// save_as()'s refusal of a big-endian order for a format that is
 /// little-endian only ("<target>: <what> files are little-endian only").
 [[nodiscard]] result<void, error> little_endian_only(const std::filesystem::path& target, std::string_view what,
                                                      const save_options& opt);
@@ -90,7 +97,7 @@ struct format_ops {
 [[nodiscard]] std::span<const format_ops* const> formats() noexcept;
 
 /// The format of `s`: the first whose probe says yes; null for none.
-[[nodiscard]] const format_ops* probe(const source& s, const read_options& opt) noexcept;
+[[nodiscard]] const format_ops* probe(const source& s, const read_options& opt);
 
 /// Parses `s` with its format; none: truncated (too short to tell) or
 /// not_a_checkpoint. `shard`: refuse a format that names other files.

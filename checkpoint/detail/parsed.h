@@ -31,7 +31,6 @@ struct parsed_file;
 struct load_request {
   std::uint32_t storage = 0;
   bool check = false;  ///< the first fetch: the storage's checksums are due
-  bool copy_on_write = false;
   const read_options& opt;
   const mapped_file* file = nullptr;  ///< the checkpoint's file; null for a directory
   const std::filesystem::path& path;
@@ -106,7 +105,7 @@ struct tiling {
   bool padded_end = true;
   error_code past_end = errc::truncated;         ///< a storage that runs past `end`
   error_code after_last = errc::trailing_bytes;  ///< `end` past the last storage (padded)
-  std::string_view area = "data";                ///< what `end` ends, for that error
+  std::string_view area = "data";                ///< the context of errors about the area's end
 };
 
 /// Checks that `n` byte ranges, range(i) = {offset, bytes}, in this order,

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -184,10 +186,12 @@ std::uint64_t writer::bytes_written() const noexcept { return s_->file.size(); }
 result<void, error> save(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                          const std::map<std::string, std::string>& metadata, const write_options& opt) {
   FERRY_TRY_ASSIGN(auto w, writer::create(target, opt));
-  // Every span is alive for the whole call, so equal spans are one storage.
-  std::map<std::pair<const std::byte*, std::size_t>, storage_id> written;
+  // Every span is alive for the whole call, so equal spans of one element
+  // layout are one storage (views of one buffer as other dtypes are not:
+  // a .ferry storage has one layout).
+  std::map<std::tuple<const std::byte*, std::size_t, std::size_t, std::size_t>, storage_id> written;
   for (const auto& t : tensors) {
-    const auto key = std::make_pair(t.storage.data(), t.storage.size());
+    const auto key = std::make_tuple(t.storage.data(), t.storage.size(), codec::size_of(t.dtype), codec::order_width(t.dtype));
     const auto it = t.storage.empty() ? written.end() : written.find(key);
     if (it != written.end()) {
       FERRY_TRY(w.add(t, it->second));

@@ -9,7 +9,7 @@ namespace ferry::checkpoint::detail {
 
 namespace {
 
-// Written by save_gguf() (typed tensors and metadata), not save().
+// Written by save_gguf() (typed tensors and metadata), not save_as().
 constexpr std::string_view gguf_suffixes[] = {".gguf"};
 
 }  // namespace
@@ -27,6 +27,7 @@ extern const format_ops gguf_format{
       return in_file(s.path(), parse_gguf(s.size(), s.read_at(), opt));
     },
     gguf_suffixes,
+    nullptr,
     nullptr,
 };
 

@@ -52,6 +52,7 @@ extern const format_ops npy_format{
     },
     npy_suffixes,
     write_npy,
+    nullptr,
 };
 
 // A zip whose records are all .npy (a .pt file is told by its data.pkl),
@@ -67,12 +68,14 @@ extern const format_ops npz_format{
       if (!dir) return false;  // the .pt parser reports the zip's error
       return dir->entries.empty() ? dir->offset == 0 : looks_like_npz(*dir);
     },
-    [](const source& s, const read_options& opt) {
-      zip_directory dir = *s.zip(opt.lim);  // read by the probe
-      return in_file(s.path(), parse_npz(std::move(dir), s.read_at(), opt));
+    [](const source& s, const read_options& opt) -> result<parsed_file, error> {
+      auto dir = s.take_zip(opt.lim);  // read by the probe
+      if (!dir) return dir.error().wrap(s.path().string());
+      return in_file(s.path(), parse_npz(std::move(*dir), s.read_at(), opt));
     },
     npz_suffixes,
     write_npz,
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

@@ -259,7 +259,7 @@ result<std::shared_ptr<const storage_buffer>, error> npz_storages::load(const pa
   // Deflated: inflated into memory, the CRC-32 always checked.
   std::shared_ptr<fresh_storage> o;
   try {
-    o = std::make_shared<fresh_storage>(static_cast<std::size_t>(st.nbytes), r.copy_on_write);
+    o = std::make_shared<fresh_storage>(static_cast<std::size_t>(st.nbytes), r.opt.copy_on_write);
   } catch (const std::bad_alloc&) {
     return r.storage_error(checkpoint_errc::out_of_memory, 0);
   }

@@ -12,10 +12,13 @@ namespace {
 
 constexpr std::string_view pt_suffixes[] = {".pt", ".pth"};
 
+result<void, error> check_pt(const std::filesystem::path& target, const save_options& opt) {
+  return little_endian_only(target, ".pt", opt);
+}
+
 // torch.save's layout holds no metadata: it is dropped.
 result<void, error> write_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
-                          const std::map<std::string, std::string>&, const save_options& opt) {
-  FERRY_TRY(little_endian_only(target, ".pt", opt));
+                             const std::map<std::string, std::string>&, const save_options& opt) {
   pt_options po;
   po.sync = opt.sync;
   po.direct = opt.direct;
@@ -33,12 +36,13 @@ extern const format_ops pytorch_format{
     false,
     [](const source& s, const read_options&) { return zip_head(s.head(), s.size()); },
     [](const source& s, const read_options& opt) -> result<parsed_file, error> {
-      const auto& dir = s.zip(opt.lim);
+      auto dir = s.take_zip(opt.lim);
       if (!dir) return dir.error().wrap(s.path().string());
-      return in_file(s.path(), parse_pytorch(*dir, s.read_at(), opt));
+      return in_file(s.path(), parse_pytorch(std::move(*dir), s.read_at(), opt));
     },
     pt_suffixes,
     write_pt,
+    check_pt,
 };
 
 extern const format_ops pytorch_legacy_format{
@@ -51,6 +55,7 @@ extern const format_ops pytorch_legacy_format{
                     "a legacy torch.save file (PyTorch before 1.6, not a zip): re-save it with a newer torch.save");
     },
     {},  // never written
+    nullptr,
     nullptr,
 };
 

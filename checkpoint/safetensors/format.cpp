@@ -16,16 +16,23 @@ namespace {
 // The first 8 bytes as the header's length (little-endian).
 std::uint64_t header_length(std::span<const std::byte> head) { return *wire::reader(head).read_le<std::uint64_t>(); }
 
-constexpr std::string_view safetensors_suffixes[] = {".safetensors", ".index.json"};
+// (A name ending .index.json is a sharded set's index: save_safetensors_sharded().)
+constexpr std::string_view safetensors_suffixes[] = {".safetensors"};
 
-result<void, error> write_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
-                          const std::map<std::string, std::string>& metadata, const save_options& opt) {
+result<void, error> check_safetensors(const std::filesystem::path& target, const save_options& opt) {
   FERRY_TRY(little_endian_only(target, "safetensors", opt));
+  if (!safetensors_options::policy_from_name(opt.shared)) {
+    return make_error(errc::bad_value, target.string(), ": no shared-storage policy ", quote(opt.shared));
+  }
+  return {};
+}
+
+// Checked by check_safetensors() first (save_as()).
+result<void, error> write_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
+                                      const std::map<std::string, std::string>& metadata, const save_options& opt) {
   safetensors_options so;
   if (opt.alignment != 0) so.alignment = opt.alignment;
-  const auto shared = safetensors_options::policy_from_name(opt.shared);
-  if (!shared) return make_error(errc::bad_value, target.string(), ": no shared-storage policy ", quote(opt.shared));
-  so.shared = *shared;
+  so.shared = *safetensors_options::policy_from_name(opt.shared);
   so.sync = opt.sync;
   so.direct = opt.direct;
   so.limits = opt.limits;
@@ -51,6 +58,7 @@ extern const format_ops safetensors_format{
     },
     safetensors_suffixes,
     write_safetensors,
+    check_safetensors,
 };
 
 // JSON: the first byte that is not JSON whitespace is '{'.
@@ -79,6 +87,7 @@ extern const format_ops safetensors_index_format{
       return index;
     },
     {},       // written beside its shards: save_safetensors_sharded() (safetensors.h)
+    nullptr,
     nullptr,
 };
 

@@ -21,6 +21,7 @@ extern const format_ops ferry_set_format{
     },
     {},       // written beside its shards: save_set() (set.h)
     nullptr,
+    nullptr,
 };
 
 }  // namespace ferry::checkpoint::detail

@@ -277,7 +277,7 @@ result<std::shared_ptr<const storage_buffer>, error> shard_set::load(const parse
   if (nbytes > SIZE_MAX / 2) return too_large();
   std::shared_ptr<assembled_storage> buf;
   try {
-    buf = std::make_shared<assembled_storage>(static_cast<std::size_t>(nbytes), req.copy_on_write);
+    buf = std::make_shared<assembled_storage>(static_cast<std::size_t>(nbytes), req.opt.copy_on_write);
   } catch (const std::bad_alloc&) {
     return too_large();
   }

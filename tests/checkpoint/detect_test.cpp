@@ -13,6 +13,7 @@
 
 #include "ferry/checkpoint/detail/formats.h"
 #include "ferry/checkpoint/error.h"
+#include "ferry/checkpoint/formats.h"
 #include "helpers.h"
 #include "ferry/checkpoint/ferry/layout.h"
 #include "ferry/checkpoint/format.h"
@@ -27,6 +28,8 @@ std::vector<std::byte> bytes(std::string_view s) {
   if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
   return out;
 }
+
+using DetectFormatDirectory = scratch_dir;
 
 // `file` written to a scratch file and opened as the reader opens it
 // (the file is removed at once: the source holds it open).
@@ -91,6 +94,24 @@ TEST(DetectFormat, AFerryFileShorterThanItsHeaderIsTruncated) {
   auto file = ferry_head(0);
   file[5] = std::byte{'x'};
   EXPECT_EQ(kind_of(file), "unknown");
+}
+
+// Zips told apart by their records: every record a .npy is an .npz (the
+// probe before .pt's), a zip of no records that is its end record alone
+// is an empty .npz, and a torch.save archive is a .pt file.
+TEST_F(DetectFormatDirectory, ZipsAreToldApartByTheirRecords) {
+  const std::vector<float> a{1.0f, 2.0f};
+  const std::vector<std::uint64_t> shape{2};
+  const std::vector<tensor_ref> refs{{"a", codec::dtype::f32, shape, {}, 0, std::as_bytes(std::span(a))}};
+  for (const file_format f : {file_format::npz, file_format::pytorch}) {
+    const auto path = dir_ / "zip";
+    ASSERT_TRUE(save_as(f, path, refs, {}));
+    EXPECT_EQ(kind_of(slurp(path)), format_name(f));
+  }
+  std::vector<std::byte> empty(22);
+  std::memcpy(empty.data(), "PK\x05\x06", 4);
+  EXPECT_EQ(kind_of(empty), "npz");
+  EXPECT_EQ(kind_of(std::vector<std::byte>(empty.begin(), empty.begin() + 21)), "unknown");  // too short for an end record
 }
 
 TEST(DetectFormat, AZipIsTakenForATorchSaveFile) {
@@ -164,8 +185,6 @@ TEST(DetectFormat, Gguf) {
   EXPECT_EQ(kind_of(bytes("GGUF")), "gguf");                                  // the parser says truncated
   EXPECT_EQ(kind_of(bytes("GGU")), "truncated");
 }
-
-using DetectFormatDirectory = scratch_dir;
 
 TEST(DetectFormat, SetIndexesAreTheKindsThatNameOtherFiles) {
   for (const detail::format_ops* f : detail::formats()) {
