@@ -88,6 +88,17 @@ struct format_ops {
   result<void, error> (*check)(const std::filesystem::path& target, const save_options& opt) = nullptr;
 };
 
+/// A format's own writer options with what every writer takes from
+/// `opt` (fsync, the page cache, limits) filled in.
+template <class Options>
+[[nodiscard]] Options writer_options(const save_options& opt) {
+  Options o;
+  o.sync = opt.sync;
+  o.direct = opt.direct;
+  o.limits = opt.limits;
+  return o;
+}
+
 /// save_as()'s refusal of a big-endian order for a format that is
 /// little-endian only ("<target>: <what> files are little-endian only").
 [[nodiscard]] result<void, error> little_endian_only(const std::filesystem::path& target, std::string_view what,

@@ -24,12 +24,9 @@ constexpr std::string_view ferry_suffixes[] = {".ferry"};
 // save() (writer.h): equal spans are one storage.
 result<void, error> write_ferry(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                 const std::map<std::string, std::string>& metadata, const save_options& opt) {
-  write_options wo;
+  auto wo = writer_options<write_options>(opt);
   wo.order = opt.order.value_or(wo.order);
   if (opt.alignment != 0) wo.alignment = opt.alignment;
-  wo.sync = opt.sync;
-  wo.direct = opt.direct;
-  wo.limits = opt.limits;
   return save(target, tensors, metadata, wo);
 }
 

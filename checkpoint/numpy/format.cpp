@@ -14,12 +14,9 @@ constexpr std::string_view npy_suffixes[] = {".npy"};
 constexpr std::string_view npz_suffixes[] = {".npz"};
 
 npy_options numpy_options(const save_options& opt) {
-  npy_options no;
+  auto no = writer_options<npy_options>(opt);
   no.order = opt.order.value_or(wire::host_order);
   no.compress = opt.compress;
-  no.sync = opt.sync;
-  no.direct = opt.direct;
-  no.limits = opt.limits;
   return no;
 }
 

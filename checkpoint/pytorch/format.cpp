@@ -19,10 +19,7 @@ result<void, error> check_pt(const std::filesystem::path& target, const save_opt
 // torch.save's layout holds no metadata: it is dropped.
 result<void, error> write_pt(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                              const std::map<std::string, std::string>&, const save_options& opt) {
-  pt_options po;
-  po.sync = opt.sync;
-  po.direct = opt.direct;
-  po.limits = opt.limits;
+  auto po = writer_options<pt_options>(opt);
   return save_pt(target, tensors, po);
 }
 

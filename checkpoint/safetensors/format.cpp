@@ -30,12 +30,9 @@ result<void, error> check_safetensors(const std::filesystem::path& target, const
 // Checked by check_safetensors() first (save_as()).
 result<void, error> write_safetensors(const std::filesystem::path& target, std::span<const tensor_ref> tensors,
                                       const std::map<std::string, std::string>& metadata, const save_options& opt) {
-  safetensors_options so;
+  auto so = writer_options<safetensors_options>(opt);
   if (opt.alignment != 0) so.alignment = opt.alignment;
   so.shared = *safetensors_options::policy_from_name(opt.shared);
-  so.sync = opt.sync;
-  so.direct = opt.direct;
-  so.limits = opt.limits;
   return save_safetensors(target, tensors, metadata, so);
 }
 
